@@ -1,0 +1,29 @@
+"""Partitions shared by the image assets: daily `date` x static `site`, from the settings."""
+
+from __future__ import annotations
+
+from dagster import (AssetExecutionContext, DailyPartitionsDefinition, MultiPartitionKey,
+                     MultiPartitionsDefinition, StaticPartitionsDefinition)
+
+from imaging.config import Settings, load_settings
+
+
+def build_partitions(settings: Settings) -> MultiPartitionsDefinition:
+    return MultiPartitionsDefinition({
+        "date": DailyPartitionsDefinition(start_date=settings.start_date),
+        "site": StaticPartitionsDefinition(list(settings.sites)),
+    })
+
+
+SETTINGS = load_settings()
+PARTITIONS = build_partitions(SETTINGS)
+
+
+def partition_pairs(context: AssetExecutionContext) -> list[tuple[str, str]]:
+    """The (date, site) pairs this run covers: one for a single partition, many for a backfill."""
+    pairs = []
+    for key in context.partition_keys:
+        dims = key.keys_by_dimension if isinstance(key, MultiPartitionKey) else dict(
+            zip(("date", "site"), key.split("|")))
+        pairs.append((dims["date"], dims["site"]))
+    return sorted(set(pairs))

@@ -1,0 +1,101 @@
+"""Per-file de-identification on Spark executors: read, de-identify, write, describe.
+
+Set-up (pseudonymizer, profile, clinical policy) happens once per partition. Output names are
+the new SOP Instance UIDs, so a retried task rewrites the same files, never new ones.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+from dataclasses import dataclass
+
+import pydicom
+
+from imaging import fs as fsx
+from imaging.clinical import ClinicalPolicy, parse_date
+from imaging.pseudonym import Pseudonymizer
+
+# Manifest columns before the clinical ones; all published values are de-identified.
+MANIFEST_FIELDS = (
+    "output_path", "sha256", "size_bytes", "patient_pseudonym", "study_instance_uid", "series_instance_uid",
+    "sop_instance_uid", "sop_class_uid", "modality", "laterality", "study_date", "manufacturer", "model",
+    "rows", "columns", "number_of_frames", "has_clinical_record",
+)
+FILES = "anonymized_images/files"
+
+
+@dataclass(frozen=True)
+class AnonymizeJob:
+    """Everything a task needs; picklable. The key travels inside the task, never into a log."""
+
+    key: str
+    default_issuer: str
+    options: tuple[str, ...]
+    policy: ClinicalPolicy
+    staging: str  # where output files are written before the driver swaps them into place
+
+    def batch(self, pseudonymizer: Pseudonymizer, date: str, site: str) -> str:
+        """An opaque folder name for a site-day: real dates and sites never name de-identified files."""
+        return pseudonymizer.token("batch", date, site)
+
+
+def _value(ds, keyword):
+    value = ds.get(keyword)
+    return None if value in (None, "") else str(value)
+
+
+def _int(ds, keyword):
+    try:
+        return int(ds.get(keyword)) if ds.get(keyword) not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def anonymize_partition(job: AnonymizeJob, rows):
+    """Linked rows -> ('published', ...) or ('quarantined', ...) tuples (see assets/anonymized_images)."""
+    from imaging.deid import Quarantined, deidentify, load_profile, to_bytes
+
+    pseudonymizer = Pseudonymizer(job.key)
+    profile = load_profile(job.options)
+    for row in rows:
+        base = (row["date"], row["site"], row["source_path"], row["sha256"])
+        try:
+            yield ("published", *base, *_publish(job, pseudonymizer, profile, row, deidentify, to_bytes))
+        except Quarantined as reason:
+            yield ("quarantined", *base, str(reason))
+        except Exception as error:  # noqa: BLE001 - one bad file never stops the partition
+            yield ("quarantined", *base, f"de-identification failed ({type(error).__name__})")
+
+
+def _publish(job, pseudonymizer, profile, row, deidentify, to_bytes):
+    from imaging.deid import Quarantined
+
+    fs, path = fsx.filesystem(row["source_path"])
+    with fs.open(path, "rb") as handle:
+        data = handle.read()
+    if hashlib.sha256(data).hexdigest() != row["sha256"]:
+        raise Quarantined("source file changed since it was indexed")
+    clinical = row["clinical"] or {}
+    ds = pydicom.dcmread(io.BytesIO(data))
+    out = deidentify(ds, pseudonymizer=pseudonymizer, profile=profile, issuer_default=job.default_issuer,
+                     extra_identifiers=job.policy.identifying_values({**clinical, "patient_id": row["patient_id"] or ""}))
+    payload = to_bytes(out)
+    batch = job.batch(pseudonymizer, row["date"], row["site"])
+    relative = f"{FILES}/{batch}/{out.SOPInstanceUID}.dcm"
+    fsx.write_bytes(f"{job.staging}/{relative}", payload)
+
+    issuer = row["issuer_of_patient_id"] or job.default_issuer
+    shift = pseudonymizer.date_shift_days(issuer, row["patient_id"] or "")
+    scan = parse_date(row["study_date"], ("%Y%m%d",)) or dt.date.fromisoformat(row["date"])
+    described = (
+        relative, hashlib.sha256(payload).hexdigest(), len(payload), _value(out, "PatientID"),
+        _value(out, "StudyInstanceUID"), _value(out, "SeriesInstanceUID"), _value(out, "SOPInstanceUID"),
+        _value(out, "SOPClassUID"), _value(out, "Modality"),
+        _value(out, "ImageLaterality") or _value(out, "Laterality"), _value(out, "StudyDate"),
+        _value(out, "Manufacturer"), _value(out, "ManufacturerModelName"), _int(out, "Rows"), _int(out, "Columns"),
+        _int(out, "NumberOfFrames") or 1, bool(row["has_clinical_record"]),
+    )
+    fields = job.policy.apply(clinical, scan_date=scan, shift_days=shift)
+    return (batch, *described, *(fields[c] for c in job.policy.output_columns))

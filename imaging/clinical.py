@@ -1,0 +1,180 @@
+"""Clinical extracts: parsing a site's CSV and the column policy that de-identifies it.
+
+Pure functions. The policy is the only way a clinical value reaches the de-identified
+zone: unknown columns are dropped, kept columns must match a pattern or a number range,
+birth dates become age at scan, dates are shifted by the patient's own shift.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import re
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+ACTIONS = {"keep", "generalise", "age_at_scan", "shift_date"}
+
+
+class ExtractError(ValueError):
+    """A clinical extract that cannot be used; the message names no value from it."""
+
+
+def parse_extract(data: bytes) -> Iterator[tuple[int, str, dict[str, str]]]:
+    """(row number, patient_id, other columns) for each row of a site's CSV extract.
+
+    Column names are lower-cased and stripped; empty cells are left out. A later row for the
+    same patient supersedes an earlier one (the caller keeps the highest row number).
+    """
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ExtractError("extract is not UTF-8 text") from error
+    reader = csv.DictReader(io.StringIO(text))
+    header = [(h or "").strip().lower() for h in (reader.fieldnames or [])]
+    if "patient_id" not in header:
+        raise ExtractError("extract has no patient_id column")
+    reader.fieldnames = header
+    for number, row in enumerate(reader, start=1):
+        patient_id = (row.pop("patient_id", None) or "").strip()
+        if not patient_id:
+            continue
+        yield number, patient_id, {k: v.strip() for k, v in row.items() if k and isinstance(v, str) and v.strip()}
+
+
+def parse_date(text: str | None, formats: tuple[str, ...]) -> dt.date | None:
+    if not text:
+        return None
+    for fmt in formats:
+        try:
+            return dt.datetime.strptime(text.strip(), fmt).date()
+        except ValueError:
+            continue
+    return None
+
+
+@dataclass(frozen=True)
+class ColumnRule:
+    name: str
+    action: str
+    aliases: tuple[str, ...]
+    pattern: str | None = None
+    number: tuple[float, float] | None = None
+    values: Mapping[str, str] = field(default_factory=dict)
+    top_code: int = 90
+
+
+@dataclass(frozen=True)
+class ClinicalPolicy:
+    rules: tuple[ColumnRule, ...]
+    identifiers: tuple[str, ...]
+    date_formats: tuple[str, ...]
+
+    @classmethod
+    def from_dict(cls, spec: Mapping) -> "ClinicalPolicy":
+        rules = []
+        for name, rule in (spec.get("columns") or {}).items():
+            action = rule.get("action")
+            if action not in ACTIONS:
+                raise ValueError(f"clinical policy column {name!r}: unknown action {action!r}")
+            if action == "keep" and not (rule.get("pattern") or rule.get("number")):
+                raise ValueError(f"clinical policy column {name!r}: 'keep' needs a pattern or a number range")
+            number = rule.get("number")
+            rules.append(ColumnRule(
+                name=name, action=action,
+                aliases=tuple(a.lower() for a in rule.get("aliases") or [name]),
+                pattern=rule.get("pattern"),
+                number=(float(number[0]), float(number[1])) if number else None,
+                values={str(k).upper(): str(v) for k, v in (rule.get("values") or {}).items()},
+                top_code=int(rule.get("top_code", 90)),
+            ))
+        return cls(tuple(rules), tuple(i.lower() for i in spec.get("identifiers") or ()),
+                   tuple(spec.get("date_formats") or ("%Y-%m-%d",)))
+
+    @property
+    def output_columns(self) -> tuple[str, ...]:
+        return tuple(rule.name for rule in self.rules)
+
+    @property
+    def output_types(self) -> dict[str, str]:
+        """Column -> 'int' | 'double' | 'string', for the manifest's fixed schema."""
+        return {r.name: "int" if r.action == "age_at_scan" else "double" if r.number else "string" for r in self.rules}
+
+    def identifying_values(self, record: Mapping[str, str] | None) -> tuple[str, ...]:
+        """The patient's own identifiers in a record, for scrubbing DICOM free text."""
+        if not record:
+            return ()
+        return tuple(v for k, v in sorted(record.items()) if k in self.identifiers and len(v) >= 3)
+
+    def apply(self, record: Mapping[str, str] | None, *, scan_date: dt.date | None, shift_days: int) -> dict:
+        """The de-identified clinical fields of one record (None where absent or invalid)."""
+        out: dict = {name: None for name in self.output_columns}
+        if not record:
+            return out
+        for rule in self.rules:
+            raw = next((record[a] for a in rule.aliases if record.get(a)), None)
+            if raw is not None:
+                out[rule.name] = self._value(rule, raw, scan_date, shift_days)
+        return out
+
+    def _value(self, rule: ColumnRule, raw: str, scan_date: dt.date | None, shift_days: int):
+        if rule.action == "keep" and rule.pattern:
+            return raw if re.fullmatch(rule.pattern, raw) else None
+        if rule.action == "keep":
+            try:
+                number = float(raw)
+            except ValueError:
+                return None
+            low, high = rule.number
+            return number if low <= number <= high else None
+        if rule.action == "generalise":
+            return rule.values.get(raw.strip().upper())
+        day = parse_date(raw, self.date_formats)
+        if day is None:
+            return None
+        if rule.action == "shift_date":
+            return (day + dt.timedelta(days=shift_days)).isoformat()
+        return age_in_years(day, scan_date, rule.top_code)
+
+
+def age_in_years(birth: dt.date, on: dt.date | None, top_code: int = 90) -> int | None:
+    """Whole years between birth and `on`, capped at `top_code` (ages above it identify)."""
+    if on is None or birth > on:
+        return None
+    years = on.year - birth.year - ((on.month, on.day) < (birth.month, birth.day))
+    return min(years, top_code)
+
+
+def extract_date(url: str) -> str | None:
+    """The date an extract is named for (`<YYYY-MM-DD>.csv`), or None for any other file."""
+    name = url.rsplit("/", 1)[-1]
+    if not name.endswith(".csv"):
+        return None
+    try:
+        return dt.date.fromisoformat(name[:-4]).isoformat()
+    except ValueError:
+        return None
+
+
+def extract_partition(extracts):
+    """Spark mapPartitions body: (site, extract_date, url) -> parsed rows or one failure each.
+
+    Yields ('row', site, date, row_number, patient_id, columns) per record, or
+    ('quarantined', site, date, url, reason) for an extract that cannot be used.
+    """
+    from imaging import fs as fsx  # executor-side import keeps this module light for the driver
+
+    for site, date, url in extracts:
+        try:
+            fs, path = fsx.filesystem(url)
+            with fs.open(path, "rb") as handle:
+                rows = list(parse_extract(handle.read()))
+        except ExtractError as error:
+            yield ("quarantined", site, date, url, str(error))
+            continue
+        except Exception as error:  # noqa: BLE001 - a broken extract is quarantined, not fatal
+            yield ("quarantined", site, date, url, f"unreadable extract ({type(error).__name__})")
+            continue
+        for number, patient_id, columns in rows:
+            yield ("row", site, date, number, patient_id, columns)

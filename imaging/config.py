@@ -1,0 +1,88 @@
+"""Settings: the data contract's environment variables over the defaults in `platform/`.
+
+Environment variables (all optional; defaults in brackets):
+  IMAGING_LANDING        landing zone root [./data/landing]
+  IMAGING_WAREHOUSE      output root [./data/warehouse]
+  IMAGING_SITES          comma-separated site partition keys [platform/platform.yaml]
+  IMAGING_START_DATE     first date partition, YYYY-MM-DD [platform/platform.yaml]
+  IMAGING_PSEUDONYM_KEY  secret for keyed pseudonyms [required]
+  IMAGING_SPARK_MASTER   Spark master URL [local[*]]
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# `platform/` holds configuration only; IMAGING_PLATFORM_DIR lets a deployment keep it elsewhere.
+PLATFORM_DIR = Path(os.environ.get("IMAGING_PLATFORM_DIR", REPO_ROOT / "platform"))
+
+
+def _root(value: str) -> str:
+    """Absolute local path, or a URL (gs://...) unchanged: executors must not depend on cwd."""
+    return value.rstrip("/") if "://" in value else str(Path(value).expanduser().resolve())
+
+
+def read_yaml(name: str) -> dict:
+    with open(PLATFORM_DIR / name, encoding="utf-8") as handle:
+        return yaml.safe_load(handle) or {}
+
+
+@dataclass(frozen=True)
+class Settings:
+    landing: str
+    warehouse: str
+    sites: tuple[str, ...]
+    start_date: str
+    spark_master: str
+    default_issuer: str
+    deid_options: tuple[str, ...]
+    files_per_task: int
+
+    @property
+    def identifiable(self) -> str:
+        return f"{self.warehouse}/identifiable"
+
+    @property
+    def deidentified(self) -> str:
+        return f"{self.warehouse}/deidentified"
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    base = read_yaml("platform.yaml")
+    sites_env = env.get("IMAGING_SITES", "").strip()
+    sites = tuple(s.strip() for s in sites_env.split(",") if s.strip()) if sites_env else tuple(base["sites"])
+    start_date = env.get("IMAGING_START_DATE", "").strip() or str(base["start_date"])
+    dt.date.fromisoformat(start_date)  # fail early and clearly on a malformed date
+    for site in sites:
+        if not site.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"site key {site!r} must be letters, digits, '-' or '_'")
+    return Settings(
+        landing=_root(env.get("IMAGING_LANDING") or "./data/landing"),
+        warehouse=_root(env.get("IMAGING_WAREHOUSE") or "./data/warehouse"),
+        sites=sites,
+        start_date=start_date,
+        spark_master=env.get("IMAGING_SPARK_MASTER") or "local[*]",
+        default_issuer=str(base.get("default_issuer", "")),
+        deid_options=tuple(base.get("deid_options") or ()),
+        files_per_task=int(base.get("files_per_task", 64)),
+    )
+
+
+def pseudonym_key(env: Mapping[str, str] | None = None) -> str:
+    """The secret key; a clear error rather than a silent default when it is missing."""
+    env = os.environ if env is None else env
+    key = env.get("IMAGING_PSEUDONYM_KEY", "")
+    if not key:
+        raise RuntimeError(
+            "IMAGING_PSEUDONYM_KEY is not set: it keys every pseudonym, UID and date shift. "
+            "Set a long random secret (the demo sets a demo key and says so)."
+        )
+    return key

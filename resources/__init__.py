@@ -1,0 +1,1 @@
+"""Dagster resources: one per module."""
