@@ -1,0 +1,71 @@
+"""Test session set-up: one generated hospital, one warehouse, one Spark session for all tests.
+
+The data contract's environment variables are set before any platform module is imported,
+because the definitions read them at import time, as a deployment does.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(tempfile.mkdtemp(prefix="imaging-tests-"))
+SITES = ("site-a", "site-b")
+DATES = ("2024-03-01", "2024-03-02", "2024-03-03")
+os.environ.update({
+    "IMAGING_LANDING": str(ROOT / "landing"),
+    "IMAGING_WAREHOUSE": str(ROOT / "warehouse"),
+    "IMAGING_SITES": ",".join(SITES),
+    "IMAGING_START_DATE": DATES[0],
+    "IMAGING_PSEUDONYM_KEY": "test-key-" + "x" * 24,
+    "IMAGING_SPARK_MASTER": os.environ.get("IMAGING_SPARK_MASTER", "local[2]"),
+    "SPARK_LOCAL_IP": "127.0.0.1",
+})
+
+
+@pytest.fixture(scope="session")
+def hospital():
+    """The synthetic hospital in the landing zone, with its ground truth."""
+    from imaging.synth import generate_hospital
+
+    return generate_hospital(ROOT / "landing", seed=11, sites=SITES, dates=DATES)
+
+
+@pytest.fixture(scope="session")
+def defs():
+    from definitions import defs
+
+    return defs
+
+
+def run_assets(defs, selection, partition_range=None):
+    """Materialize `selection` in-process, as one run (a single-run backfill when given a range)."""
+    from dagster import AssetSelection, DagsterInstance, define_asset_job
+
+    tags = {}
+    if partition_range:
+        tags = {"dagster/asset_partition_range_start": partition_range[0],
+                "dagster/asset_partition_range_end": partition_range[1]}
+    job = define_asset_job("test_job", selection=AssetSelection.assets(*selection))
+    resolved = type(defs)(assets=defs.assets, resources=defs.resources, jobs=[job], executor=defs.executor)
+    result = resolved.get_job_def("test_job").execute_in_process(instance=DagsterInstance.ephemeral(), tags=tags)
+    assert result.success
+    return result
+
+
+@pytest.fixture(scope="session")
+def warehouse(hospital, defs):
+    """Every asset materialized once over all test partitions (2 sites x 3 days) in two runs."""
+    partitioned = ["raw_image_index", "linked_patient_metadata", "anonymized_images"]
+    run_assets(defs, partitioned, (f"{DATES[0]}|{SITES[0]}", f"{DATES[-1]}|{SITES[-1]}"))
+    run_assets(defs, ["published_cohort"])
+    return ROOT / "warehouse"
+
+
+@pytest.fixture(scope="session")
+def spark(warehouse):
+    """The session the assets used (getOrCreate returns it): tests read outputs with it."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.getOrCreate()

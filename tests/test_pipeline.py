@@ -1,0 +1,148 @@
+"""End to end on real Spark and real DICOM: landing -> index -> linked -> anonymized -> cohort."""
+
+import io
+from pathlib import Path
+
+import pyarrow.dataset as pads
+import pydicom
+import pytest
+
+from conftest import DATES, ROOT, SITES, run_assets
+from imaging.release import verify_release
+
+LANDING = ROOT / "landing"
+
+
+def table(path: Path) -> list[dict]:
+    return pads.dataset(path, format="parquet", partitioning="hive").to_table().to_pylist() if path.exists() else []
+
+
+def rel(url: str) -> str:
+    return str(Path(url).relative_to(LANDING / "images"))
+
+
+def expected(hospital, attr):
+    return {(d, s, p) for (d, s), paths in getattr(hospital, attr).items() for p in paths}
+
+
+def with_partition(rows):
+    return {(r["date"], r["site"], rel(r["source_path"])) for r in rows}
+
+
+def landing_rel(hospital_paths):
+    # The generator reports paths relative to the landing root; the index keeps full paths.
+    return {(d, s, str(Path(p).relative_to(Path("images") / s / d)) if p.startswith("images/") else p)
+            for d, s, p in hospital_paths}
+
+
+def test_index_has_every_readable_file_and_quarantine_every_broken_one(hospital, warehouse):
+    index = table(warehouse / "identifiable/raw_image_index")
+    quarantine = table(warehouse / "identifiable/quarantine/raw_image_index")
+    got_index = {(d, s, Path(p).name) for d, s, p in with_partition(index)}
+    got_quarantine = {(d, s, Path(p).name) for d, s, p in with_partition(quarantine)}
+    want_index = {(d, s, Path(p).name) for d, s, p in expected(hospital, "dicom_files")}
+    want_quarantine = {(d, s, Path(p).name) for d, s, p in expected(hospital, "broken_files")}
+    assert len(index) == sum(map(len, hospital.dicom_files.values())) and got_index == want_index
+    assert len(quarantine) == sum(map(len, hospital.broken_files.values())) and got_quarantine == want_quarantine
+    assert all(r["reason"] for r in quarantine)
+    truth = {i.sop_instance_uid: i for i in hospital.instances}
+    for row in index:
+        assert len(row["sha256"]) == 64 and row["size_bytes"] > 0
+        assert row["modality"] == truth[row["sop_instance_uid"]].modality
+        assert row["patient_id"] == truth[row["sop_instance_uid"]].patient_id
+
+
+def test_linked_rows_carry_the_as_of_clinical_record(hospital, warehouse):
+    linked = table(warehouse / "identifiable/linked_patient_metadata")
+    assert len(linked) == sum(map(len, hospital.dicom_files.values()))
+    seen_without, seen_earlier = False, False
+    for row in linked:
+        want = hospital.expected_clinical(row["date"], row["site"], row["patient_id"])
+        if want is None:
+            assert row["has_clinical_record"] is False and row["clinical"] is None
+            seen_without = True
+            continue
+        assert row["has_clinical_record"] is True
+        got = dict(row["clinical"])
+        for column, value in want.items():
+            if column != "patient_id" and value not in ("", None):
+                assert got.get(column.strip().lower()) == str(value).strip(), column
+        seen_earlier |= row["clinical_extract_date"] < row["date"]
+    assert seen_without and seen_earlier  # both as-of cases really occurred
+
+
+def deidentified_files(warehouse):
+    return [p for p in (warehouse / "deidentified").rglob("*") if p.is_file() and "_staging" not in p.parts]
+
+
+def test_anonymized_images_parse_and_leak_nothing(hospital, warehouse):
+    manifest = table(warehouse / "deidentified/anonymized_images/manifest")
+    ledger = table(warehouse / "identifiable/anonymization_ledger")
+    held = table(warehouse / "identifiable/quarantine/anonymized_images")
+    indexed = sum(map(len, hospital.dicom_files.values()))
+    assert len(manifest) + len(held) == indexed and len(ledger) == len(manifest) and manifest
+    source_uids = {i.sop_instance_uid for i in hospital.instances} | {i.study_uid for i in hospital.instances}
+    for row in manifest:
+        path = warehouse / "deidentified" / row["output_path"]
+        ds = pydicom.dcmread(path)
+        assert ds.SOPInstanceUID == row["sop_instance_uid"] == ds.file_meta.MediaStorageSOPInstanceUID
+        assert ds.PatientIdentityRemoved == "YES" and ds.SOPInstanceUID not in source_uids
+        assert ds.PatientID == row["patient_pseudonym"]
+
+    secrets = [s for s in hospital.identifying_strings() if len(s) >= 4]
+    assert secrets
+    for path in deidentified_files(warehouse):
+        data = path.read_bytes()
+        name = str(path.relative_to(warehouse))
+        for secret in secrets:
+            assert secret.encode() not in data, f"{secret!r} in {name}"
+            assert secret not in name
+        if path.suffix == ".parquet":
+            cells = repr(pads.dataset(path, format="parquet").to_table().to_pylist())
+            assert not [s for s in secrets if s in cells], name
+    assert not [p for p in (warehouse / "deidentified").rglob("*") if any(d in p.name for d in DATES + SITES)]
+
+
+def test_one_pseudonym_per_patient_across_sites(hospital, warehouse):
+    ledger = table(warehouse / "identifiable/anonymization_ledger")
+    manifest = {r["output_path"]: r for r in table(warehouse / "deidentified/anonymized_images/manifest")}
+    index = {r["source_path"]: r["patient_id"] for r in table(warehouse / "identifiable/raw_image_index")}
+    pairs = {(index[r["source_path"]], manifest[r["output_path"]]["patient_pseudonym"]) for r in ledger}
+    patients = {p for p, _ in pairs}
+    assert len(pairs) == len(patients) == len({q for _, q in pairs}) > 1
+
+
+def test_release_verifies_and_holds_only_the_cohort(warehouse):
+    release = warehouse / "deidentified/cohorts/amd-oct/v1"
+    assert verify_release(str(release)) == []
+    rows = table(release / "metadata.parquet")
+    assert rows and all(r["modality"] == "OPT" and r["diagnosis_code"].startswith("H35.3")
+                        and 50 <= r["age_at_scan"] <= 90 for r in rows)
+    assert len(rows) == len(list((release / "images").rglob("*.dcm")))
+    assert (release / "metadata.csv").read_text().count("\n") == len(rows) + 1
+
+
+def test_tampered_release_is_detected(warehouse, tmp_path):
+    import shutil
+
+    copy = tmp_path / "release"
+    shutil.copytree(warehouse / "deidentified/cohorts/amd-oct/v1", copy)
+    victim = next((copy / "images").rglob("*.dcm"))
+    victim.write_bytes(victim.read_bytes() + b"x")
+    (copy / "stray.txt").write_text("x")
+    problems = verify_release(str(copy))
+    assert any(p.startswith("checksum differs") for p in problems) and "not listed: stray.txt" in problems
+
+
+def snapshot(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_rerun_of_one_partition_is_byte_identical(defs, warehouse):
+    before = snapshot(warehouse)
+    key = f"{DATES[1]}|{SITES[0]}"
+    run_assets(defs, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key))
+    run_assets(defs, ["published_cohort"])
+    after = snapshot(warehouse)
+    assert before.keys() == after.keys()
+    assert [k for k in before if before[k] != after[k]] == []
