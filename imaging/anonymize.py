@@ -16,6 +16,7 @@ import pydicom
 from imaging import fs as fsx
 from imaging.clinical import ClinicalPolicy, parse_date
 from imaging.pseudonym import Pseudonymizer
+from imaging.quiet import quiet_pydicom
 
 # Manifest columns before the clinical ones; all published values are de-identified.
 MANIFEST_FIELDS = (
@@ -57,6 +58,7 @@ def anonymize_partition(job: AnonymizeJob, rows):
     """Linked rows -> ('published', ...) or ('quarantined', ...) tuples (see assets/anonymized_images)."""
     from imaging.deid import Quarantined, deidentify, load_profile, to_bytes
 
+    quiet_pydicom()
     pseudonymizer = Pseudonymizer(job.key)
     profile = load_profile(job.options)
     for row in rows:

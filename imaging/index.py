@@ -14,6 +14,7 @@ import pydicom
 from pydicom.errors import InvalidDicomError
 
 from imaging import fs as fsx
+from imaging.quiet import quiet_pydicom
 
 CHUNK = 1 << 20
 
@@ -108,6 +109,7 @@ def index_partition(rows: Iterable) -> Iterator[dict]:
     Each record is a tuple of RECORD_FIELDS; `status` is 'indexed' or 'quarantined' with a
     `reason`. Errors stay with their file; the partition goes on.
     """
+    quiet_pydicom()
     for row in rows:
         date, site, url, size = row[0], row[1], row[2], int(row[3])
         record = {"date": date, "site": site, "status": "indexed", "reason": None}

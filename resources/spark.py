@@ -24,8 +24,6 @@ def spark_config(master: str) -> dict[str, str]:
     """Spark defaults from `platform/spark.yaml`, with the master from IMAGING_SPARK_MASTER."""
     config = {k: str(v) for k, v in read_yaml("spark.yaml").items()}
     config["spark.master"] = master
-    # Executors run the same interpreter as the driver, so pydicom and the platform code match.
-    config.setdefault("spark.pyspark.python", sys.executable)
     return config
 
 
@@ -47,6 +45,9 @@ class SparkResource(PySparkResource):
     def setup_for_execution(self, context: InitResourceContext) -> None:
         if self.spark_config.get("spark.master", "").startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Python workers run the driver's interpreter (read by SparkContext when it starts), so
+        # pydicom and the platform code are the same on both sides.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         super().setup_for_execution(context)
         self.spark_session.sparkContext.setLogLevel("WARN")
         ship_code(self.spark_session)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .options import BASIC, OPTIONS
+from .options import OPTIONS
 
 TABLE_FILE = Path(__file__).parent / "data" / "ps3.15-table-e.1-1.json"
 
@@ -72,5 +72,3 @@ def load_table(path: str | None = None) -> Table:
         raise ValueError(f"Table E.1-1: rows missing: {sorted(missing)}")
     return Table(rows, special["50xxxxxx"], special["60xx3000"], special["60xx4000"], special[PRIVATE_ROW_ID])
 
-
-assert BASIC.column == "basicProfile"

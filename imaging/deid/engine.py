@@ -1,0 +1,139 @@
+"""The walk: every element of every dataset, at every depth, goes through exactly one rule."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydicom.datadict import keyword_for_tag
+from pydicom.dataelem import DataElement
+from pydicom.dataset import Dataset
+
+from imaging.pseudonym import Pseudonymizer
+
+from . import burned_in, meta, private, rules
+from .declare import declare
+from .errors import Quarantined
+from .profile import REMOVE, DeidProfile, load_profile
+from .quiet import quiet
+from .rules import Context
+from .scrub import Scrubber, collect_terms
+
+MEDIA_DIRECTORY = "1.2.840.10008.1.3.10"  # DICOMDIR: byte offsets and patient records, not an image
+
+
+def deidentify(
+    ds: Dataset,
+    *,
+    pseudonymizer: Pseudonymizer,
+    profile: DeidProfile | None = None,
+    issuer_default: str = "NHS",
+    extra_identifiers: Iterable[str] = (),
+) -> Dataset:
+    """A new, de-identified dataset (with file meta) for `ds`, or Quarantined.
+
+    `ds` is not modified. Any unexpected error becomes Quarantined naming only the
+    exception's type: its message could quote a value from the file.
+    """
+    failure = None
+    with quiet():
+        try:
+            return _deidentify(ds, pseudonymizer, profile or load_profile(), issuer_default, extra_identifiers)
+        except Quarantined:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one bad file must never stop a batch
+            failure = type(exc).__name__
+    raise Quarantined(f"de-identification failed: {failure}")
+
+
+def _text(ds: Dataset, keyword: str) -> str:
+    return str(ds.get(keyword, "") or "").strip().rstrip("\x00")
+
+
+def _deidentify(ds, p, profile, issuer_default, extra_identifiers) -> Dataset:
+    sop_class, sop_instance = _text(ds, "SOPClassUID"), _text(ds, "SOPInstanceUID")
+    reason = None
+    if not sop_class:
+        reason = "missing SOPClassUID"
+    elif not sop_instance:
+        reason = "missing SOPInstanceUID"
+    elif sop_class == MEDIA_DIRECTORY:
+        reason = "media directory (DICOMDIR)"
+    elif not _text(ds, "PatientID"):
+        reason = "missing PatientID"
+    if reason:
+        raise Quarantined(reason)
+    burned_in.check(ds, sop_class)
+    syntax = meta.transfer_syntax(ds)
+
+    patient_id = _text(ds, "PatientID")
+    issuer = _text(ds, "IssuerOfPatientID") or issuer_default
+    pseudonym = p.patient_id(issuer, patient_id)
+    ctx = Context(
+        profile=profile,
+        p=p,
+        shift_days=p.date_shift_days(issuer, patient_id),
+        scrubber=Scrubber(collect_terms(ds, extra_identifiers)),
+        little_endian=syntax.is_little_endian,
+        walk_items=None,
+    )
+    ctx.walk_items = lambda items, dummy: [_walk(item, ctx, dummy) for item in items]
+
+    out = _walk(ds, ctx, dummy=False)
+    out.PatientID = pseudonym  # replaces the table's Z/D: one stable pseudonym per patient
+    out.PatientName = pseudonym
+    declare(out, profile)
+    out.file_meta = meta.build(out, syntax)
+    return out
+
+
+def _walk(src: Dataset, ctx: Context, dummy: bool) -> Dataset:
+    """The de-identified copy of one dataset (the top level or a sequence item)."""
+    out = Dataset()
+    blocks: dict[int, str] = {}  # private creator tag -> creator, for blocks that kept an element
+    for tag in sorted(src.keys()):
+        group, element = tag >> 16, tag & 0xFFFF
+        if element == 0 or group in (0x0000, 0x0002):
+            continue  # group lengths (recomputed if needed), command and file meta groups
+        if group % 2 and element <= 0x0FFF:
+            continue  # private creators (added back below if needed) and reserved elements
+        try:
+            elem = src[tag]
+        except Exception:  # noqa: BLE001 - an undecodable value is dropped, never kept
+            elem = None
+        if elem is None:
+            if tag in ctx.profile.allowlist:  # the image itself cannot be read: do not publish half a file
+                raise_unreadable(tag)
+            continue
+        new = _element(src, elem, ctx, dummy)
+        if new is not None:
+            out.add(new)
+            if group % 2:
+                blocks[(group << 16) | (element >> 8)] = private.creator_of(src, group, element)
+    for tag, creator in blocks.items():
+        out.add(DataElement(tag, "LO", creator))
+    return out
+
+
+def raise_unreadable(tag: int) -> None:
+    raise Quarantined(f"unreadable {keyword_for_tag(tag) or 'attribute'}")
+
+
+def _element(src: Dataset, elem: DataElement, ctx: Context, dummy: bool) -> DataElement | None:
+    """Route one element to its rule."""
+    profile = ctx.profile
+    tag = int(elem.tag)
+    group, element = tag >> 16, tag & 0xFFFF
+    if group % 2:
+        return private.safe_element(src, elem, profile, ctx.little_endian)
+    if 0x5000 <= group <= 0x50FF:  # curves: the whole group follows (50xx,xxxx)
+        return None if profile.curves == REMOVE else rules.graphic(elem, ctx)
+    if 0x6000 <= group <= 0x60FF:  # overlays: without Clean Graphics the whole group goes
+        if profile.overlay_data == REMOVE:
+            return None
+        if element == 0x4000:
+            return rules.table_action(elem, profile.overlay_comments, ctx, dummy)
+        return rules.graphic(elem, ctx)
+    action = profile.actions.get(tag)
+    if action is not None:
+        return rules.table_action(elem, action, ctx, dummy)
+    return rules.not_in_table(elem, ctx, dummy)

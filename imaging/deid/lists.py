@@ -1,0 +1,73 @@
+"""The two reviewed lists: non-table attributes kept verbatim, and safe private attributes.
+
+Both are YAML files in `data/` that a reviewer edits; every entry needs a reason. The loader
+validates them so that a typo cannot silently widen what is kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from pydicom.datadict import dictionary_VR, tag_for_keyword
+
+DATA = Path(__file__).parent / "data"
+# Only numbers may be kept from a private block: a number cannot spell a name or an address.
+SAFE_PRIVATE_VRS = frozenset({"US", "SS", "UL", "SL", "UV", "SV", "FL", "FD", "DS", "IS"})
+
+
+@dataclass(frozen=True)
+class SafePrivate:
+    group: int
+    creator: str
+    offset: int  # the element's low byte within its block, 0x00-0xFF
+    vr: str
+    reason: str
+
+
+def _entries(name: str, key: str) -> list[dict]:
+    doc = yaml.safe_load((DATA / name).read_text(encoding="utf-8")) or {}
+    entries = doc.get(key) or []
+    for entry in entries:
+        if not str(entry.get("reason") or "").strip():
+            raise ValueError(f"{name}: entry without a reason: {entry}")
+    return entries
+
+
+@lru_cache(maxsize=None)
+def allowlist(table_tags: frozenset[int]) -> frozenset[int]:
+    """Tags of the reviewed allow-list. An entry that is also in Table E.1-1 is an error: the table wins."""
+    tags = set()
+    for entry in _entries("allowlist.yaml", "attributes"):
+        keyword = entry["keyword"]
+        tag = tag_for_keyword(keyword)
+        if tag is None:
+            raise ValueError(f"allowlist.yaml: unknown keyword {keyword!r}")
+        if tag in table_tags:
+            raise ValueError(f"allowlist.yaml: {keyword} is in Table E.1-1, whose action applies")
+        dictionary_VR(tag)  # must be a public dictionary attribute
+        tags.add(tag)
+    return frozenset(tags)
+
+
+@lru_cache(maxsize=None)
+def safe_private() -> tuple[SafePrivate, ...]:
+    out = []
+    for entry in _entries("safe_private.yaml", "attributes"):
+        item = SafePrivate(
+            group=int(str(entry["group"]), 16),
+            creator=str(entry["creator"]).strip(),
+            offset=int(str(entry["offset"]), 16),
+            vr=str(entry["vr"]),
+            reason=str(entry["reason"]).strip(),
+        )
+        if item.group % 2 == 0 or item.group < 0x0009 or item.group > 0xFFFD:
+            raise ValueError(f"safe_private.yaml: {entry}: not a private group")
+        if not item.creator or not 0 <= item.offset <= 0xFF:
+            raise ValueError(f"safe_private.yaml: {entry}: bad creator or offset")
+        if item.vr not in SAFE_PRIVATE_VRS:
+            raise ValueError(f"safe_private.yaml: {entry}: only numeric VRs may be listed")
+        out.append(item)
+    return tuple(out)

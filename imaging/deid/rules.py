@@ -1,0 +1,152 @@
+"""What happens to one (non-private) element: the table's action, or the rule for the rest.
+
+Every function returns the DataElement to publish or None (removed). Sequences are handed
+back to the walk (`Context.walk_items`), so the same rules apply at every depth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydicom.dataelem import DataElement
+from pydicom.sequence import Sequence
+
+from imaging.pseudonym import Pseudonymizer
+
+from . import uids, values
+from .profile import CLEAN, DUMMY, EMPTY, KEEP, REMOVE, UID, DeidProfile
+from .scrub import Scrubber
+from .vr import BINARY_NUMBERS, BYTES, DATES, NUMBER_STRINGS, TEXT, normalise
+
+
+@dataclass
+class Context:
+    profile: DeidProfile
+    p: Pseudonymizer
+    shift_days: int
+    scrubber: Scrubber
+    little_endian: bool
+    walk_items: Callable  # (items, dummy) -> list[Dataset]
+
+
+def _new(elem: DataElement, value, vr: str | None = None) -> DataElement:
+    return DataElement(elem.tag, vr or elem.VR, value)
+
+
+def _copy(elem: DataElement) -> DataElement:
+    """The element unchanged (a new object: the source is never modified)."""
+    value = elem.value
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
+        value = list(value)
+    return DataElement(elem.tag, elem.VR, value, is_undefined_length=elem.is_undefined_length)
+
+
+def _per_value(elem: DataElement, vr: str, fn: Callable[[str], str]) -> DataElement:
+    """Apply a text function to every value; values pydicom could not decode are dropped."""
+    out = [fn(str(v)) for v in values.as_list(elem.value) if not isinstance(v, (bytes, bytearray))]
+    out = [v for v in out if v]
+    return _new(elem, out[0] if len(out) == 1 else (out or values.empty(vr)), vr)
+
+
+def _dates(elem: DataElement, vr: str, ctx: Context) -> DataElement:
+    """Dates by the date option: shifted (modified), kept (full) or emptied (none)."""
+    if ctx.profile.dates == "full":
+        return _copy(elem)
+    if ctx.profile.dates == "modified":
+        shifted = values.shift_all(vr, elem.value, ctx.shift_days)
+        return _new(elem, values.empty(vr) if shifted is None else shifted, vr)
+    return _new(elem, values.empty(vr), vr)
+
+
+def _sequence(elem: DataElement, ctx: Context, dummy: bool) -> DataElement:
+    return DataElement(elem.tag, "SQ", Sequence(ctx.walk_items(elem.value or [], dummy)))
+
+
+def table_action(elem: DataElement, action: str, ctx: Context, dummy: bool) -> DataElement | None:
+    """Apply a resolved Table E.1-1 action (X Z D K C U) to one element."""
+    vr = normalise(elem.VR)
+    if action == REMOVE:
+        return None
+    if vr == "SQ":
+        if action == EMPTY:
+            return DataElement(elem.tag, "SQ", Sequence())
+        # D keeps the items' structure but replaces every kept text in them (dummy mode);
+        # K, C and U clean the items with the same rules as everywhere else.
+        return _sequence(elem, ctx, dummy or action == DUMMY)
+    if action == EMPTY:
+        return _new(elem, values.empty(vr), vr)
+    if action == DUMMY:
+        if vr == "UI":
+            return _new(elem, uids.map_values(elem.value, ctx.p), vr)
+        return _new(elem, values.dummy(vr, len(values.as_list(elem.value))), vr)
+    if action == KEEP:
+        return _copy(elem)
+    if action == UID:
+        if vr == "UI":
+            return _new(elem, uids.map_values(elem.value, ctx.p), vr)
+        return _new(elem, values.dummy(vr), vr)  # a U on a non-UID: replace, never keep
+    if action == CLEAN:
+        return _clean(elem, vr, ctx)
+    raise ValueError("unknown action")
+
+
+def _clean(elem: DataElement, vr: str, ctx: Context) -> DataElement | None:
+    """C: keep the meaning, remove what identifies."""
+    if vr in DATES:
+        return _dates(elem, vr, ctx)
+    if vr == "TM":
+        return _copy(elem)  # whole-day shifts leave times of day unchanged
+    if vr == "UI":
+        return _new(elem, uids.map_values(elem.value, ctx.p), vr)
+    if vr == "AE":  # a consistent token per AE title: which device, not whose
+        return _per_value(elem, vr, lambda v: ctx.p.token("ae", v.strip(), length=16).upper())
+    if vr in TEXT or vr == "CS":
+        return _per_value(elem, vr, ctx.scrubber.descriptor)
+    if vr in BINARY_NUMBERS:
+        return _copy(elem)
+    if vr in NUMBER_STRINGS:
+        return _copy(elem) if values.valid_number_string(vr, elem.value) else _new(elem, values.empty(vr), vr)
+    # Bytes cannot be cleaned (e.g. a timestamp or a maker note): fall back to the basic action.
+    basic = ctx.profile.basic.get(int(elem.tag), REMOVE)
+    return table_action(elem, basic, ctx, dummy=True)
+
+
+def not_in_table(elem: DataElement, ctx: Context, dummy: bool) -> DataElement | None:
+    """The rule for attributes Table E.1-1 does not list (see docs/deidentification.md)."""
+    vr = normalise(elem.VR)
+    if int(elem.tag) in ctx.profile.allowlist:
+        if vr in BYTES:
+            return _copy(elem)  # pixel data and its LUTs: raw bytes, never decoded
+        if vr in TEXT or vr == "CS":
+            if dummy:  # inside a sequence the table replaces with dummies (e.g. institution codes)
+                return _new(elem, values.dummy(vr), vr)
+            return _per_value(elem, vr, ctx.scrubber.terms)
+        return _copy(elem)
+    if vr == "SQ":
+        return _sequence(elem, ctx, dummy)
+    if vr in BINARY_NUMBERS:
+        return _copy(elem)
+    if vr in NUMBER_STRINGS:
+        return _copy(elem) if values.valid_number_string(vr, elem.value) else _new(elem, values.empty(vr), vr)
+    if vr == "CS":
+        return _per_value(elem, vr, ctx.scrubber.terms)
+    if vr == "UI":
+        return _new(elem, uids.map_values(elem.value, ctx.p), vr)
+    if vr in DATES:
+        return _dates(elem, vr, ctx)
+    if vr == "TM":
+        return _copy(elem) if ctx.profile.dates else _new(elem, values.empty(vr), vr)
+    if vr in TEXT:
+        return _new(elem, values.empty(vr), vr)  # emptied, not removed: keeps Type 2 attributes present
+    return None  # bytes, UN and anything unknown
+
+
+def graphic(elem: DataElement, ctx: Context) -> DataElement | None:
+    """Curve/overlay elements under Clean Graphics: bitmaps and numbers kept, text cleaned."""
+    vr = normalise(elem.VR)
+    if vr in BYTES:
+        return _copy(elem)
+    if vr in TEXT:
+        return _per_value(elem, vr, ctx.scrubber.descriptor)
+    return not_in_table(elem, ctx, dummy=False)

@@ -1,0 +1,125 @@
+"""Removing identifying text from text that is otherwise kept.
+
+Two strengths:
+- `terms`: the patient's own names and ids (and other names found in the file, and the
+  caller's extra identifiers), case-insensitive, as whole words. Applied to every kept text.
+- `descriptor`: `terms` plus anything shaped like an NHS number or other long number, a date
+  or a year. Applied to descriptors under Clean Descriptors (action C).
+Matches are removed, never kept or masked in place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from pydicom.dataset import Dataset
+
+from .values import as_list
+
+# Attributes whose values identify the patient or the visit wherever they appear in a file.
+_ID_KEYWORDS = ("PatientID", "OtherPatientIDs", "AccessionNumber", "MedicalRecordLocator",
+                "PatientTelephoneNumbers", "IssuerOfPatientID")
+_MIN_NAME = 2  # single letters (initials) are not worth removing from every text
+_MIN_ID = 3
+
+_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+          r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
+_DAY = r"\d{1,2}(?:st|nd|rd|th)?"
+_SEP = r"[\s,./-]*"
+_PATTERNS = [
+    # NHS-number-like (3-3-4 with spaces or hyphens) and any run of 6+ digits (ids, phone, yyyymmdd)
+    r"(?<!\d)\d{3}[ -]?\d{3}[ -]?\d{4}(?!\d)",
+    r"(?<!\d)\d{6,}(?!\d)",
+    # numeric dates: 01/02/2023, 2023-02-01, 1.2.23
+    r"(?<!\d)\d{1,4}[/.-]\d{1,2}[/.-]\d{1,4}(?!\d)",
+    # dates with a month name, but only next to a number (so the word "OCT" survives)
+    rf"(?<![a-z0-9]){_DAY}{_SEP}{_MONTH}\.?(?:{_SEP}\d{{2,4}})?(?![a-z0-9])",
+    rf"(?<![a-z0-9]){_MONTH}\.?{_SEP}(?:{_DAY}(?:{_SEP}\d{{4}})?|\d{{4}})(?![a-z0-9])",
+    # a year on its own
+    r"(?<!\d)(?:19|20)\d{2}(?!\d)",
+]
+_SHAPES = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.IGNORECASE)
+_SPACES = re.compile(r"\s{2,}")
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in re.split(r"[\s^=,;:/\\()\[\]{}\"'.]+", text) if w]
+
+
+def _name_terms(value) -> set[str]:
+    """Family, given and middle names of every representation of a PN, and their parts."""
+    terms = set()
+    for group in str(value).split("="):
+        for component in group.split("^")[:3]:  # prefix/suffix ("Mr", "Jr") are not identifying
+            component = component.strip()
+            if len(component) >= _MIN_NAME:
+                terms.add(component)
+            terms.update(w for w in _words(component.replace("-", " ")) if len(w) >= _MIN_NAME)
+    return terms
+
+
+def _id_terms(value) -> set[str]:
+    terms = set()
+    for item in value:
+        text = str(item).strip()
+        if len(text) >= _MIN_ID:
+            terms.add(text)
+            compact = re.sub(r"[\s-]", "", text)
+            if len(compact) >= _MIN_ID:
+                terms.add(compact)
+    return terms
+
+
+def collect_terms(ds: Dataset, extra: Iterable[str] = ()) -> set[str]:
+    """Names and ids found anywhere in `ds` (any depth), plus `extra` and its words."""
+    terms: set[str] = set()
+
+    def visit(dataset: Dataset) -> None:
+        for tag in list(dataset.keys()):
+            try:
+                elem = dataset[tag]
+                if elem.VR == "SQ":
+                    for item in elem.value or ():
+                        visit(item)
+                elif elem.VR == "PN":
+                    for v in as_list(elem.value):
+                        terms.update(_name_terms(v))
+                elif elem.keyword in _ID_KEYWORDS:
+                    terms.update(_id_terms(as_list(elem.value)))
+            except Exception:  # noqa: BLE001 - an unreadable value is dropped by the engine anyway
+                continue
+
+    visit(ds)
+    for item in extra or ():
+        text = str(item or "").strip()
+        if len(text) >= _MIN_NAME:
+            terms.add(text)
+            terms.update(_id_terms([text]))
+            terms.update(w for w in _words(text) if len(w) >= _MIN_NAME)
+    return terms
+
+
+class Scrubber:
+    """Removes a fixed set of terms (and, for descriptors, identifying shapes) from text."""
+
+    def __init__(self, terms: Iterable[str]):
+        ordered = sorted({t for t in terms if t}, key=lambda t: (-len(t), t))  # longest first
+        self._terms = (
+            re.compile(r"(?<!\w)(?:" + "|".join(re.escape(t) for t in ordered) + r")(?!\w)", re.IGNORECASE)
+            if ordered else None
+        )
+
+    def terms(self, text: str) -> str:
+        if self._terms is None:
+            return text
+        return _tidy(self._terms.sub(" ", text), text)
+
+    def descriptor(self, text: str) -> str:
+        return _tidy(_SHAPES.sub(" ", self.terms(text)), text)
+
+
+def _tidy(new: str, old: str) -> str:
+    if new == old:
+        return old
+    return _SPACES.sub(" ", new).strip()

@@ -1,0 +1,34 @@
+"""UID rules: registered DICOM UIDs are kept, every other UID is replaced by its keyed pseudonym."""
+
+from __future__ import annotations
+
+from pydicom._uid_dict import UID_dictionary  # pydicom's table of UIDs registered in PS3.6
+
+from imaging.pseudonym import Pseudonymizer
+
+from .values import as_list
+
+
+def clean(uid) -> str:
+    return str(uid).strip().rstrip("\x00").strip()
+
+
+def is_registered(uid) -> bool:
+    """SOP classes, transfer syntaxes, coding schemes, well-known frames of reference..."""
+    return clean(uid) in UID_dictionary
+
+
+def map_uid(uid, p: Pseudonymizer) -> str:
+    """The UID to publish for `uid`: itself if registered, else `p.uid(uid)` (same input, same output)."""
+    value = clean(uid)
+    if not value or value in UID_dictionary:
+        return value
+    return p.uid(value)
+
+
+def map_values(value, p: Pseudonymizer):
+    """`map_uid` over every value of a (possibly multi-valued) UI element."""
+    out = [map_uid(v, p) for v in as_list(value)]
+    if not out:
+        return ""
+    return out[0] if len(out) == 1 else out
