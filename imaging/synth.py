@@ -38,6 +38,7 @@ SITE_B_COLUMNS = ["patient_id", "surname", "forename", "dob", "gender", "diagnos
 IDENTIFYING_COLUMNS = {"patient_id", "nhs_number", "full_name", "date_of_birth", "postcode", "address",
                        "surname", "forename", "dob"}
 DIAGNOSES = ["H35.31", "H35.32", "E11.3", "H40.1", "H33.0"]
+DIAGNOSIS_WEIGHTS = [3, 3, 2, 2, 1]  # a medical-retina clinic: mostly AMD
 SURNAMES = ["Ashdown", "Blackwood", "Carrow", "Dunmore", "Everleigh", "Fairbairn", "Greyling",
             "Hollinrake", "Inchbald", "Jessop", "Kettleborough", "Lumsden", "Marchbank",
             "Nettleship", "O'Callaghan", "Pennefather", "Quarrington", "Rutherglen", "Sowerby",
@@ -48,14 +49,6 @@ FORENAMES = {"F": ["Aurelia", "Cressida", "Eulalia", "Gwendolyn", "Imogen", "Leo
                    "Montague", "Percival", "Rupert", "Sebastian", "Tobias", "Ambrose"]}
 STREETS = ["Larkspur Lane", "Mallow Close", "Quince Avenue", "Tansy Road", "Yarrow Crescent",
            "Foxglove Way", "Heather Mews", "Juniper Drive"]
-# (institution, org code, town, postcode area, street address) per site index.
-SITES = [("Synthtown Eye Hospital", "SEH", "Synthtown", "ST", "1 Lantern Row"),
-         ("Northbridge Ophthalmic Centre", "NOC", "Northbridge", "NB", "22 Weir Street"),
-         ("Easthaven Eye Clinic", "EEC", "Easthaven", "EH", "5 Quayside"),
-         ("Westmoor Retina Unit", "WRU", "Westmoor", "WM", "90 Fell Road")]
-STAFF = ["Featherby^Oswin^^Dr", "Kingsmill^Edmund", "Pilbeam^Tamsin", "Ravensworth^Clemency^^Dr",
-         "Abernethy^Lucius", "Gosforth^Petronella", "Mortlake^Ignatius^^Dr", "Tregarthen^Saffron",
-         "Wolstenholme^Bede"]
 
 
 # ----------------------------------------------------------------------------- truth
@@ -174,25 +167,11 @@ def _make_person(rng: random.Random, used: set[str], site_index: int) -> Patient
         if (family, given) not in used:
             used.add((family, given))
             break
-    _, _, town, area, _ = _site_profile(site_index)
+    _, _, town, area, _ = sd.site_profile(site_index)
     postcode = f"{area}{rng.randrange(1, 20)} {rng.randrange(1, 10)}{rng.choice('ABDEHJLNPRSTUWXY')}{rng.choice('ABDEHJLNPRSTUWXY')}"
-    born = Date(1935, 1, 1) + timedelta(days=rng.randrange(50 * 365))
+    born = Date(1936, 1, 1) + timedelta(days=rng.randrange(36 * 365))  # aged ~50-88 in 2024
     return PatientTruth(_nhs_number(rng, used), "NHS", family, given, born.isoformat(), sex,
                         f"{rng.randrange(2, 180)} {rng.choice(STREETS)}", town, postcode)
-
-
-def _site_profile(index: int) -> tuple[str, str, str, str, str]:
-    if index < len(SITES):
-        return SITES[index]
-    return (f"Synthetic Eye Unit {index + 1}", f"SU{index + 1}", f"Synthford {index + 1}", "SF",
-            f"{index + 1} Market Street")
-
-
-def _site_header(seed: int, index: int) -> sd.SiteHeader:
-    name, code, town, area, street = _site_profile(index)
-    staff = [STAFF[(3 * index + k) % len(STAFF)].upper() for k in range(3)]
-    return sd.SiteHeader(name, f"{street}, {town}, {area}1 1AA", f"{code}-OCT-{index + 1:02d}",
-                         f"SN{sd.derive_int(seed, 'serial', index) % 10**8:08d}", *staff)
 
 
 # ----------------------------------------------------------------------------- clinical
@@ -203,7 +182,7 @@ def _clinical_row(rng: random.Random, site_index: int, p: PatientTruth, day: str
     """One extract row plus the evolved state. Each appearance changes the record (the
     notes are dated, acuity/IOP drift, AMD may progress dry -> wet)."""
     if state is None:
-        state = {"dx": rng.choice(DIAGNOSES), "va": rng.choice([0.0, 0.1, 0.2, 0.3, 0.5]),
+        state = {"dx": rng.choices(DIAGNOSES, DIAGNOSIS_WEIGHTS)[0], "va": rng.choice([0.0, 0.1, 0.2, 0.3, 0.5]),
                  "iop": rng.randrange(12, 24)}
     else:
         state = dict(state, va=round(state["va"] + rng.choice([0.1, 0.2]), 2),
@@ -281,14 +260,15 @@ def _image_path(style: int, study_no: int, series_no: int, n: int, modality: str
 
 
 class _Writer:
-    """Writes one landing tree and fills the summary as it goes."""
+    """Writes the image side of one landing tree, filling the summary as it goes."""
 
     def __init__(self, root: Path, seed: int, summary: HospitalSummary, oct_shape, fundus_shape):
         self.root, self.seed, self.summary = root, seed, summary
         self.shapes = {"OPT": tuple(oct_shape), "OP": tuple(fundus_shape)}
         self.baselines: dict[tuple, str] = {}  # (site, patient, modality, eye) -> SOP UID
         self.first_file: dict[tuple[str, str], bytes] = {}  # partition -> a real file's bytes
-        self.counters: dict[tuple[str, str], int] = {}
+        self.studies: dict[tuple[str, str], int] = {}  # partition -> studies written
+        self.files: dict[tuple[str, str], int] = {}  # partition -> images written
 
     def write(self, rel: str, data: bytes) -> None:
         path = self.root / rel
@@ -296,78 +276,105 @@ class _Writer:
         path.write_bytes(data)
 
     def visit(self, rng, site, si, site_hdr, day, person, plan) -> None:
-        """One study: an OPT volume and/or OP photo per planned eye."""
-        key, ident, seed = (day, site), self.summary._identifiers, self.seed
-        study_no = self.counters[key] = self.counters.get(key, 0) + 1
-        uid = sd.derive_uid(seed, "study", site, day, person.patient_id)
-        hh, mm = 8 + rng.randrange(9), rng.randrange(60)
-        code = _site_profile(si)[1]
+        """One study: an OPT volume and/or an OP photo for each planned eye."""
+        key = (day, site)
+        study_no = self.studies[key] = self.studies.get(key, 0) + 1
+        code, hh, mm = sd.site_profile(si)[1], 8 + rng.randrange(9), rng.randrange(60)
         study = sd.StudyHeader(
-            uid, day.replace("-", ""), f"{hh:02d}{mm:02d}00", f"{code}{day[2:4]}{rng.randrange(10**6):06d}",
-            f"ST{rng.randrange(10**6):06d}",
+            sd.derive_uid(self.seed, "study", site, day, person.patient_id), day.replace("-", ""),
+            f"{hh:02d}{mm:02d}00", f"{code}{day[2:4]}{rng.randrange(10**6):06d}", f"ST{rng.randrange(10**6):06d}",
             f"Retina clinic {person.dicom_name}" if study_no % 2 else "Retina clinic imaging",
             f"RP{rng.randrange(10**7):07d}", f"SPS{rng.randrange(10**7):07d}")
-        mrn = person.hospital_numbers[site]
         patient = sd.PatientHeader(person.dicom_name, person.patient_id, person.issuer,
                                    person.birth_date.replace("-", ""), person.sex,
-                                   f"{person.address}, {person.town}, {person.postcode}", mrn, code)
-        ident |= {uid, study.accession, study.study_id, study.requested_procedure_id,
-                  study.scheduled_step_id, patient.address}
-        style = (study_no + si) % 3
+                                   f"{person.address}, {person.town}, {person.postcode}",
+                                   person.hospital_numbers[site], code)
+        self.summary._identifiers |= {
+            study.uid, study.accession, study.study_id, study.requested_procedure_id, study.scheduled_step_id,
+            patient.name, patient.patient_id, patient.birth_date, patient.address, patient.other_id,
+            person.family_name, person.family_name.upper(), person.given_name, person.address, person.postcode}
         series_no = 0
         for modality in plan["modalities"]:
             for eye in plan["eyes"]:
                 series_no += 1
-                self._image(rng, site, day, person, patient, site_hdr, study, modality, eye,
-                            series_no, _image_path(style, study_no, series_no, self._next(key), modality, eye))
+                self.files[key] = self.files.get(key, 0) + 1
+                name = _image_path((study_no + si) % 3, study_no, series_no, self.files[key], modality, eye)
+                self._image(rng, f"images/{site}/{day}/{name}", site, day, person, patient, site_hdr,
+                            study, modality, eye, series_no)
 
-    def _next(self, key) -> int:
-        self.counters[key + ("files",)] = n = self.counters.get(key + ("files",), 0) + 1
-        return n
-
-    def _image(self, rng, site, day, person, patient, site_hdr, study, modality, eye, series_no, name):
-        seed, pid = self.seed, person.patient_id
-        sop = sd.derive_uid(seed, "sop", study.uid, modality, eye)
-        series = sd.derive_uid(seed, "series", study.uid, modality, eye)
-        frame_ref = sd.derive_uid(seed, "for", study.uid, modality, eye)
-        dim = sd.derive_uid(seed, "dim", study.uid, modality, eye)
-        baseline = self.baselines.setdefault((site, pid, modality, eye), sop)
+    def _image(self, rng, rel, site, day, person, patient, site_hdr, study, modality, eye, series_no):
+        uid = lambda kind: sd.derive_uid(self.seed, kind, study.uid, modality, eye)  # noqa: E731
+        sop, series, frame_ref, dim = uid("sop"), uid("series"), uid("for"), uid("dim")
+        baseline = self.baselines.setdefault((site, person.patient_id, modality, eye), sop)
         reference = (sd.SOP_CLASS[modality], baseline) if baseline != sop else None
         label = "OCT macular cube 6x6" if modality == "OPT" else "Colour fundus 45"
         described = f"{label} {eye} {person.full_name}" if series_no == 2 else f"{label} {eye}"
         minutes = int(study.time[2:4]) + 2 * series_no
-        acq = f"{int(study.time[:2]) + minutes // 60:02d}{minutes % 60:02d}{rng.randrange(60):02d}"
-        spec = sd.ImageSpec(modality, eye, patient, site_hdr, study, series, series_no, described,
-                            sop, frame_ref, dim, acq, self.shapes[modality],
-                            sd.derive_int(seed, "pixels", sop), round(rng.uniform(40, 99), 1), reference)
+        acquired = f"{int(study.time[:2]) + minutes // 60:02d}{minutes % 60:02d}{rng.randrange(60):02d}"
+        spec = sd.ImageSpec(modality, eye, patient, site_hdr, study, series, series_no, described, sop,
+                            frame_ref, dim, acquired, self.shapes[modality],
+                            sd.derive_int(self.seed, "pixels", sop), round(rng.uniform(40, 99), 1), reference)
         data = sd.encode_part10(sd.build_dataset(spec))
-        rel = f"images/{site}/{day}/{name}"
         self.write(rel, data)
         self.first_file.setdefault((day, site), data)
-        self.summary._identifiers.update({sop, series, frame_ref, patient.name, pid,
-                                          patient.birth_date, person.family_name, person.given_name,
-                                          patient.address, person.address, person.postcode, patient.other_id})
-        if modality == "OPT":  # only the OPT dimension module carries this UID
-            self.summary._identifiers.add(dim)
+        self.summary._identifiers |= {sop, series, frame_ref} | ({dim} if modality == "OPT" else set())
         if person.full_name in described:
             self.summary._identifiers.add(person.full_name)
         self.summary.dicom_files.setdefault((day, site), []).append(rel)
         self.summary.instances.append(InstanceTruth(
-            rel, day, site, pid, modality, eye, sd.SOP_CLASS[modality], sop, study.uid, series,
+            rel, day, site, person.patient_id, modality, eye, sd.SOP_CLASS[modality], sop, study.uid, series,
             reference[1] if reference else None, self.shapes[modality][0] if modality == "OPT" else 1))
 
     def junk(self, day: str, site: str) -> None:
-        """notes.txt, an empty file, a truncated real file, and DICM-prefixed garbage."""
-        base = f"images/{site}/{day}"
+        """notes.txt, an empty file, DICM-prefixed garbage and a truncated real file."""
+        base, key = f"images/{site}/{day}", (day, site)
         files = {f"{base}/notes.txt": ("notes", sd.notes_bytes(f"{site} {day}")),
                  f"{base}/IM000000": ("empty", b""),
-                 f"{base}/DICOM/ST999999/SE000001/IM000001": ("garbage", sd.garbage_bytes(sd.derive_int(self.seed, "junk", site, day)))}
-        if (day, site) in self.first_file:
-            files[f"{base}/export_partial/scan_0.dcm"] = ("truncated", sd.truncated_bytes(self.first_file[(day, site)]))
+                 f"{base}/DICOM/ST999999/SE000001/IM000001":
+                     ("garbage", sd.garbage_bytes(sd.derive_int(self.seed, "junk", site, day)))}
+        if key in self.first_file:  # only partitions with images have something to truncate
+            files[f"{base}/export_partial/scan_0.dcm"] = ("truncated", sd.truncated_bytes(self.first_file[key]))
         for rel, (kind, data) in files.items():
             self.write(rel, data)
-            self.summary.broken_files.setdefault((day, site), []).append(rel)
+            self.summary.broken_files.setdefault(key, []).append(rel)
             self.summary.broken_kinds[rel] = kind
+
+
+def _cast(rng, sites, n, summary) -> tuple[list[list[PatientTruth]], list[list[PatientTruth]]]:
+    """Each site's imaged patients (slots) and never-imaged patients. From the second site
+    on, slots 0 and 1 are the same people as slots n-2 and n-3 of the previous site."""
+    used: set = set()
+    slots: list[list[PatientTruth]] = []
+    others: list[list[PatientTruth]] = []
+    for si, site in enumerate(sites):
+        slots.append([slots[si - 1][n - 2 - k] if (si > 0 and n >= 3 and k < 2) else _make_person(rng, used, si)
+                      for k in range(n)])
+        others.append([_make_person(rng, used, si) for _ in range(max(1, n // 3))])
+        for person in slots[si] + others[si]:
+            if not any(p is person for p in summary.patients):
+                summary.patients.append(person)
+            person.sites.append(site)
+            person.hospital_numbers[site] = f"{sd.site_profile(si)[1]}{rng.randrange(10**6, 10**7)}"
+    return slots, others
+
+
+def _write_clinical(rng, root, summary, si, site, slots, visits, others) -> None:
+    columns = SITE_B_COLUMNS if si == 1 else SITE_A_COLUMNS
+    summary.clinical_columns[site] = columns
+    states: dict[str, dict] = {}
+    for d, members in _extract_members(slots, visits, others, len(slots), len(summary.dates)).items():
+        day, rows = summary.dates[d], []
+        for person in members:
+            row, states[person.patient_id] = _clinical_row(rng, si, person, day, states.get(person.patient_id))
+            rows.append(row)
+            summary._identifiers |= {person.family_name, person.given_name} | {
+                v for k, v in row.items() if k in IDENTIFYING_COLUMNS}
+            if "address" in row:
+                summary._identifiers.add(person.address)
+        rng.shuffle(rows)  # real extracts come in no particular order
+        _write_csv(root / "clinical" / site / f"{day}.csv", columns, rows)
+        summary.clinical_records[(day, site)] = rows
+        summary.clinical_rows[(day, site)] = len(rows)
 
 
 def generate_hospital(landing, *, seed=7, sites=("site-a", "site-b"),
@@ -376,70 +383,37 @@ def generate_hospital(landing, *, seed=7, sites=("site-a", "site-b"),
                       broken_per_partition=True) -> HospitalSummary:
     """Write a synthetic eye hospital under `landing` and return its ground truth.
 
-    Overwrites the files it writes but never deletes others: use a fresh directory when
-    byte-identical trees matter. Dates are ISO strings; they are processed in sorted order.
+    Overwrites the files it writes but deletes nothing: use a fresh directory when
+    byte-identical trees matter. Dates are ISO strings, processed in sorted order.
     """
     root, sites, dates = Path(landing), list(sites), sorted(dates)
     rng, n, m = random.Random(seed), patients_per_site, len(dates)
     summary = HospitalSummary(str(root), seed, sites, dates)
-    writer = _Writer(root, seed, summary, oct_shape, fundus_shape)
-    used: set = set()
-
-    slots: list[list[PatientTruth]] = []
-    only: list[list[PatientTruth]] = []
-    for si, site in enumerate(sites):
-        row = []
-        for k in range(n):
-            shared = si > 0 and n >= 3 and k < 2  # the same two people seen at the previous site
-            person = slots[si - 1][n - 2 - k] if shared else _make_person(rng, used, si)
-            row.append(person)
-        only.append([_make_person(rng, used, si) for _ in range(max(1, n // 3))])
-        slots.append(row)
-        code = _site_profile(si)[1]
-        for person in row + only[si]:
-            if person not in summary.patients:
-                summary.patients.append(person)
-            person.sites.append(site)
-            person.hospital_numbers[site] = f"{code}{rng.randrange(10**6, 10**7)}"
-    headers = [_site_header(seed, si) for si in range(len(sites))]
+    for key in ((day, site) for day in dates for site in sites):  # every partition, even if empty
+        summary.dicom_files[key], summary.broken_files[key] = [], []
+    slots, others = _cast(rng, sites, n, summary)
+    headers = [sd.SiteHeader.for_site(seed, si) for si in range(len(sites))]
     for h in headers:
-        summary._identifiers |= {h.institution, h.address, h.station, h.serial, h.referring,
-                                 h.performing, h.operator}
-        summary._identifiers |= {pn.split("^")[0] for pn in (h.referring, h.performing, h.operator)}
+        staff = (h.referring, h.performing, h.operator)
+        summary._identifiers |= {h.institution, h.address, h.station, h.serial, *staff}
+        summary._identifiers |= {pn.split("^")[0] for pn in staff}
 
+    writer = _Writer(root, seed, summary, oct_shape, fundus_shape)
     visits = [[_visit_days(k, si, n, m) for k in range(n)] for si in range(len(sites))]
-    plans: dict[tuple[int, int], dict] = {}
+    plans: dict[tuple[int, int], dict] = {}  # drawn at the first visit, repeated at follow-ups
     for d, day in enumerate(dates):
         for si, site in enumerate(sites):
             for k, person in enumerate(slots[si]):
-                if d not in visits[si][k]:
-                    continue
-                if (si, k) not in plans:  # decided at the first visit, repeated at follow-ups
-                    plans[(si, k)] = {"eyes": rng.choice([("R", "L"), ("R", "L"), ("R",), ("L",)]),
-                                      "modalities": ("OPT", "OP") if rng.random() < 0.6 else ("OPT",)}
-                    person.imaged_sites.append(site)
-                writer.visit(rng, site, si, headers[si], day, person, plans[(si, k)])
+                if d in visits[si][k]:
+                    if (si, k) not in plans:
+                        plans[(si, k)] = {"eyes": rng.choice([("R", "L"), ("R", "L"), ("R",), ("L",)]),
+                                          "modalities": ("OPT", "OP") if rng.random() < 0.6 else ("OPT",)}
+                        person.imaged_sites.append(site)
+                    writer.visit(rng, site, si, headers[si], day, person, plans[(si, k)])
             if broken_per_partition:
                 writer.junk(day, site)
-
     for si, site in enumerate(sites):
-        columns = SITE_B_COLUMNS if si == 1 else SITE_A_COLUMNS
-        summary.clinical_columns[site] = columns
-        states: dict[str, dict] = {}
-        for d, members in _extract_members(slots[si], visits[si], only[si], n, m).items():
-            rows = []
-            for person in members:
-                row, states[person.patient_id] = _clinical_row(rng, si, person, dates[d],
-                                                               states.get(person.patient_id))
-                rows.append(row)
-                summary._identifiers |= {person.family_name, person.given_name} | {
-                    v for k, v in row.items() if k in IDENTIFYING_COLUMNS}
-                if "address" in row:
-                    summary._identifiers.add(person.address)
-            rng.shuffle(rows)  # real extracts come in no particular order
-            _write_csv(root / "clinical" / site / f"{dates[d]}.csv", columns, rows)
-            summary.clinical_records[(dates[d], site)] = rows
-            summary.clinical_rows[(dates[d], site)] = len(rows)
+        _write_clinical(rng, root, summary, si, site, slots[si], visits[si], others[si])
     for files in (*summary.dicom_files.values(), *summary.broken_files.values()):
         files.sort()
     return summary

@@ -38,6 +38,23 @@ def derive_int(seed: int, *parts: object) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
+# Sites by index: (institution, org code, town, postcode area, street address).
+SITE_PROFILES = [("Synthtown Eye Hospital", "SEH", "Synthtown", "ST", "1 Lantern Row"),
+                 ("Northbridge Ophthalmic Centre", "NOC", "Northbridge", "NB", "22 Weir Street"),
+                 ("Easthaven Eye Clinic", "EEC", "Easthaven", "EH", "5 Quayside"),
+                 ("Westmoor Retina Unit", "WRU", "Westmoor", "WM", "90 Fell Road")]
+STAFF = ["Featherby^Oswin^^Dr", "Kingsmill^Edmund", "Pilbeam^Tamsin", "Ravensworth^Clemency^^Dr",
+         "Abernethy^Lucius", "Gosforth^Petronella", "Mortlake^Ignatius^^Dr", "Tregarthen^Saffron",
+         "Wolstenholme^Bede"]
+
+
+def site_profile(index: int) -> tuple[str, str, str, str, str]:
+    if index < len(SITE_PROFILES):
+        return SITE_PROFILES[index]
+    return (f"Synthetic Eye Unit {index + 1}", f"SU{index + 1}", f"Synthford {index + 1}", "SF",
+            f"{index + 1} Market Street")
+
+
 @dataclass(frozen=True)
 class PatientHeader:
     name: str  # DICOM PN, e.g. "ASHDOWN^AURELIA"
@@ -59,6 +76,13 @@ class SiteHeader:
     referring: str
     performing: str
     operator: str
+
+    @classmethod
+    def for_site(cls, seed: int, index: int) -> "SiteHeader":
+        name, code, town, area, street = site_profile(index)
+        staff = [STAFF[(3 * index + k) % len(STAFF)].upper() for k in range(3)]
+        return cls(name, f"{street}, {town}, {area}1 1AA", f"{code}-OCT-{index + 1:02d}",
+                   f"SN{derive_int(seed, 'serial', index) % 10**8:08d}", *staff)
 
 
 @dataclass(frozen=True)
@@ -96,11 +120,14 @@ class ImageSpec:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _item(**attrs) -> Dataset:
-    ds = Dataset()
+def _set(ds: Dataset, **attrs) -> Dataset:
     for keyword, value in attrs.items():
         setattr(ds, keyword, value)
     return ds
+
+
+def _item(**attrs) -> Dataset:
+    return _set(Dataset(), **attrs)
 
 
 def _code(value: str, scheme: str, meaning: str) -> Dataset:
@@ -172,28 +199,17 @@ def _patient_study_series(ds: Dataset, spec: ImageSpec) -> None:
 
 def _image_common(ds: Dataset, spec: ImageSpec) -> None:
     """Attributes shared by both IODs: SOP Common, acquisition, ocular region, pixel basics."""
-    st = spec.study
-    ds.SpecificCharacterSet = "ISO_IR 100"
-    ds.SOPClassUID = SOP_CLASS[spec.modality]
-    ds.SOPInstanceUID = spec.sop_instance_uid
-    ds.InstanceCreationDate, ds.InstanceCreationTime = st.date, spec.acquisition_time
-    ds.InstanceNumber = 1
-    ds.ContentDate, ds.ContentTime = st.date, spec.acquisition_time
-    ds.AcquisitionDateTime = st.date + spec.acquisition_time
-    ds.ImageType = ["ORIGINAL", "PRIMARY"]
-    ds.AcquisitionContextSequence = []
-    ds.ImageLaterality = spec.laterality
-    ds.AnatomicRegionSequence = [_code("81745001", "SCT", "Eye")]
-    ds.PixelRepresentation = 0
-    ds.BitsAllocated, ds.BitsStored, ds.HighBit = 8, 8, 7
-    ds.LossyImageCompression = "00"
-    ds.BurnedInAnnotation = "NO"
-    ds.HorizontalFieldOfView = 30.0 if spec.modality == "OP" else 20.0
-    ds.EmmetropicMagnification = 1.0
-    ds.IntraOcularPressure = 15.0
-    ds.PupilDilated = "NO"  # "YES" would need mydriatic agent codes as well
-    ds.RefractiveStateSequence = []
-    ds.DetectorType = "CCD"
+    day, time = spec.study.date, spec.acquisition_time
+    _set(ds, SpecificCharacterSet="ISO_IR 100", SOPClassUID=SOP_CLASS[spec.modality],
+         SOPInstanceUID=spec.sop_instance_uid, InstanceCreationDate=day, InstanceCreationTime=time,
+         InstanceNumber=1, ContentDate=day, ContentTime=time, AcquisitionDateTime=day + time,
+         ImageType=["ORIGINAL", "PRIMARY"], AcquisitionContextSequence=[],
+         ImageLaterality=spec.laterality, AnatomicRegionSequence=[_code("81745001", "SCT", "Eye")],
+         PixelRepresentation=0, BitsAllocated=8, BitsStored=8, HighBit=7,
+         LossyImageCompression="00", BurnedInAnnotation="NO", DetectorType="CCD",
+         HorizontalFieldOfView=30.0 if spec.modality == "OP" else 20.0,
+         EmmetropicMagnification=1.0, IntraOcularPressure=15.0, RefractiveStateSequence=[],
+         PupilDilated="NO")  # "YES" would also need mydriatic agent codes
 
 
 def _reference(spec: ImageSpec) -> list[Dataset]:
@@ -218,29 +234,19 @@ def build_opt(spec: ImageSpec) -> Dataset:
     ds = Dataset()
     _patient_study_series(ds, spec)
     _image_common(ds, spec)
-    ds.FrameOfReferenceUID = spec.frame_of_reference_uid
-    ds.PositionReferenceIndicator = ""
-    ds.AcquisitionNumber = 1
-    ds.AcquisitionDuration = 1.5
-    # The OPT Image module fixes these to 0/1/1; dciodvfy then flags them against the
-    # Multi-frame Functional Groups module (no Concatenation UID), a known conflict.
-    ds.ConcatenationFrameOffsetNumber, ds.InConcatenationNumber, ds.InConcatenationTotalNumber = 0, 1, 1
-    ds.SamplesPerPixel = 1
-    ds.PhotometricInterpretation = "MONOCHROME2"
-    ds.PresentationLUTShape = "IDENTITY"
-    ds.Rows, ds.Columns, ds.NumberOfFrames = rows, cols, frames
-    ds.AxialLengthOfTheEye = 23.5
-    ds.AcquisitionDeviceTypeCodeSequence = [_code("392012008", "SCT", "Optical Coherence Tomography Scanner")]
-    ds.LightPathFilterTypeStackCodeSequence = []
-    ds.IlluminationWaveLength = 840.0
-    ds.IlluminationPower = 0.7
-    ds.IlluminationBandwidth = 50.0
-    ds.DepthSpatialResolution = 7.0
-    ds.MaximumDepthDistortion = 1.0
-    ds.AlongScanSpatialResolution = 14.0
-    ds.MaximumAlongScanDistortion = 1.0
-    ds.AcrossScanSpatialResolution = 14.0
-    ds.MaximumAcrossScanDistortion = 1.0
+    _set(ds, FrameOfReferenceUID=spec.frame_of_reference_uid, PositionReferenceIndicator="",
+         AcquisitionNumber=1, AcquisitionDuration=1.5, SamplesPerPixel=1,
+         PhotometricInterpretation="MONOCHROME2", PresentationLUTShape="IDENTITY",
+         Rows=rows, Columns=cols, NumberOfFrames=frames, AxialLengthOfTheEye=23.5,
+         # The OPT Image module fixes these to 0/1/1; dciodvfy then flags them against the
+         # Multi-frame Functional Groups module (no Concatenation UID): a known conflict.
+         ConcatenationFrameOffsetNumber=0, InConcatenationNumber=1, InConcatenationTotalNumber=1)
+    # Ophthalmic Tomography Parameters (the OCT-scanner device code makes the rest required).
+    _set(ds, AcquisitionDeviceTypeCodeSequence=[_code("392012008", "SCT", "Optical Coherence Tomography Scanner")],
+         LightPathFilterTypeStackCodeSequence=[], IlluminationWaveLength=840.0, IlluminationPower=0.7,
+         IlluminationBandwidth=50.0, DepthSpatialResolution=7.0, MaximumDepthDistortion=1.0,
+         AlongScanSpatialResolution=14.0, MaximumAlongScanDistortion=1.0,
+         AcrossScanSpatialResolution=14.0, MaximumAcrossScanDistortion=1.0)
     _functional_groups(ds, spec)
     _private_block(ds, spec)
     ds.add_new(0x7FE00010, "OB", _even(oct_volume(spec.shape, spec.pixel_seed).tobytes()))
@@ -295,22 +301,16 @@ def build_op(spec: ImageSpec) -> Dataset:
     ds = Dataset()
     _patient_study_series(ds, spec)
     _image_common(ds, spec)
-    ds.SamplesPerPixel = 3
-    ds.PhotometricInterpretation = "RGB"
-    ds.PlanarConfiguration = 0
-    ds.Rows, ds.Columns, ds.NumberOfFrames = rows, cols, 1
-    ds.FrameIncrementPointer = 0x00181063  # Frame Time; a single frame, but the module needs one
-    ds.FrameTime = 0.0
-    ds.PatientOrientation = ""
-    ds.SynchronizationFrameOfReferenceUID = spec.frame_of_reference_uid
-    ds.SynchronizationTrigger = "NO TRIGGER"
-    ds.AcquisitionTimeSynchronized = "N"
-    ds.PatientEyeMovementCommanded = "NO"
-    ds.AcquisitionDeviceTypeCodeSequence = [_code("409898007", "SCT", "Fundus Camera")]
-    ds.IlluminationTypeCodeSequence = []
-    ds.LightPathFilterTypeStackCodeSequence = []
-    ds.ImagePathFilterTypeStackCodeSequence = []
-    ds.LensesCodeSequence = []
+    _set(ds, SamplesPerPixel=3, PhotometricInterpretation="RGB", PlanarConfiguration=0,
+         Rows=rows, Columns=cols, NumberOfFrames=1, PatientOrientation="",
+         # Multi-frame module needs a pointer even for one frame; Synchronization is mandatory.
+         FrameIncrementPointer=0x00181063, FrameTime=0.0,
+         SynchronizationFrameOfReferenceUID=spec.frame_of_reference_uid,
+         SynchronizationTrigger="NO TRIGGER", AcquisitionTimeSynchronized="N",
+         PatientEyeMovementCommanded="NO",
+         AcquisitionDeviceTypeCodeSequence=[_code("409898007", "SCT", "Fundus Camera")],
+         IlluminationTypeCodeSequence=[], LightPathFilterTypeStackCodeSequence=[],
+         ImagePathFilterTypeStackCodeSequence=[], LensesCodeSequence=[])
     _private_block(ds, spec)
     ds.add_new(0x7FE00010, "OB", _even(fundus_photo(spec.shape, spec.laterality, spec.pixel_seed).tobytes()))
     return ds
@@ -357,8 +357,8 @@ def oct_volume(shape: tuple[int, int, int], seed: int) -> np.ndarray:
     for f in range(frames):
         z = -1.0 + 2.0 * f / max(frames - 1, 1)
         pit = 0.07 * np.exp(-(x**2 + z**2) / 0.04)
-        top = 0.28 + 0.06 * x**2 + pit  # inner limiting membrane, dipping at the fovea
-        rpe = 0.58 + 0.06 * x**2  # retinal pigment epithelium, smooth
+        top = 0.32 - 0.06 * x**2 + pit  # inner limiting membrane, dipping at the fovea
+        rpe = 0.62 - 0.06 * x**2  # retinal pigment epithelium; both curve up at the edges
         below = depth - top
         img = np.full((rows, cols), 12.0, dtype=np.float32)
         img = np.where((below >= 0) & (depth < rpe), 70.0 + 40.0 * np.cos(below * 60.0), img)
@@ -384,7 +384,7 @@ def fundus_photo(shape: tuple[int, int], laterality: str, seed: int) -> np.ndarr
     disc = np.exp(-((xx - disc_x) ** 2 + yy**2) / 0.008)[..., None]
     rgb += disc * np.array([55.0, 150.0, 90.0])
     for bend in (1.2, -1.2, 0.6, -0.6):
-        curve = bend * (xx - disc_x) ** 2 * np.sign(bend) * 0.5 + 0.02 * np.sign(bend)
+        curve = 0.5 * bend * (xx - disc_x) ** 2 + 0.03 * np.sign(bend)  # arcades above/below
         vessel = (np.abs(yy - curve) < 0.012 + 0.01 * np.exp(-np.abs(xx - disc_x)))[..., None]
         rgb = np.where(vessel, rgb * np.array([0.65, 0.45, 0.45]), rgb)
     rgb += rng.normal(0.0, 3.0, size=rgb.shape)

@@ -87,7 +87,7 @@ def test_every_dicom_parses_with_expected_headers(hospital):
         assert pixels.std() > 5  # an image, not a blank
 
 
-def test_broken_files_do_not_parse(hospital):
+def test_broken_files_do_not_parse(hospital, tmp_path):
     root, summary = hospital
     for partition, files in summary.broken_files.items():
         assert {summary.broken_kinds[f] for f in files} == {"notes", "empty", "truncated", "garbage"}
@@ -99,8 +99,9 @@ def test_broken_files_do_not_parse(hospital):
     assert kinds["truncated"][128:132] == b"DICM"
     assert any(open_bytes.startswith(kinds["truncated"]) for open_bytes in _tree(root).values()
                if open_bytes != kinds["truncated"])  # a real file, cut short
-    assert not synth.generate_hospital(root.parent / "clean", patients_per_site=2, dates=["2024-03-01"],
-                                       broken_per_partition=False).broken_files
+    clean = synth.generate_hospital(tmp_path, patients_per_site=2, dates=["2024-03-01"], broken_per_partition=False)
+    assert clean.broken_files == {("2024-03-01", "site-a"): [], ("2024-03-01", "site-b"): []}
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and p.name == "notes.txt"]
 
 
 def test_follow_ups_reference_an_earlier_baseline(hospital):
@@ -206,9 +207,10 @@ def test_identifying_strings_are_planted(hospital):
     for keyword in ("InstitutionName", "InstitutionAddress", "StationName", "ReferringPhysicianName",
                     "AccessionNumber", "StudyID", "PatientAddress"):
         assert str(ds.data_element(keyword).value) in secrets
-    assert any(p.full_name in (str(_read(root, i.rel_path).SeriesDescription) + str(_read(root, i.rel_path).StudyDescription))
-               or p.dicom_name in str(_read(root, i.rel_path).StudyDescription)
-               for i in summary.instances for p in summary.patients if p.patient_id == i.patient_id)
+    names = {p.patient_id: p for p in summary.patients}
+    descriptions = [(names[i.patient_id], _read(root, i.rel_path)) for i in summary.instances]
+    assert any(p.dicom_name in ds.StudyDescription for p, ds in descriptions)
+    assert any(p.full_name in ds.SeriesDescription for p, ds in descriptions)
 
 
 def test_custom_shapes_and_cli(tmp_path, capsys):

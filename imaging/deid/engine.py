@@ -10,7 +10,7 @@ from pydicom.dataset import Dataset
 
 from imaging.pseudonym import Pseudonymizer
 
-from . import burned_in, meta, private, rules
+from . import burned_in, meta, pixels, private, rules
 from .declare import declare
 from .errors import Quarantined
 from .profile import REMOVE, DeidProfile, load_profile
@@ -64,6 +64,7 @@ def _deidentify(ds, p, profile, issuer_default, extra_identifiers) -> Dataset:
         raise Quarantined(reason)
     burned_in.check(ds, sop_class)
     syntax = meta.transfer_syntax(ds)
+    pixels.check_length(ds, syntax)
 
     patient_id = _text(ds, "PatientID")
     issuer = _text(ds, "IssuerOfPatientID") or issuer_default
@@ -97,14 +98,14 @@ def _walk(src: Dataset, ctx: Context, dummy: bool) -> Dataset:
         if group % 2 and element <= 0x0FFF:
             continue  # private creators (added back below if needed) and reserved elements
         try:
-            elem = src[tag]
-        except Exception:  # noqa: BLE001 - an undecodable value is dropped, never kept
-            elem = None
-        if elem is None:
-            if tag in ctx.profile.allowlist:  # the image itself cannot be read: do not publish half a file
-                raise_unreadable(tag)
-            continue
-        new = _element(src, elem, ctx, dummy)
+            new = _element(src, src[tag], ctx, dummy)
+            failed = False
+        except Quarantined:
+            raise
+        except Exception:  # noqa: BLE001 - a value that cannot be read or rebuilt is dropped, never kept
+            new, failed = None, True
+        if failed and tag in ctx.profile.allowlist:  # e.g. the image itself: do not publish half a file
+            raise_unreadable(tag)
         if new is not None:
             out.add(new)
             if group % 2:

@@ -36,10 +36,17 @@ def _entries(name: str, key: str) -> list[dict]:
     return entries
 
 
+SCRUB_MODES = ("terms", "descriptor")
+
+
 @lru_cache(maxsize=None)
-def allowlist(table_tags: frozenset[int]) -> frozenset[int]:
-    """Tags of the reviewed allow-list. An entry that is also in Table E.1-1 is an error: the table wins."""
-    tags = set()
+def allowlist(table_tags: frozenset[int]) -> dict[int, str]:
+    """Tag -> scrub mode of the reviewed allow-list. An entry also in Table E.1-1 is an error: the table wins.
+
+    Text is always scrubbed: "terms" (default) removes the patient's names and ids; "descriptor"
+    also removes numbers and dates, for labels a person may have typed.
+    """
+    tags = {}
     for entry in _entries("allowlist.yaml", "attributes"):
         keyword = entry["keyword"]
         tag = tag_for_keyword(keyword)
@@ -48,8 +55,11 @@ def allowlist(table_tags: frozenset[int]) -> frozenset[int]:
         if tag in table_tags:
             raise ValueError(f"allowlist.yaml: {keyword} is in Table E.1-1, whose action applies")
         dictionary_VR(tag)  # must be a public dictionary attribute
-        tags.add(tag)
-    return frozenset(tags)
+        mode = entry.get("scrub", "terms")
+        if mode not in SCRUB_MODES:
+            raise ValueError(f"allowlist.yaml: {keyword}: scrub must be one of {SCRUB_MODES}")
+        tags[tag] = mode
+    return tags
 
 
 @lru_cache(maxsize=None)

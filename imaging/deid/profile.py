@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from pydicom.datadict import keyword_for_tag
+
 from . import lists
 from .options import BY_NAME, FULL_DATES, MODIFIED_DATES, OPTIONS, RESEARCH_DEFAULT
 from .table import Row, load_table
@@ -35,7 +37,22 @@ def resolve_basic(action: str) -> str:
     return REMOVE
 
 
-def resolve(row: Row, options: frozenset[str]) -> str:
+# Free narrative about the patient or the visit. Table E.1-1 lets Clean Descriptors (and Retain
+# Patient Characteristics) keep these cleaned, but a pattern-based cleaner cannot be trusted with
+# prose about a person ("lives with her daughter in Ripon"), so they always get the basic action.
+# Stricter than the standard allows, never looser.
+NARRATIVE = frozenset({
+    "AdditionalPatientHistory", "AdmittingDiagnosesDescription", "Allergies",
+    "CommentsOnThePerformedProcedureStep", "DischargeDiagnosisDescription", "IdentifyingComments",
+    "ImagingServiceRequestComments", "Impressions", "InterpretationDiagnosisDescription",
+    "InterpretationText", "MedicalAlerts", "Occupation", "PatientComments", "PatientState",
+    "PreMedication", "ReasonForStudy", "ReasonForTheImagingServiceRequest",
+    "ReasonForTheRequestedProcedure", "ReasonForVisit", "RequestedProcedureComments", "ResultsComments",
+    "ServiceEpisodeDescription", "SpecialNeeds", "StudyComments", "VisitComments",
+})
+
+
+def resolve(row: Row, options: frozenset[str], narrative: bool = False) -> str:
     """The action for a row under the enabled options.
 
     An enabled option that gives an action overrides the basic one. When several enabled
@@ -44,6 +61,8 @@ def resolve(row: Row, options: frozenset[str]) -> str:
     C, wins.
     """
     given = {row.options[name] for name in options if name in row.options}
+    if narrative:
+        given.discard(CLEAN)
     if CLEAN in given:
         return CLEAN
     if KEEP in given:
@@ -62,7 +81,7 @@ class DeidProfile:
     overlay_data: str  # action for (60xx,3000); X removes the whole overlay group
     overlay_comments: str  # action for (60xx,4000)
     private: str  # X (remove all) or C (keep the reviewed safe list)
-    allowlist: frozenset[int]
+    allowlist: dict[int, str]  # tag -> scrub mode ("terms" or "descriptor")
     safe_private: dict[tuple[int, str, int], str]  # (group, creator, offset) -> VR
 
     def has(self, option: str) -> bool:
@@ -100,7 +119,7 @@ def load_profile(options: Iterable[str] | str | None = None) -> DeidProfile:
 def _build(options: tuple[str, ...]) -> DeidProfile:
     table = load_table()
     enabled = frozenset(options)
-    actions = {tag: resolve(row, enabled) for tag, row in table.rows.items()}
+    actions = {tag: resolve(row, enabled, keyword_for_tag(tag) in NARRATIVE) for tag, row in table.rows.items()}
     basic = {tag: resolve_basic(row.basic) for tag, row in table.rows.items()}
     safe = {}
     if "retain_safe_private" in enabled:

@@ -81,6 +81,8 @@ def table_action(elem: DataElement, action: str, ctx: Context, dummy: bool) -> D
             return _new(elem, uids.map_values(elem.value, ctx.p), vr)
         return _new(elem, values.dummy(vr, len(values.as_list(elem.value))), vr)
     if action == KEEP:
+        if vr in NUMBER_STRINGS and not values.valid_number_string(vr, elem.value):
+            return _new(elem, values.empty(vr), vr)  # kept numbers must be numbers
         return _copy(elem)
     if action == UID:
         if vr == "UI":
@@ -115,13 +117,17 @@ def _clean(elem: DataElement, vr: str, ctx: Context) -> DataElement | None:
 def not_in_table(elem: DataElement, ctx: Context, dummy: bool) -> DataElement | None:
     """The rule for attributes Table E.1-1 does not list (see docs/deidentification.md)."""
     vr = normalise(elem.VR)
-    if int(elem.tag) in ctx.profile.allowlist:
+    mode = ctx.profile.allowlist.get(int(elem.tag))
+    if mode is not None:
         if vr in BYTES:
             return _copy(elem)  # pixel data and its LUTs: raw bytes, never decoded
         if vr in TEXT or vr == "CS":
             if dummy:  # inside a sequence the table replaces with dummies (e.g. institution codes)
                 return _new(elem, values.dummy(vr), vr)
-            return _per_value(elem, vr, ctx.scrubber.terms)
+            if vr == "CS":
+                return _per_value(elem, vr, ctx.scrubber.code)
+            scrub = ctx.scrubber.descriptor if mode == "descriptor" else ctx.scrubber.terms
+            return _per_value(elem, vr, scrub)
         return _copy(elem)
     if vr == "SQ":
         return _sequence(elem, ctx, dummy)
@@ -130,7 +136,7 @@ def not_in_table(elem: DataElement, ctx: Context, dummy: bool) -> DataElement | 
     if vr in NUMBER_STRINGS:
         return _copy(elem) if values.valid_number_string(vr, elem.value) else _new(elem, values.empty(vr), vr)
     if vr == "CS":
-        return _per_value(elem, vr, ctx.scrubber.terms)
+        return _per_value(elem, vr, ctx.scrubber.code)
     if vr == "UI":
         return _new(elem, uids.map_values(elem.value, ctx.p), vr)
     if vr in DATES:

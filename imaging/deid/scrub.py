@@ -105,18 +105,29 @@ class Scrubber:
 
     def __init__(self, terms: Iterable[str]):
         ordered = sorted({t for t in terms if t}, key=lambda t: (-len(t), t))  # longest first
-        self._terms = (
-            re.compile(r"(?<!\w)(?:" + "|".join(re.escape(t) for t in ordered) + r")(?!\w)", re.IGNORECASE)
-            if ordered else None
-        )
+        self._terms = _alternation(ordered)
+        # Code strings (CS) are short enumerated codes: a two-letter surname must not erase "CT"
+        # or "OP". Only terms of 4+ characters are removed from them.
+        self._code_terms = _alternation([t for t in ordered if len(t) >= 4])
 
     def terms(self, text: str) -> str:
         if self._terms is None:
             return text
         return _tidy(self._terms.sub(" ", text), text)
 
+    def code(self, text: str) -> str:
+        if self._code_terms is None:
+            return text
+        return _tidy(self._code_terms.sub(" ", text), text)
+
     def descriptor(self, text: str) -> str:
         return _tidy(_SHAPES.sub(" ", self.terms(text)), text)
+
+
+def _alternation(terms: list[str]) -> re.Pattern | None:
+    if not terms:
+        return None
+    return re.compile(r"(?<!\w)(?:" + "|".join(re.escape(t) for t in terms) + r")(?!\w)", re.IGNORECASE)
 
 
 def _tidy(new: str, old: str) -> str:

@@ -13,15 +13,21 @@ def clean(uid) -> str:
     return str(uid).strip().rstrip("\x00").strip()
 
 
+# The DICOM root: only UIDs the standard itself defines (SOP classes, transfer syntaxes,
+# context groups, coding schemes, well-known frames of reference) may start with it.
+DICOM_ROOT = "1.2.840.10008."
+
+
 def is_registered(uid) -> bool:
-    """SOP classes, transfer syntaxes, coding schemes, well-known frames of reference..."""
-    return clean(uid) in UID_dictionary
+    """True for UIDs defined by the standard (pydicom's UID_dictionary, or under the DICOM root)."""
+    value = clean(uid)
+    return value in UID_dictionary or value.startswith(DICOM_ROOT)
 
 
 def map_uid(uid, p: Pseudonymizer) -> str:
     """The UID to publish for `uid`: itself if registered, else `p.uid(uid)` (same input, same output)."""
     value = clean(uid)
-    if not value or value in UID_dictionary:
+    if not value or is_registered(value):
         return value
     return p.uid(value)
 

@@ -10,6 +10,7 @@ import math
 import re
 
 from pydicom.dataelem import empty_value_for_VR
+from pydicom.multival import MultiValue
 
 from .vr import BINARY_NUMBERS, BYTES, NUMBER_STRINGS
 
@@ -30,9 +31,9 @@ def as_list(value) -> list:
     """The values of an element as a list (empty for None/empty)."""
     if value is None or value == "" or value == b"":
         return []
-    if isinstance(value, (str, bytes, bytearray)) or not hasattr(value, "__iter__"):
-        return [value]
-    return list(value)
+    if isinstance(value, (list, tuple, MultiValue)):
+        return list(value)
+    return [value]  # str, bytes, numbers, PersonName (which is iterable, but one value)
 
 
 def empty(vr: str):

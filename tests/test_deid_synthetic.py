@@ -1,0 +1,110 @@
+"""The synthetic eye hospital (imaging.synth): leaks against its ground truth, references, pseudonyms, dates."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+from collections import defaultdict
+
+import pytest
+from pydicom import dcmread
+
+from imaging.deid import Quarantined, deidentify, load_profile, quiet, to_bytes
+from imaging.pseudonym import Pseudonymizer
+
+synth = pytest.importorskip("imaging.synth")
+KEY = Pseudonymizer("synthetic-hospital-key")
+
+
+@pytest.fixture(scope="module")
+def hospital(tmp_path_factory):
+    landing = tmp_path_factory.mktemp("deid-landing")
+    summary = synth.generate_hospital(landing, seed=5, dates=("2024-03-01", "2024-03-02", "2024-03-03"))
+    return summary
+
+
+@pytest.fixture(scope="module")
+def published(hospital):
+    """instance truth -> (source dataset, de-identified dataset, output bytes), default profile."""
+    out = {}
+    for inst in hospital.instances:
+        with quiet():
+            src = dcmread(os.path.join(hospital.landing, inst.rel_path))
+        result = deidentify(src, pseudonymizer=KEY, profile=load_profile())
+        out[inst.rel_path] = (inst, src, result, to_bytes(result))
+    return out
+
+
+def test_every_synthetic_image_is_published(hospital, published):
+    assert len(published) == len(hospital.instances) > 20
+
+
+def test_no_identifying_string_survives(hospital, published):
+    identifying = [s.lower().encode() for s in hospital.identifying_strings() if len(s) >= 3]
+    assert len(identifying) > 100
+    for rel, (_inst, _src, _out, data) in published.items():
+        low = data.lower()
+        leaked = [s for s in identifying if s in low]
+        assert leaked == [], rel
+
+
+def test_extra_identifiers_are_scrubbed_from_descriptors(published):
+    _inst, src, _out, _data = next(iter(published.values()))
+    src = src.copy()
+    src.SeriesDescription = "Macula cube for Jane Smith 943 476 5919"
+    out = deidentify(src, pseudonymizer=KEY, extra_identifiers=("Jane Smith", "9434765919"))
+    assert out.SeriesDescription == "Macula cube for"
+
+
+def test_references_and_uids_are_consistent_across_files(published):
+    new_uid = {inst.sop_instance_uid: out.SOPInstanceUID for inst, _src, out, _data in published.values()}
+    followups = 0
+    for inst, src, out, _data in published.values():
+        assert out.file_meta.MediaStorageSOPInstanceUID == out.SOPInstanceUID
+        assert out.SOPInstanceUID != inst.sop_instance_uid and out.SOPInstanceUID.startswith("2.25.")
+        assert out.StudyInstanceUID == KEY.uid(inst.study_uid)
+        if inst.referenced_sop_instance_uid:
+            followups += 1
+            ref = out.ReferencedImageSequence[0]
+            assert ref.ReferencedSOPInstanceUID == new_uid[inst.referenced_sop_instance_uid]
+            assert ref.ReferencedSOPClassUID == src.ReferencedImageSequence[0].ReferencedSOPClassUID
+    assert followups > 0
+
+
+def test_one_pseudonym_per_patient_and_intervals_kept(published):
+    by_patient = defaultdict(list)
+    for inst, src, out, _data in published.values():
+        by_patient[inst.patient_id].append((src, out))
+    assert len(by_patient) > 1
+    pseudonyms = {}
+    for pid, pairs in by_patient.items():
+        assert len({out.PatientID for _s, out in pairs}) == 1
+        assert all(out.PatientName == out.PatientID for _s, out in pairs)
+        pseudonyms[pid] = pairs[0][1].PatientID
+        day = lambda v: dt.datetime.strptime(v, "%Y%m%d").date()  # noqa: E731
+        shifts = {day(out.StudyDate) - day(src.StudyDate) for src, out in pairs}
+        assert len(shifts) == 1 and shifts != {dt.timedelta(0)}  # same shift for all the patient's dates
+        for src, out in pairs:
+            assert src.PatientID not in out.PatientID
+    assert len(set(pseudonyms.values())) == len(pseudonyms)  # two patients, two pseudonyms
+
+
+def test_broken_files_never_escape(hospital):
+    """Junk the hospital writes (truncated, garbage, empty, notes) is unreadable or quarantined."""
+    for rel in hospital.broken_kinds:
+        path = os.path.join(hospital.landing, rel)
+        try:
+            with quiet():
+                ds = dcmread(path)
+        except Exception:  # noqa: BLE001 - not readable: the pipeline quarantines it before us
+            continue
+        with pytest.raises(Quarantined):
+            to_bytes(deidentify(ds, pseudonymizer=KEY))
+
+
+def test_reads_back_identically(published):
+    for _inst, src, _out, data in published.values():
+        again = dcmread(io.BytesIO(data))
+        assert again.PixelData == src.PixelData  # pixels copied untouched
+        assert again.file_meta.TransferSyntaxUID == src.file_meta.TransferSyntaxUID
