@@ -16,7 +16,7 @@ import pydicom
 from imaging import fs as fsx
 from imaging.clinical import ClinicalPolicy, parse_date
 from imaging.pseudonym import Pseudonymizer
-from imaging.quiet import quiet_pydicom
+from imaging.deid.quiet import quiet
 
 # Manifest columns before the clinical ones; all published values are de-identified.
 MANIFEST_FIELDS = (
@@ -58,17 +58,17 @@ def anonymize_partition(job: AnonymizeJob, rows):
     """Linked rows -> ('published', ...) or ('quarantined', ...) tuples (see assets/anonymized_images)."""
     from imaging.deid import Quarantined, deidentify, load_profile, to_bytes
 
-    quiet_pydicom()
     pseudonymizer = Pseudonymizer(job.key)
     profile = load_profile(job.options)
-    for row in rows:
-        base = (row["date"], row["site"], row["source_path"], row["sha256"])
-        try:
-            yield ("published", *base, *_publish(job, pseudonymizer, profile, row, deidentify, to_bytes))
-        except Quarantined as reason:
-            yield ("quarantined", *base, str(reason))
-        except Exception as error:  # noqa: BLE001 - one bad file never stops the partition
-            yield ("quarantined", *base, f"de-identification failed ({type(error).__name__})")
+    with quiet():  # pydicom's warnings quote header values: keep them out of executor logs
+        for row in rows:
+            base = (row["date"], row["site"], row["source_path"], row["sha256"])
+            try:
+                yield ("published", *base, *_publish(job, pseudonymizer, profile, row, deidentify, to_bytes))
+            except Quarantined as reason:
+                yield ("quarantined", *base, str(reason))
+            except Exception as error:  # noqa: BLE001 - one bad file never stops the partition
+                yield ("quarantined", *base, f"de-identification failed ({type(error).__name__})")
 
 
 def _publish(job, pseudonymizer, profile, row, deidentify, to_bytes):

@@ -14,7 +14,7 @@ import pydicom
 from pydicom.errors import InvalidDicomError
 
 from imaging import fs as fsx
-from imaging.quiet import quiet_pydicom
+from imaging.deid.quiet import quiet
 
 CHUNK = 1 << 20
 
@@ -103,24 +103,27 @@ def reason_for(error: Exception) -> str:
     return f"unreadable DICOM header ({type(error).__name__})"
 
 
-def index_partition(rows: Iterable) -> Iterator[dict]:
+def index_partition(rows: Iterable) -> Iterator[tuple]:
     """Spark mapPartitions body: rows of (date, site, source_path, size_bytes) -> records.
 
     Each record is a tuple of RECORD_FIELDS; `status` is 'indexed' or 'quarantined' with a
     `reason`. Errors stay with their file; the partition goes on.
     """
-    quiet_pydicom()
-    for row in rows:
-        date, site, url, size = row[0], row[1], row[2], int(row[3])
-        record = {"date": date, "site": site, "status": "indexed", "reason": None}
-        try:
-            if size == 0:
-                raise InvalidDicomError("empty")
-            fs, path = fsx.filesystem(url)  # cached per process by fsspec: no per-record setup
-            with fs.open(path, "rb") as handle:
-                record.update(header_row(handle, url, size))
-        except Exception as error:  # noqa: BLE001 - every failure becomes a quarantine record
-            record.update({f: None for f in INDEX_FIELDS})
-            record.update(status="quarantined", source_path=url, size_bytes=size,
-                          reason="empty file" if size == 0 else reason_for(error))
-        yield tuple(record[f] for f in RECORD_FIELDS)
+    with quiet():  # pydicom's warnings quote header values: keep them out of executor logs
+        for row in rows:
+            yield _index_one(row[0], row[1], row[2], int(row[3]))
+
+
+def _index_one(date: str, site: str, url: str, size: int) -> tuple:
+    record = {"date": date, "site": site, "status": "indexed", "reason": None}
+    try:
+        if size == 0:
+            raise InvalidDicomError("empty")
+        fs, path = fsx.filesystem(url)  # cached per process by fsspec: no per-record setup
+        with fs.open(path, "rb") as handle:
+            record.update(header_row(handle, url, size))
+    except Exception as error:  # noqa: BLE001 - every failure becomes a quarantine record
+        record.update({f: None for f in INDEX_FIELDS})
+        record.update(status="quarantined", source_path=url, size_bytes=size,
+                      reason="empty file" if size == 0 else reason_for(error))
+    return tuple(record[f] for f in RECORD_FIELDS)

@@ -105,7 +105,7 @@ def _walk(src: Dataset, ctx: Context, dummy: bool) -> Dataset:
         except Exception:  # noqa: BLE001 - a value that cannot be read or rebuilt is dropped, never kept
             new, failed = None, True
         if failed and tag in ctx.profile.allowlist:  # e.g. the image itself: do not publish half a file
-            raise_unreadable(tag)
+            _raise_unreadable(tag)
         if new is not None:
             out.add(new)
             if group % 2:
@@ -115,7 +115,7 @@ def _walk(src: Dataset, ctx: Context, dummy: bool) -> Dataset:
     return out
 
 
-def raise_unreadable(tag: int) -> None:
+def _raise_unreadable(tag: int) -> None:
     raise Quarantined(f"unreadable {keyword_for_tag(tag) or 'attribute'}")
 
 
