@@ -1,0 +1,105 @@
+"""Issue-level proof through the assets: nothing planted in the landing zone leaves identifiable.
+
+A file with a traceable value in every Table E.1-1 attribute (nested sequences, private blocks,
+overlays, file meta; see test_deid_planted), stored under a folder and file name that are
+themselves planted values, sits beside every readable file pydicom ships; its clinical record
+carries planted names, numbers, notes and an unknown column. All four assets run over it in a
+warehouse of their own, then every file under the de-identified zone is searched: bytes, parsed
+DICOM elements, Parquet and CSV cells, paths.
+"""
+
+import datetime as dt
+import io
+import os
+import re
+import shutil
+
+import pyarrow.dataset as pads
+import pydicom
+import pytest
+from pydicom.data import get_testdata_files
+
+from conftest import DATES, SITES, run_assets
+from imaging.deid import load_profile, quiet
+from test_deid_planted import TOKEN, UID_ROOT, _allowed, _survivors, planted
+
+CLINICAL_LEAKS = {"full_name": "Zebedee LEAKCLIN01", "nhs_number": "LEAKCLIN02", "address": "1 LEAKCLIN03 Road",
+                  "notes": "seen by LEAKCLIN04", "favourite_colour": "LEAKCLIN05", "postcode": "LEAKCLIN06"}
+FOLDER, FILE = "LEAKPATH01", "LEAKPATH02.dcm"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, defs):
+    from resources.landing import LandingZone
+    from resources.warehouse import Warehouse
+
+    root = tmp_path_factory.mktemp("leak")
+    day = root / "landing/images" / SITES[0] / DATES[0]
+    (day / FOLDER).mkdir(parents=True)
+    source, planter = planted()
+    (day / FOLDER / FILE).write_bytes(source)
+    shipped = [p for p in get_testdata_files() if os.path.isfile(p)]
+    for number, path in enumerate(shipped):
+        shutil.copy(path, day / f"pydicom-{number:03d}")
+
+    with quiet():
+        ds = pydicom.dcmread(io.BytesIO(source))
+    study = dt.datetime.strptime(ds.StudyDate, "%Y%m%d").date()
+    clinical = {"patient_id": ds.PatientID, "date_of_birth": study.replace(year=study.year - 60).isoformat(),
+                "sex": "F", "diagnosis_code": "H35.31", **CLINICAL_LEAKS}
+    extract = root / "landing/clinical" / SITES[0] / f"{DATES[0]}.csv"
+    extract.parent.mkdir(parents=True)
+    extract.write_text(",".join(clinical) + "\n" + ",".join(clinical.values()) + "\n")
+
+    resources = {**defs.resources, "landing": LandingZone(root=str(root / "landing")),
+                 "warehouse": Warehouse(root=str(root / "warehouse"))}
+    scoped = type(defs)(assets=defs.assets, resources=resources, executor=defs.executor)
+    key = f"{DATES[0]}|{SITES[0]}"
+    run_assets(scoped, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key))
+    run_assets(scoped, ["published_cohort"])
+    return root / "warehouse", planter, ds, len(shipped) + 1
+
+
+def table(path):
+    return pads.dataset(path, format="parquet", partitioning="hive").to_table().to_pylist() if path.exists() else []
+
+
+def test_every_file_is_published_or_quarantined(run):
+    warehouse, _, _, files = run
+    index = table(warehouse / "identifiable/raw_image_index")
+    held_at_index = table(warehouse / "identifiable/quarantine/raw_image_index")
+    published = table(warehouse / "deidentified/anonymized_images/manifest")
+    held = table(warehouse / "identifiable/quarantine/anonymized_images")
+    assert len(index) + len(held_at_index) == files
+    assert len(published) + len(held) == len(index) and len(published) > 50
+    assert all(r["reason"] for r in held + held_at_index)
+
+
+def test_planted_file_reaches_the_release(run):
+    warehouse, _, ds, _ = run
+    rows = table(warehouse / "deidentified/cohorts/amd-oct/v1/metadata.parquet")
+    assert len(rows) == 1 and rows[0]["age_at_scan"] == 60 and rows[0]["diagnosis_code"] == "H35.31"
+
+
+def test_nothing_planted_survives_under_the_deidentified_zone(run):
+    warehouse, planter, ds, _ = run
+    allowed = _allowed(load_profile())
+    zone = warehouse / "deidentified"
+    files = [p for p in zone.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".dcm" for p in files)
+    for path in files:
+        name = str(path.relative_to(zone))
+        assert "LEAK" not in name, name
+        data = path.read_bytes()
+        assert b"LEAKCLIN" not in data and UID_ROOT.encode() not in data, name
+        if path.suffix == ".dcm":
+            survivors = _survivors(data, planter)
+            assert survivors - allowed == set(), (name, sorted(hex(t) for t in survivors - allowed))
+        text = data.decode("latin-1")
+        if path.suffix == ".parquet":
+            text = repr(pads.dataset(path, format="parquet").to_table().to_pylist())
+        tokens = {planter.origin[t] for t in TOKEN.findall(text)}
+        assert tokens - allowed == set(), (name, sorted(hex(t) for t in tokens - allowed))
+        for value in (str(ds.PatientID), str(ds.PatientName), str(ds.StudyInstanceUID), str(ds.SOPInstanceUID)):
+            assert value not in text, name
+    assert not re.search(rb"\d{4}-\d{2}-\d{2}", b"".join(p.name.encode() for p in files))
