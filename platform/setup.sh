@@ -18,7 +18,8 @@ stamp=".venv/.installed-$(cat requirements.lock pyproject.toml | sha256sum | cut
 if [ ! -f "$stamp" ]; then
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install --quiet --require-hashes -r requirements.lock
-  # The project itself, editable, so Spark's Python workers import the same code.
+  # The project itself, editable, so Spark's Python workers import the same code; built with
+  # the locked setuptools (no build isolation), so nothing unpinned is downloaded.
   .venv/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
   rm -f .venv/.installed-* && touch "$stamp"
   echo "Environment ready in .venv"
