@@ -2,13 +2,13 @@
 
 import math
 
-from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, asset
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
 from assets import schemas
 from assets.linked_patient_metadata import TABLE as LINKED_TABLE
-from assets.partitions import PARTITIONS, partition_pairs
+from assets.partitions import PARTITIONS, SINGLE_RUN, partition_pairs
 from imaging import fs as fsx
 from imaging.anonymize import FILES, MANIFEST_FIELDS, AnonymizeJob, anonymize_partition
 from imaging.clinical import ClinicalPolicy
@@ -39,7 +39,7 @@ def load_policy() -> ClinicalPolicy:
 @asset(
     deps=["linked_patient_metadata"],
     partitions_def=PARTITIONS,
-    backfill_policy=BackfillPolicy.single_run(),
+    backfill_policy=SINGLE_RUN,
     kinds={"spark", "dicom", "parquet"},
     group_name="imaging",
     description="De-identified zone. Every linked image de-identified to DICOM PS3.15 Annex E under keyed "

@@ -1,10 +1,10 @@
 """linked_patient_metadata: each indexed image with its patient's as-of clinical record."""
 
-from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, asset
 from pyspark.sql import functions as F
 
 from assets import schemas
-from assets.partitions import PARTITIONS, partition_pairs
+from assets.partitions import PARTITIONS, SINGLE_RUN, partition_pairs
 from assets.raw_image_index import TABLE as INDEX_TABLE
 from imaging.clinical import extract_date, extract_partition
 from resources.landing import LandingZone
@@ -32,7 +32,7 @@ def _extracts(landing: LandingZone, pairs) -> list[tuple[str, str, str]]:
 @asset(
     deps=["raw_image_index"],
     partitions_def=PARTITIONS,
-    backfill_policy=BackfillPolicy.single_run(),
+    backfill_policy=SINGLE_RUN,
     kinds={"spark", "parquet"},
     group_name="imaging",
     description="Identifiable zone. Each indexed image joined to its patient's latest clinical record "

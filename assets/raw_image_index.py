@@ -2,11 +2,11 @@
 
 import math
 
-from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, asset
 from pyspark.sql import Window, functions as F
 
 from assets import schemas
-from assets.partitions import PARTITIONS, partition_pairs
+from assets.partitions import PARTITIONS, SINGLE_RUN, partition_pairs
 from imaging.index import index_partition, list_site_days
 from resources.landing import LandingZone
 from resources.spark import SparkResource
@@ -18,7 +18,7 @@ QUARANTINE = "quarantine/raw_image_index"
 
 @asset(
     partitions_def=PARTITIONS,
-    backfill_policy=BackfillPolicy.single_run(),
+    backfill_policy=SINGLE_RUN,
     kinds={"spark", "parquet"},
     group_name="imaging",
     description="Identifiable zone. One row per DICOM instance (headers only, sha256 of the file); "

@@ -3,6 +3,6 @@ Spark session, per step): used by session_per_run.py only."""
 
 from dagster import Definitions, multiprocess_executor
 
-from definitions import defs as _defs
+import definitions
 
-defs = Definitions(assets=_defs.assets, resources=_defs.resources, executor=multiprocess_executor)
+defs = Definitions(assets=definitions.defs.assets, resources=definitions.defs.resources, executor=multiprocess_executor)

@@ -24,8 +24,10 @@ def materialize(module: str, warehouse: str) -> float:
                IMAGING_START_DATE="2024-03-01", SPARK_LOCAL_IP="127.0.0.1", DAGSTER_HOME=str(ROOT / "home"),
                PYTHONPATH=f"{REPO}:{REPO / 'benchmarks'}")
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "dagster", "asset", "materialize", "-m", module, "--select", SELECT,
-                    "--partition", "2024-03-01|site-a"], check=True, env=env, cwd=REPO, capture_output=True)
+    result = subprocess.run([sys.executable, "-m", "dagster", "asset", "materialize", "-m", module, "--select", SELECT,
+                    "--partition", "2024-03-01|site-a"], env=env, cwd=REPO, capture_output=True, text=True)
+    if result.returncode:
+        raise SystemExit(result.stderr[-4000:])
     return time.perf_counter() - start
 
 

@@ -49,7 +49,7 @@ def run_assets(defs, selection, partition_range=None):
                 "dagster/asset_partition_range_end": partition_range[1]}
     job = define_asset_job("test_job", selection=AssetSelection.assets(*selection))
     resolved = type(defs)(assets=defs.assets, resources=defs.resources, jobs=[job], executor=defs.executor)
-    result = resolved.get_job_def("test_job").execute_in_process(instance=DagsterInstance.ephemeral(), tags=tags)
+    result = resolved.resolve_job_def("test_job").execute_in_process(instance=DagsterInstance.ephemeral(), tags=tags)
     assert result.success
     return result
 
