@@ -2,8 +2,7 @@
 
     .venv/bin/python benchmarks/deid_throughput.py [--files 12] [--frames 49] [--rows 496] [--cols 512]
 
-Generates OPT volumes (via imaging.synth when present, else a built-in generator) in a temp
-directory, then times, over the same files and in the same run:
+Generates OPT volumes with imaging.synth in a temp directory, then times, over the same files and in the same run:
   copy     read the file's bytes and write them to a new file (the floor)
   pydicom  dcmread + encode to Part 10 + write, with no de-identification
   deid     dcmread + deidentify + to_bytes + write (what a Spark task does per file)
@@ -22,10 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
 from pydicom import dcmread  # noqa: E402
-from pydicom.dataset import Dataset, FileMetaDataset  # noqa: E402
-from pydicom.uid import ExplicitVRLittleEndian  # noqa: E402
 
 from imaging.deid import deidentify, load_profile, quiet, to_bytes  # noqa: E402
 from imaging.pseudonym import Pseudonymizer  # noqa: E402
@@ -42,29 +38,6 @@ def synth_files(root: Path, count: int, shape: tuple[int, int, int]) -> list[Pat
     return files[:count]
 
 
-def own_files(root: Path, count: int, shape: tuple[int, int, int]) -> list[Path]:
-    """Fallback: minimal OPT-like multi-frame files with random 8-bit frames."""
-    rng = np.random.default_rng(1)
-    files = []
-    for n in range(count):
-        ds = Dataset()
-        ds.SOPClassUID = "1.2.840.10008.5.1.4.1.1.77.1.5.4"
-        ds.SOPInstanceUID = f"2.25.{10**30 + n}"
-        ds.StudyInstanceUID, ds.SeriesInstanceUID = f"2.25.{10**31 + n}", f"2.25.{10**32 + n}"
-        ds.PatientName, ds.PatientID, ds.StudyDate = f"PATIENT^{n}", f"{9000000000 + n}", "20240301"
-        ds.Modality, ds.BurnedInAnnotation = "OPT", "NO"
-        ds.NumberOfFrames, ds.Rows, ds.Columns = shape
-        ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
-        ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
-        ds.PixelData = rng.integers(0, 256, size=shape, dtype=np.uint8).tobytes()
-        ds.file_meta = FileMetaDataset()
-        ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
-        path = root / f"opt_{n:04d}.dcm"
-        ds.save_as(path, enforce_file_format=True)
-        files.append(path)
-    return files
-
-
 def timed(label: str, files: list[Path], out: Path, work) -> float:
     start = time.perf_counter()
     for i, path in enumerate(files):
@@ -78,20 +51,13 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=49)
     parser.add_argument("--rows", type=int, default=496)
     parser.add_argument("--cols", type=int, default=512)
-    parser.add_argument("--own", action="store_true", help="use the built-in generator, not imaging.synth")
     args = parser.parse_args()
     shape = (args.frames, args.rows, args.cols)
 
     root = Path(tempfile.mkdtemp(prefix="deid-bench-"))
     try:
         made = time.perf_counter()
-        try:
-            files = [] if args.own else synth_files(root / "landing", args.files, shape)
-        except ImportError:
-            files = []
-        source = "imaging.synth" if files else "built-in generator"
-        if not files:
-            files = own_files(root, args.files, shape)
+        files = synth_files(root / "landing", args.files, shape)
         made = time.perf_counter() - made
         out = root / "out"
         out.mkdir()
@@ -116,7 +82,7 @@ def main() -> None:
             results[label] = timed(label, files, out, work)
 
         mb = size / 1e6
-        print(f"{len(files)} OPT files from {source} ({args.frames}x{args.rows}x{args.cols}), "
+        print(f"{len(files)} OPT files from imaging.synth ({args.frames}x{args.rows}x{args.cols}), "
               f"{mb / len(files):.1f} MB each, {mb:.0f} MB total (generated in {made:.1f} s)")
         for label, seconds in results.items():
             print(f"  {label:8s} {len(files) / seconds:8.1f} files/s {mb / seconds:9.1f} MB/s "
