@@ -99,5 +99,6 @@ def _publish(job, pseudonymizer, profile, row, deidentify, to_bytes):
         _value(out, "Manufacturer"), _value(out, "ManufacturerModelName"), _int(out, "Rows"), _int(out, "Columns"),
         _int(out, "NumberOfFrames") or 1, bool(row["has_clinical_record"]),
     )
-    fields = job.policy.apply(clinical, scan_date=scan, shift_days=shift)
+    fields = job.policy.apply(clinical, scan_date=scan, shift_days=shift,
+                              token=lambda column, value: pseudonymizer.token("clinical", column, value))
     return (batch, *described, *(fields[c] for c in job.policy.output_columns))

@@ -2,7 +2,8 @@
 
 Pure functions. The policy is the only way a clinical value reaches the de-identified
 zone: unknown columns are dropped, kept columns must match a pattern or a number range,
-birth dates become age at scan, dates are shifted by the patient's own shift.
+birth dates become age at scan, dates are shifted by the patient's own shift, identifiers
+that researchers need to group by become keyed tokens.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import datetime as dt
 import io
 import re
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
-ACTIONS = {"keep", "generalise", "age_at_scan", "shift_date"}
+ACTIONS = {"keep", "generalise", "age_at_scan", "shift_date", "pseudonymise", "drop"}
 
 
 class ExtractError(ValueError):
@@ -93,13 +94,18 @@ class ClinicalPolicy:
                    tuple(spec.get("date_formats") or ("%Y-%m-%d",)))
 
     @property
+    def released(self) -> tuple[ColumnRule, ...]:
+        return tuple(rule for rule in self.rules if rule.action != "drop")
+
+    @property
     def output_columns(self) -> tuple[str, ...]:
-        return tuple(rule.name for rule in self.rules)
+        return tuple(rule.name for rule in self.released)
 
     @property
     def output_types(self) -> dict[str, str]:
         """Column -> 'int' | 'double' | 'string', for the manifest's fixed schema."""
-        return {r.name: "int" if r.action == "age_at_scan" else "double" if r.number else "string" for r in self.rules}
+        return {r.name: "int" if r.action == "age_at_scan" else "double" if r.number else "string"
+                for r in self.released}
 
     def identifying_values(self, record: Mapping[str, str] | None) -> tuple[str, ...]:
         """The patient's own identifiers in a record, for scrubbing DICOM free text."""
@@ -107,18 +113,25 @@ class ClinicalPolicy:
             return ()
         return tuple(v for k, v in sorted(record.items()) if k in self.identifiers and len(v) >= 3)
 
-    def apply(self, record: Mapping[str, str] | None, *, scan_date: dt.date | None, shift_days: int) -> dict:
-        """The de-identified clinical fields of one record (None where absent or invalid)."""
+    def apply(self, record: Mapping[str, str] | None, *, scan_date: dt.date | None, shift_days: int,
+              token: Callable[[str, str], str] | None = None) -> dict:
+        """The de-identified clinical fields of one record (None where absent or invalid).
+
+        `token(column, value)` makes the keyed token of a `pseudonymise` column; without it
+        such columns stay empty rather than pass in clear.
+        """
         out: dict = {name: None for name in self.output_columns}
         if not record:
             return out
-        for rule in self.rules:
+        for rule in self.released:
             raw = next((record[a] for a in rule.aliases if record.get(a)), None)
             if raw is not None:
-                out[rule.name] = self._value(rule, raw, scan_date, shift_days)
+                out[rule.name] = self._value(rule, raw, scan_date, shift_days, token)
         return out
 
-    def _value(self, rule: ColumnRule, raw: str, scan_date: dt.date | None, shift_days: int):
+    def _value(self, rule: ColumnRule, raw: str, scan_date: dt.date | None, shift_days: int, token):
+        if rule.action == "pseudonymise":
+            return token(rule.name, raw.strip()) if token else None
         if rule.action == "keep" and rule.pattern:
             return raw if re.fullmatch(rule.pattern, raw) else None
         if rule.action == "keep":

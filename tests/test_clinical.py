@@ -59,3 +59,14 @@ def test_extract_date_from_name():
     assert extract_date("/x/clinical/site-a/2024-03-01.csv") == "2024-03-01"
     assert extract_date("/x/clinical/site-a/readme.csv") is None
     assert extract_date("/x/clinical/site-a/2024-03-01.txt") is None
+
+
+def test_pseudonymise_gives_keyed_tokens_and_drop_releases_nothing():
+    from imaging.pseudonym import Pseudonymizer
+
+    p = Pseudonymizer("k")
+    token = lambda column, value: p.token("clinical", column, value)  # noqa: E731
+    out = POLICY.apply({"episode_id": "EP-1234", "notes": "free text"}, scan_date=None, shift_days=-1, token=token)
+    assert out["episode"] == p.token("clinical", "episode", "EP-1234") and "EP-1234" not in repr(out)
+    assert "notes" not in out and "notes" not in POLICY.output_columns
+    assert POLICY.apply({"episode_id": "EP-1234"}, scan_date=None, shift_days=-1)["episode"] is None
