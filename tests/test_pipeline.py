@@ -1,6 +1,5 @@
 """End to end on real Spark and real DICOM: landing -> index -> linked -> anonymized -> cohort."""
 
-import io
 from pathlib import Path
 
 import pyarrow.dataset as pads
@@ -139,3 +138,16 @@ def test_rerun_of_one_partition_is_byte_identical(defs, warehouse):
     after = snapshot(warehouse)
     assert before.keys() == after.keys()
     assert [k for k in before if before[k] != after[k]] == []
+
+
+def test_follow_up_references_name_the_published_baseline(hospital, warehouse):
+    ledger = table(warehouse / "identifiable/anonymization_ledger")
+    by_source = {rel(r["source_path"]): warehouse / "deidentified" / r["output_path"] for r in ledger}
+    published_uid = {i.sop_instance_uid: pydicom.dcmread(by_source[i.rel_path], stop_before_pixels=True).SOPInstanceUID
+                     for i in hospital.instances}
+    follow_ups = [i for i in hospital.instances if i.referenced_sop_instance_uid]
+    assert follow_ups
+    for instance in follow_ups:
+        ds = pydicom.dcmread(by_source[instance.rel_path], stop_before_pixels=True)
+        assert ds.ReferencedImageSequence[0].ReferencedSOPInstanceUID == \
+            published_uid[instance.referenced_sop_instance_uid]
