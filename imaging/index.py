@@ -42,6 +42,10 @@ def list_site_days(keys: Iterable[tuple[str, str, str]]) -> Iterator[tuple[str, 
             yield date, site, url, size
 
 
+class NotAnInstance(ValueError):
+    """A readable file that is not an addressable DICOM instance; the message is the reason."""
+
+
 def _text(ds: pydicom.Dataset, keyword: str) -> str | None:
     """A header value as text, or None when absent or unreadable (malformed values do occur)."""
     try:
@@ -69,7 +73,7 @@ def header_row(handle, url: str, size: int) -> dict:
     handle.seek(0)
     ds = pydicom.dcmread(handle, stop_before_pixels=True)  # no force: Part 10 files only
     if not _text(ds, "SOPInstanceUID") or not _text(ds, "SOPClassUID"):
-        raise InvalidDicomError("no SOP Instance UID or SOP Class UID")
+        raise NotAnInstance("no SOP Instance UID or SOP Class UID")
     meta = getattr(ds, "file_meta", None)
     return {
         "source_path": url,
@@ -96,8 +100,10 @@ def header_row(handle, url: str, size: int) -> dict:
 
 def reason_for(error: Exception) -> str:
     """A quarantine reason that names the failure, never a value read from the file."""
+    if isinstance(error, NotAnInstance):
+        return str(error)
     if isinstance(error, InvalidDicomError):
-        return "not a DICOM Part 10 file" if "SOP" not in str(error) else "no SOP Instance UID or SOP Class UID"
+        return "not a DICOM Part 10 file"
     if isinstance(error, (EOFError, OSError)) or "truncat" in str(error).lower():
         return f"truncated or unreadable file ({type(error).__name__})"
     return f"unreadable DICOM header ({type(error).__name__})"
@@ -118,12 +124,12 @@ def _index_one(date: str, site: str, url: str, size: int) -> tuple:
     record = {"date": date, "site": site, "status": "indexed", "reason": None}
     try:
         if size == 0:
-            raise InvalidDicomError("empty")
+            raise NotAnInstance("empty file")
         fs, path = fsx.filesystem(url)  # cached per process by fsspec: no per-record setup
         with fs.open(path, "rb") as handle:
             record.update(header_row(handle, url, size))
     except Exception as error:  # noqa: BLE001 - every failure becomes a quarantine record
         record.update({f: None for f in INDEX_FIELDS})
         record.update(status="quarantined", source_path=url, size_bytes=size,
-                      reason="empty file" if size == 0 else reason_for(error))
+                      reason=reason_for(error))
     return tuple(record[f] for f in RECORD_FIELDS)

@@ -1,4 +1,4 @@
-"""DICOM side of the synthetic eye hospital: headers, pixels and deliberately broken files.
+"""The OPT and OP dataset builders of the synthetic eye hospital.
 
 `imaging.synth` decides *who* is imaged *when*; this module turns one planned image
 (an `ImageSpec`) into a Part 10 file that is as valid as practical against the
@@ -9,112 +9,21 @@ Everything is derived from the inputs: no clock, no uuid4, no global random stat
 
 from __future__ import annotations
 
-import hashlib
 import io
-from dataclasses import dataclass
 
-import numpy as np
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.filewriter import dcmwrite
 from pydicom.sequence import Sequence
 from pydicom.uid import ExplicitVRLittleEndian
+
+from imaging.synth_pixels import fundus_photo, oct_volume
+from imaging.synth_spec import ImageSpec
 
 OPT_SOP_CLASS = "1.2.840.10008.5.1.4.1.1.77.1.5.4"  # Ophthalmic Tomography Image Storage
 OP_SOP_CLASS = "1.2.840.10008.5.1.4.1.1.77.1.5.1"  # Ophthalmic Photography 8 Bit Image Storage
 SOP_CLASS = {"OPT": OPT_SOP_CLASS, "OP": OP_SOP_CLASS}
 PRIVATE_CREATOR = {"OPT": "SYNTH OCT VENDOR 1.0", "OP": "SYNTH FUNDUS VENDOR 1.0"}
 PRIVATE_GROUP = 0x0009
-
-
-def derive_uid(seed: int, *parts: object) -> str:
-    """A `2.25.` UID derived from the seed and a label, so reruns reproduce every UID."""
-    text = "\x1f".join(["synth", str(seed), *map(str, parts)])
-    return "2.25." + str(int.from_bytes(hashlib.sha256(text.encode()).digest()[:16], "big"))
-
-
-def derive_int(seed: int, *parts: object) -> int:
-    """A 64-bit integer derived like `derive_uid`, for seeding per-image pixel noise."""
-    text = "\x1f".join(["synth-int", str(seed), *map(str, parts)])
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-
-
-# Sites by index: (institution, org code, town, postcode area, street address).
-SITE_PROFILES = [("Synthtown Eye Hospital", "SEH", "Synthtown", "ST", "1 Lantern Row"),
-                 ("Northbridge Ophthalmic Centre", "NOC", "Northbridge", "NB", "22 Weir Street"),
-                 ("Easthaven Eye Clinic", "EEC", "Easthaven", "EH", "5 Quayside"),
-                 ("Westmoor Retina Unit", "WRU", "Westmoor", "WM", "90 Fell Road")]
-STAFF = ["Featherby^Oswin^^Dr", "Kingsmill^Edmund", "Pilbeam^Tamsin", "Ravensworth^Clemency^^Dr",
-         "Abernethy^Lucius", "Gosforth^Petronella", "Mortlake^Ignatius^^Dr", "Tregarthen^Saffron",
-         "Wolstenholme^Bede"]
-
-
-def site_profile(index: int) -> tuple[str, str, str, str, str]:
-    if index < len(SITE_PROFILES):
-        return SITE_PROFILES[index]
-    return (f"Synthetic Eye Unit {index + 1}", f"SU{index + 1}", f"Synthford {index + 1}", "SF",
-            f"{index + 1} Market Street")
-
-
-@dataclass(frozen=True)
-class PatientHeader:
-    name: str  # DICOM PN, e.g. "ASHDOWN^AURELIA"
-    patient_id: str
-    issuer: str
-    birth_date: str  # YYYYMMDD
-    sex: str
-    address: str
-    other_id: str  # the site's local hospital number
-    other_issuer: str
-
-
-@dataclass(frozen=True)
-class SiteHeader:
-    institution: str
-    address: str
-    station: str
-    serial: str
-    referring: str
-    performing: str
-    operator: str
-
-    @classmethod
-    def for_site(cls, seed: int, index: int) -> "SiteHeader":
-        name, code, town, area, street = site_profile(index)
-        staff = [STAFF[(3 * index + k) % len(STAFF)].upper() for k in range(3)]
-        return cls(name, f"{street}, {town}, {area}1 1AA", f"{code}-OCT-{index + 1:02d}",
-                   f"SN{derive_int(seed, 'serial', index) % 10**8:08d}", *staff)
-
-
-@dataclass(frozen=True)
-class StudyHeader:
-    uid: str
-    date: str  # YYYYMMDD
-    time: str  # HHMMSS
-    accession: str
-    study_id: str
-    description: str
-    requested_procedure_id: str
-    scheduled_step_id: str
-
-
-@dataclass(frozen=True)
-class ImageSpec:
-    modality: str  # "OPT" or "OP"
-    laterality: str  # "R" or "L"
-    patient: PatientHeader
-    site: SiteHeader
-    study: StudyHeader
-    series_uid: str
-    series_number: int
-    series_description: str
-    sop_instance_uid: str
-    frame_of_reference_uid: str
-    dimension_uid: str
-    acquisition_time: str  # HHMMSS
-    shape: tuple[int, ...]  # OPT (frames, rows, cols); OP (rows, cols)
-    pixel_seed: int
-    scan_quality: float
-    reference: tuple[str, str] | None = None  # (SOP class, SOP instance) of the baseline
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -153,48 +62,28 @@ def _age(birth: str, on: str) -> str:
 def _patient_study_series(ds: Dataset, spec: ImageSpec) -> None:
     """Patient, General Study, Patient Study, General Series and General Equipment modules."""
     p, s, st = spec.patient, spec.site, spec.study
-    ds.PatientName = p.name
-    ds.PatientID = p.patient_id
-    ds.IssuerOfPatientID = p.issuer
-    ds.PatientBirthDate = p.birth_date
-    ds.PatientSex = p.sex
-    ds.PatientAddress = p.address
-    ds.OtherPatientIDsSequence = [
-        _item(PatientID=p.other_id, IssuerOfPatientID=p.other_issuer, TypeOfPatientID="TEXT")
-    ]
-    # Undefined length here also makes the truncated junk file fail loudly (see truncated_bytes).
+    _set(ds, PatientName=p.name, PatientID=p.patient_id, IssuerOfPatientID=p.issuer,
+         PatientBirthDate=p.birth_date, PatientSex=p.sex, PatientAddress=p.address,
+         OtherPatientIDsSequence=[
+             _item(PatientID=p.other_id, IssuerOfPatientID=p.other_issuer, TypeOfPatientID="TEXT")
+         ],
+         PatientAge=_age(p.birth_date, st.date))
+    # Undefined length here also makes the truncated junk file fail loudly
+    # (see imaging.synth_junk.truncated_bytes).
     _undefined_length(ds, "OtherPatientIDsSequence")
-    ds.PatientAge = _age(p.birth_date, st.date)
-
-    ds.StudyInstanceUID = st.uid
-    ds.StudyDate, ds.StudyTime = st.date, st.time
-    ds.ReferringPhysicianName = s.referring
-    ds.StudyID = st.study_id
-    ds.AccessionNumber = st.accession
-    ds.StudyDescription = st.description
-
-    ds.Modality = spec.modality
-    ds.SeriesInstanceUID = spec.series_uid
-    ds.SeriesNumber = spec.series_number
-    ds.SeriesDate, ds.SeriesTime = st.date, st.time
-    ds.SeriesDescription = spec.series_description
-    ds.PerformingPhysicianName = s.performing
-    ds.OperatorsName = s.operator
-    ds.RequestAttributesSequence = [
-        _item(
-            RequestedProcedureID=st.requested_procedure_id,
-            ScheduledProcedureStepID=st.scheduled_step_id,
-            AccessionNumber=st.accession,
-        )
-    ]
-
-    ds.Manufacturer = "Synthetic Ophthalmics Ltd"
-    ds.ManufacturerModelName = "SynthOCT 3000" if spec.modality == "OPT" else "SynthFundus 200"
-    ds.DeviceSerialNumber = s.serial
-    ds.SoftwareVersions = "4.2.1"
-    ds.InstitutionName = s.institution
-    ds.InstitutionAddress = s.address
-    ds.StationName = s.station
+    _set(ds, StudyInstanceUID=st.uid, StudyDate=st.date, StudyTime=st.time, ReferringPhysicianName=s.referring,
+         StudyID=st.study_id, AccessionNumber=st.accession, StudyDescription=st.description)
+    _set(ds, Modality=spec.modality, SeriesInstanceUID=spec.series_uid, SeriesNumber=spec.series_number,
+         SeriesDate=st.date, SeriesTime=st.time, SeriesDescription=spec.series_description,
+         PerformingPhysicianName=s.performing, OperatorsName=s.operator,
+         RequestAttributesSequence=[
+             _item(RequestedProcedureID=st.requested_procedure_id,
+                   ScheduledProcedureStepID=st.scheduled_step_id, AccessionNumber=st.accession)
+         ])
+    _set(ds, Manufacturer="Synthetic Ophthalmics Ltd",
+         ManufacturerModelName="SynthOCT 3000" if spec.modality == "OPT" else "SynthFundus 200",
+         DeviceSerialNumber=s.serial, SoftwareVersions="4.2.1", InstitutionName=s.institution,
+         InstitutionAddress=s.address, StationName=s.station)
 
 
 def _image_common(ds: Dataset, spec: ImageSpec) -> None:
@@ -340,78 +229,3 @@ def encode_part10(ds: Dataset) -> bytes:
 
 def _even(data: bytes) -> bytes:
     return data + b"\x00" if len(data) % 2 else data
-
-
-# ----------------------------------------------------------------------------- pixels
-
-
-def oct_volume(shape: tuple[int, int, int], seed: int) -> np.ndarray:
-    """A retina-like OCT cube (frames, depth, width): bright RNFL and RPE bands, a foveal
-    pit in the middle B-scans, fading choroid and speckle. One frame at a time keeps big
-    benchmark volumes (49 x 496 x 512) cheap on memory."""
-    frames, rows, cols = shape
-    rng = np.random.default_rng(seed)
-    x = np.linspace(-1.0, 1.0, cols, dtype=np.float32)[None, :]
-    depth = np.linspace(0.0, 1.0, rows, dtype=np.float32)[:, None]
-    out = np.empty(shape, dtype=np.uint8)
-    for f in range(frames):
-        z = -1.0 + 2.0 * f / max(frames - 1, 1)
-        pit = 0.07 * np.exp(-(x**2 + z**2) / 0.04)
-        top = 0.32 - 0.06 * x**2 + pit  # inner limiting membrane, dipping at the fovea
-        rpe = 0.62 - 0.06 * x**2  # retinal pigment epithelium; both curve up at the edges
-        below = depth - top
-        img = np.full((rows, cols), 12.0, dtype=np.float32)
-        img = np.where((below >= 0) & (depth < rpe), 70.0 + 40.0 * np.cos(below * 60.0), img)
-        img = np.where((below >= 0) & (below < 0.035 * (1 - pit / 0.07)), 210.0, img)  # RNFL
-        img = np.where((depth >= rpe) & (depth < rpe + 0.035), 235.0, img)  # RPE
-        img = np.where(depth >= rpe + 0.035, 130.0 * np.exp(-(depth - rpe) / 0.15), img)
-        img *= rng.gamma(4.0, 0.25, size=(rows, cols)).astype(np.float32)  # speckle
-        out[f] = np.clip(img, 0, 255).astype(np.uint8)
-    return out
-
-
-def fundus_photo(shape: tuple[int, int], laterality: str, seed: int) -> np.ndarray:
-    """A colour fundus (rows, cols, RGB): orange disc of retina, yellow optic disc on the
-    nasal side (right of the image for a right eye), darker macula, dark vessel arcs."""
-    rows, cols = shape
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[-1.0 : 1.0 : rows * 1j, -1.0 : 1.0 : cols * 1j]
-    r = np.sqrt(xx**2 + yy**2)
-    disc_x = 0.4 if laterality == "R" else -0.4
-    shade = np.clip(1.0 - 0.5 * r**2, 0, 1)
-    rgb = np.stack([200 * shade, 85 * shade, 35 * shade], axis=-1)
-    rgb *= (1 - 0.35 * np.exp(-(xx**2 + yy**2) / 0.02))[..., None]  # macula
-    disc = np.exp(-((xx - disc_x) ** 2 + yy**2) / 0.008)[..., None]
-    rgb += disc * np.array([55.0, 150.0, 90.0])
-    for bend in (1.2, -1.2, 0.6, -0.6):
-        curve = 0.5 * bend * (xx - disc_x) ** 2 + 0.03 * np.sign(bend)  # arcades above/below
-        vessel = (np.abs(yy - curve) < 0.012 + 0.01 * np.exp(-np.abs(xx - disc_x)))[..., None]
-        rgb = np.where(vessel, rgb * np.array([0.65, 0.45, 0.45]), rgb)
-    rgb += rng.normal(0.0, 3.0, size=rgb.shape)
-    rgb[r > 0.97] = 0  # outside the camera's circular field
-    return np.clip(rgb, 0, 255).astype(np.uint8)
-
-
-# ----------------------------------------------------------------------------- junk
-
-
-def notes_bytes(partition: str) -> bytes:
-    return f"Export notes for {partition}\nOperator reminder: re-scan if quality < 50.\n".encode()
-
-
-def truncated_bytes(part10: bytes) -> bytes:
-    """A real file cut inside OtherPatientIDsSequence, in the middle of the patient header.
-
-    That sequence is written with undefined length, which pydicom parses eagerly, so the
-    cut makes `dcmread` raise instead of returning a silently partial dataset."""
-    marker = b"\x10\x00\x02\x10SQ\x00\x00\xff\xff\xff\xff"
-    at = part10.index(marker)
-    return part10[: at + len(marker) + 8 + 8 + 3]  # item header, element header, 3 value bytes
-
-
-def garbage_bytes(seed: int) -> bytes:
-    """Preamble + DICM, then noise behind an undefined-length sequence header, so readers
-    that trust the magic number alone fail (pydicom runs off the end of the sequence)."""
-    rng = np.random.default_rng(seed)
-    noise = rng.integers(0, 256, size=int(rng.integers(200, 600)), dtype=np.uint8).tobytes()
-    return b"\x00" * 128 + b"DICM" + b"\x08\x00\x15\x11SQ\x00\x00\xff\xff\xff\xff" + noise

@@ -48,7 +48,6 @@ class Warehouse(ConfigurableResource):
 
     def swap_in(self, staging: str, target: str, subdirs: Sequence[str], suffix: str | None = None) -> None:
         """Replace each `target/sub` by `staging/sub` (or remove it when nothing was staged)."""
-        fs, _ = fsx.filesystem(target)
         for sub in subdirs:
             fsx.remove(f"{target}/{sub}")
             if fsx.exists(f"{staging}/{sub}"):

@@ -17,60 +17,55 @@ from imaging.deid.scrub import Scrubber
 from imaging.pseudonym import Pseudonymizer
 
 OP = "1.2.840.10008.5.1.4.1.1.77.1.5.1"
+SOP_UID = "1.2.826.0.1.3680043.10.1143.1.1"
 KEY = Pseudonymizer("engine-test-key")
 
 
-def op_file(**changes) -> bytes:
-    """A small Ophthalmic Photography file as Part 10 bytes (what the pipeline reads)."""
+def dataset(**attrs) -> Dataset:
+    """A dataset (or sequence item) with the given keyword attributes."""
     ds = Dataset()
-    ds.SpecificCharacterSet = "ISO_IR 100"
-    ds.SOPClassUID = OP
-    ds.SOPInstanceUID = "1.2.826.0.1.3680043.10.1143.1.1"
-    ds.StudyInstanceUID = "1.2.826.0.1.3680043.10.1143.1.2"
-    ds.SeriesInstanceUID = "1.2.826.0.1.3680043.10.1143.1.3"
-    ds.PatientName = "Smith^Jane^Ann"
-    ds.PatientID = "9434765919"
-    ds.IssuerOfPatientID = "NHS"
-    ds.PatientBirthDate = "19530503"
-    ds.PatientSex = "F"
-    ds.PatientAge = "070Y"
-    ds.StudyDate, ds.StudyTime = "20230304", "101500"
-    ds.AcquisitionDateTime = "20230304101612.25+0000"
-    ds.StudyDescription = "Diabetic screening for SMITH, seen 04/03/2023"
-    ds.Modality = "OP"
-    ds.ImageLaterality = "R"
-    ds.Manufacturer = "Synthetic Ophthalmics Ltd"
-    ds.DeviceSerialNumber = "SN-12345"
-    ds.InstitutionName = "Moorfields Eye Hospital"
-    ds.BurnedInAnnotation = "NO"
-    ds.AnatomicRegionSequence = [Dataset()]
-    ds.AnatomicRegionSequence[0].CodeValue = "81745001"
-    ds.AnatomicRegionSequence[0].CodingSchemeDesignator = "SCT"
-    ds.AnatomicRegionSequence[0].CodeMeaning = "Eye"
-    ds.Rows, ds.Columns, ds.SamplesPerPixel = 4, 4, 3
-    ds.PhotometricInterpretation, ds.PlanarConfiguration = "RGB", 0
-    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
-    ds.PixelData = bytes(range(48))
-    for keyword, value in changes.items():
-        if value is None:
-            delattr(ds, keyword)
-        else:
-            setattr(ds, keyword, value)
-    ds.file_meta = FileMetaDataset()
-    ds.file_meta.MediaStorageSOPClassUID = OP
-    ds.file_meta.MediaStorageSOPInstanceUID = "1.2.826.0.1.3680043.10.1143.1.1"
-    ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
-    ds.file_meta.SourceApplicationEntityTitle = "EYECAM01"
+    for keyword, value in attrs.items():
+        setattr(ds, keyword, value)
+    return ds
+
+
+def read(data: bytes) -> Dataset:
+    with quiet():
+        return dcmread(io.BytesIO(data))
+
+
+def write(ds: Dataset) -> bytes:
     buffer = io.BytesIO()
     with quiet():
         dcmwrite(buffer, ds, enforce_file_format=True)
     return buffer.getvalue()
 
 
+def op_file(**changes) -> bytes:
+    """A small Ophthalmic Photography file as Part 10 bytes (what the pipeline reads).
+    Keyword arguments add or replace attributes; None removes one."""
+    attrs = dict(
+        SpecificCharacterSet="ISO_IR 100", SOPClassUID=OP, SOPInstanceUID=SOP_UID,
+        StudyInstanceUID="1.2.826.0.1.3680043.10.1143.1.2", SeriesInstanceUID="1.2.826.0.1.3680043.10.1143.1.3",
+        PatientName="Smith^Jane^Ann", PatientID="9434765919", IssuerOfPatientID="NHS",
+        PatientBirthDate="19530503", PatientSex="F", PatientAge="070Y",
+        StudyDate="20230304", StudyTime="101500", AcquisitionDateTime="20230304101612.25+0000",
+        StudyDescription="Diabetic screening for SMITH, seen 04/03/2023", Modality="OP", ImageLaterality="R",
+        Manufacturer="Synthetic Ophthalmics Ltd", DeviceSerialNumber="SN-12345",
+        InstitutionName="Moorfields Eye Hospital", BurnedInAnnotation="NO",
+        AnatomicRegionSequence=[dataset(CodeValue="81745001", CodingSchemeDesignator="SCT", CodeMeaning="Eye")],
+        Rows=4, Columns=4, SamplesPerPixel=3, PhotometricInterpretation="RGB", PlanarConfiguration=0,
+        BitsAllocated=8, BitsStored=8, HighBit=7, PixelRepresentation=0, PixelData=bytes(range(48)),
+    ) | changes
+    ds = dataset(**{keyword: value for keyword, value in attrs.items() if value is not None})
+    ds.file_meta = FileMetaDataset(dataset(
+        MediaStorageSOPClassUID=OP, MediaStorageSOPInstanceUID=SOP_UID,
+        TransferSyntaxUID=ExplicitVRLittleEndian, SourceApplicationEntityTitle="EYECAM01"))
+    return write(ds)
+
+
 def run(data: bytes, options=None, **kwargs):
-    with quiet():
-        ds = dcmread(io.BytesIO(data))
-    return deidentify(ds, pseudonymizer=KEY, profile=load_profile(options), **kwargs)
+    return deidentify(read(data), pseudonymizer=KEY, profile=load_profile(options), **kwargs)
 
 
 # ---------------------------------------------------------------- determinism and shape
@@ -80,14 +75,12 @@ def test_same_input_gives_identical_bytes():
     data = op_file()
     assert to_bytes(run(data)) == to_bytes(run(data))
     profile = pickle.loads(pickle.dumps(load_profile()))  # as shipped to a Spark executor
-    with quiet():
-        again = deidentify(dcmread(io.BytesIO(data)), pseudonymizer=KEY, profile=profile)
+    again = deidentify(read(data), pseudonymizer=KEY, profile=profile)
     assert to_bytes(again) == to_bytes(run(data))
 
 
 def test_source_dataset_is_not_modified():
-    with quiet():
-        ds = dcmread(io.BytesIO(op_file()))
+    ds = read(op_file())
     before = ds.to_json()
     deidentify(ds, pseudonymizer=KEY)
     assert ds.to_json() == before
@@ -126,7 +119,7 @@ def test_options_keep_what_they_name():
     out = run(op_file(), ["retain_device_identity", "retain_institution_identity", "retain_uids"])
     assert out.DeviceSerialNumber == "SN-12345"
     assert out.InstitutionName == "Moorfields Eye Hospital"
-    assert out.SOPInstanceUID == "1.2.826.0.1.3680043.10.1143.1.1"
+    assert out.SOPInstanceUID == SOP_UID
     assert out.file_meta.MediaStorageSOPInstanceUID == out.SOPInstanceUID
 
 
@@ -147,16 +140,13 @@ def test_profile_options():
 
 
 def test_uids_mapped_consistently_registered_uids_kept():
-    ref = Dataset()
-    ref.ReferencedSOPClassUID = OP
-    ref.ReferencedSOPInstanceUID = "1.2.826.0.1.3680043.10.1143.1.1"  # the file's own SOP instance
-    code = Dataset()
-    code.CodeValue, code.CodingSchemeDesignator, code.CodeMeaning = "121311", "DCM", "Localizer"
-    code.ContextUID = "1.2.840.10008.6.1.18"  # a registered context group UID
-    ref.PurposeOfReferenceCodeSequence = [code]
+    code = dataset(CodeValue="121311", CodingSchemeDesignator="DCM", CodeMeaning="Localizer",
+                   ContextUID="1.2.840.10008.6.1.18")  # a registered context group UID
+    ref = dataset(ReferencedSOPClassUID=OP, ReferencedSOPInstanceUID=SOP_UID,  # the file's own SOP instance
+                  PurposeOfReferenceCodeSequence=[code])
     out = run(op_file(ReferencedImageSequence=Sequence([ref])))
     item = out.ReferencedImageSequence[0]
-    assert item.ReferencedSOPInstanceUID == out.SOPInstanceUID == KEY.uid("1.2.826.0.1.3680043.10.1143.1.1")
+    assert item.ReferencedSOPInstanceUID == out.SOPInstanceUID == KEY.uid(SOP_UID)
     assert item.ReferencedSOPClassUID == OP == out.SOPClassUID
     assert item.PurposeOfReferenceCodeSequence[0].ContextUID == "1.2.840.10008.6.1.18"
     assert b"1.2.826.0.1.3680043.10.1143" not in to_bytes(out)
@@ -184,8 +174,7 @@ def test_quarantine_reasons(changes, reason):
 
 
 def test_unexpected_failure_is_quarantined_by_type_only():
-    with quiet():
-        ds = dcmread(io.BytesIO(op_file()))
+    ds = read(op_file())
     with pytest.raises(Quarantined) as caught:
         deidentify(ds, pseudonymizer=None)
     assert caught.value.reason == "de-identification failed: AttributeError"
@@ -217,18 +206,13 @@ def test_truncated_sequence_does_not_crash():
     data = op_file(OtherPatientIDsSequence=Sequence([Dataset()]),
                    ReferencedStudySequence=Sequence([Dataset()]))
     # Give the first element of the Referenced Study Sequence item an impossible length.
-    with quiet():
-        ds = dcmread(io.BytesIO(data))
+    ds = read(data)
     ds.ReferencedStudySequence[0].ReferencedSOPInstanceUID = "1.2.3.4"
-    buffer = io.BytesIO()
-    with quiet():
-        dcmwrite(buffer, ds, enforce_file_format=True)
-    raw = bytearray(buffer.getvalue())
+    raw = bytearray(write(ds))
     at = raw.index(b"\x08\x00\x55\x11UI")
     raw[at + 6:at + 8] = (0x7FF0).to_bytes(2, "little")
     try:
-        with quiet():
-            broken = dcmread(io.BytesIO(bytes(raw)))
+        broken = read(bytes(raw))
     except Exception:  # noqa: BLE001 - if pydicom refuses it outright, the pipeline quarantines it
         return
     try:
@@ -243,9 +227,7 @@ def test_truncated_sequence_does_not_crash():
 
 
 def test_overlays_removed_unless_clean_graphics():
-    data = op_file()
-    with quiet():
-        ds = dcmread(io.BytesIO(data))
+    ds = read(op_file())
     ds.add_new(0x60000010, "US", 4)
     ds.add_new(0x60000011, "US", 4)
     ds.add_new(0x60000022, "LO", "Jane Smith annotation")
@@ -257,8 +239,7 @@ def test_overlays_removed_unless_clean_graphics():
 
 
 def test_private_blocks_removed_at_every_depth():
-    with quiet():
-        ds = dcmread(io.BytesIO(op_file()))
+    ds = read(op_file())
     ds.private_block(0x0029, "ACME 1.0", create=True).add_new(0x01, "LO", "Smith")
     ds.AnatomicRegionSequence[0].private_block(0x0011, "ACME 1.0", create=True).add_new(0x02, "LO", "Jane")
     out = deidentify(ds, pseudonymizer=KEY)

@@ -1,0 +1,99 @@
+"""Ground truth of a synthetic eye hospital: who was imaged, what was written, what is identifying.
+
+`imaging.synth.generate_hospital` fills a `HospitalSummary`; tests and benchmarks read it
+to check a pipeline's output against what the landing zone really holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PatientTruth:
+    patient_id: str  # 10-digit NHS-number-like (999 test range, valid mod-11 check digit)
+    issuer: str
+    family_name: str
+    given_name: str
+    birth_date: str  # ISO YYYY-MM-DD
+    sex: str  # "F" / "M"
+    address: str  # house and street, e.g. "12 Larkspur Lane"
+    town: str
+    postcode: str
+    sites: list[str] = field(default_factory=list)  # every site that holds this person
+    imaged_sites: list[str] = field(default_factory=list)
+    hospital_numbers: dict[str, str] = field(default_factory=dict)  # site -> local MRN
+
+    @property
+    def dicom_name(self) -> str:
+        return f"{self.family_name.upper()}^{self.given_name.upper()}"
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.given_name} {self.family_name}"
+
+
+@dataclass(frozen=True)
+class InstanceTruth:
+    rel_path: str  # relative to the landing root
+    date: str  # ISO partition date
+    site: str
+    patient_id: str
+    modality: str  # "OPT" / "OP"
+    laterality: str  # "R" / "L"
+    sop_class_uid: str
+    sop_instance_uid: str
+    study_uid: str
+    series_uid: str
+    referenced_sop_instance_uid: str | None  # the baseline (same modality/eye, earlier date)
+    frames: int
+
+
+@dataclass
+class HospitalSummary:
+    landing: str
+    seed: int
+    sites: list[str]
+    dates: list[str]
+    dicom_files: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (date, site)
+    broken_files: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    broken_kinds: dict[str, str] = field(default_factory=dict)  # rel path -> notes|empty|truncated|garbage
+    patients: list[PatientTruth] = field(default_factory=list)
+    instances: list[InstanceTruth] = field(default_factory=list)
+    clinical_rows: dict[tuple[str, str], int] = field(default_factory=dict)
+    clinical_records: dict[tuple[str, str], list[dict[str, str]]] = field(default_factory=dict)
+    clinical_columns: dict[str, list[str]] = field(default_factory=dict)  # site -> header
+    _identifiers: set[str] = field(default_factory=set, repr=False)
+
+    def identifying_strings(self) -> list[str]:
+        """Every identifying string actually written (patient names in each spelling used,
+        ids, NHS numbers, MRNs, addresses, postcodes, birth dates in each format used,
+        staff, institutions, stations, serials, accession/study/request ids, source UIDs).
+        Names appear in upper and mixed case: compare case-insensitively."""
+        return sorted(self._identifiers)
+
+    def expected_clinical_date(self, date: str, site: str, patient_id: str) -> str | None:
+        """Date of the extract the as-of rule picks: the latest of that site's extracts dated
+        on or before `date` that holds the patient."""
+        for day in sorted((d for d in self.dates if d <= date), reverse=True):
+            if any(r["patient_id"] == patient_id for r in self.clinical_records.get((day, site), [])):
+                return day
+        return None
+
+    def expected_clinical(self, date: str, site: str, patient_id: str) -> dict[str, str] | None:
+        """The as-of clinical row (as written to the CSV) for an image, or None."""
+        day = self.expected_clinical_date(date, site, patient_id)
+        if day is None:
+            return None
+        return next(r for r in self.clinical_records[(day, site)] if r["patient_id"] == patient_id)
+
+    @property
+    def unmatched_images(self) -> list[InstanceTruth]:
+        """Images with no clinical record on or before their date at their site."""
+        return [i for i in self.instances if self.expected_clinical_date(i.date, i.site, i.patient_id) is None]
+
+    @property
+    def earlier_day_matches(self) -> list[InstanceTruth]:
+        """Images whose as-of record comes from an earlier day's extract."""
+        return [i for i in self.instances
+                if (self.expected_clinical_date(i.date, i.site, i.patient_id) or i.date) < i.date]
