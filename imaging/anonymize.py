@@ -47,6 +47,12 @@ def _value(ds, keyword):
     return None if value in (None, "") else str(value)
 
 
+def _iso(dicom_date):
+    """A DICOM date (already shifted) as ISO 8601, the form researchers' tools read."""
+    day = parse_date(dicom_date, ("%Y%m%d",))
+    return day.isoformat() if day else None
+
+
 def _int(ds, keyword):
     try:
         return int(ds.get(keyword)) if ds.get(keyword) not in (None, "") else None
@@ -95,7 +101,7 @@ def _publish(job, pseudonymizer, profile, row, deidentify, to_bytes):
         relative, hashlib.sha256(payload).hexdigest(), len(payload), _value(out, "PatientID"),
         _value(out, "StudyInstanceUID"), _value(out, "SeriesInstanceUID"), _value(out, "SOPInstanceUID"),
         _value(out, "SOPClassUID"), _value(out, "Modality"),
-        _value(out, "ImageLaterality") or _value(out, "Laterality"), _value(out, "StudyDate"),
+        _value(out, "ImageLaterality") or _value(out, "Laterality"), _iso(_value(out, "StudyDate")),
         _value(out, "Manufacturer"), _value(out, "ManufacturerModelName"), _int(out, "Rows"), _int(out, "Columns"),
         _int(out, "NumberOfFrames") or 1, bool(row["has_clinical_record"]),
     )

@@ -151,3 +151,19 @@ def test_follow_up_references_name_the_published_baseline(hospital, warehouse):
         ds = pydicom.dcmread(by_source[instance.rel_path], stop_before_pixels=True)
         assert ds.ReferencedImageSequence[0].ReferencedSOPInstanceUID == \
             published_uid[instance.referenced_sop_instance_uid]
+
+
+def test_published_dates_are_shifted_per_patient(warehouse):
+    import datetime as dt
+    import os
+
+    from imaging.pseudonym import Pseudonymizer
+
+    p = Pseudonymizer(os.environ["IMAGING_PSEUDONYM_KEY"])
+    index = {r["source_path"]: r for r in table(warehouse / "identifiable/raw_image_index")}
+    manifest = {r["output_path"]: r for r in table(warehouse / "deidentified/anonymized_images/manifest")}
+    for entry in table(warehouse / "identifiable/anonymization_ledger"):
+        source, published = index[entry["source_path"]], manifest[entry["output_path"]]
+        shift = p.date_shift_days(source["issuer_of_patient_id"] or "NHS", source["patient_id"])
+        real = dt.datetime.strptime(source["study_date"], "%Y%m%d").date()
+        assert published["study_date"] == (real + dt.timedelta(days=shift)).isoformat() != real.isoformat()
