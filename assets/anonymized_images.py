@@ -3,7 +3,6 @@
 import math
 
 from dagster import AssetExecutionContext, MaterializeResult, asset
-from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
 from assets import schemas
@@ -80,11 +79,12 @@ def anonymized_images(context: AssetExecutionContext, spark: SparkResource, land
     warehouse.replace_partitions(ledger, IDENTIFIABLE, LEDGER, ("date", "site"), pairs, ["source_path"])
     warehouse.replace_partitions(quarantine, IDENTIFIABLE, QUARANTINE, ("date", "site"), pairs, ["source_path"])
 
-    counts = dict(outcome.map(lambda r: (r[0], 1)).reduceByKey(lambda a, b: a + b).collect())
-    reasons = dict(outcome.filter(lambda r: r[0] == "quarantined").map(lambda r: (r[5], 1))
-                   .reduceByKey(lambda a, b: a + b).collect())
+    # One pass: (status, reason) has a handful of values whatever the input size.
+    tally = outcome.map(lambda r: ((r[0], r[5] if r[0] == "quarantined" else None), 1)) \
+        .reduceByKey(lambda a, b: a + b).collect()
     outcome.unpersist()
-    done, held = counts.get("published", 0), counts.get("quarantined", 0)
+    reasons = {reason: n for (status, reason), n in tally if status == "quarantined"}
+    done, held = sum(n for (status, _), n in tally if status == "published"), sum(reasons.values())
     if done + held != images:
         raise RuntimeError(f"{images} images in but {done} published + {held} quarantined")
     context.log.info(f"{images} images: {done} published de-identified, {held} quarantined")

@@ -9,6 +9,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from assets.anonymized_images import MANIFEST, load_policy, manifest_schema
 from imaging import fs as fsx
+from imaging.clinical import ClinicalPolicy
 from imaging.cohort import CohortDefinition, load_cohorts
 from imaging.config import PLATFORM_DIR
 from imaging.release import copy_partition, sha256_file
@@ -33,10 +34,9 @@ def _single_file(spark_dir: str, target: str, suffix: str) -> None:
     fsx.remove(spark_dir)
 
 
-def build_release(session, cohort: CohortDefinition, manifest, warehouse: Warehouse, deid: Deidentifier,
-                  files_per_task: int) -> dict:
+def build_release(session, cohort: CohortDefinition, manifest, policy: ClinicalPolicy, warehouse: Warehouse,
+                  deid: Deidentifier, files_per_task: int) -> dict:
     """Stage one cohort's release, then publish it, or confirm the published one is identical."""
-    policy = load_policy()
     staging = warehouse.staging(DEIDENTIFIED)
     selected = manifest.where(cohort.sql_predicate()).persist()
     images = selected.count()
@@ -97,10 +97,12 @@ def build_release(session, cohort: CohortDefinition, manifest, warehouse: Wareho
 def published_cohort(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
                      warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
     session = spark.spark_session
-    manifest = warehouse.read_partitions(session, DEIDENTIFIED, MANIFEST, manifest_schema(load_policy()), ("batch",))
+    policy = load_policy()
+    manifest = warehouse.read_partitions(session, DEIDENTIFIED, MANIFEST, manifest_schema(policy), ("batch",))
     releases = {}
     for cohort in load_cohorts(PLATFORM_DIR / "cohorts"):
-        releases[cohort.name] = build_release(session, cohort, manifest, warehouse, deid, landing.files_per_task)
+        releases[cohort.name] = build_release(session, cohort, manifest, policy, warehouse, deid,
+                                               landing.files_per_task)
         context.log.info(f"cohort {cohort.name} {cohort.release}: {releases[cohort.name]['state']}, "
                          f"{releases[cohort.name]['images']} images")
     return MaterializeResult(metadata={

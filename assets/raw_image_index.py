@@ -51,10 +51,11 @@ def raw_image_index(context: AssetExecutionContext, spark: SparkResource, landin
     warehouse.replace_partitions(index, IDENTIFIABLE, TABLE, ("date", "site"), pairs, ["source_path"])
     warehouse.replace_partitions(quarantine, IDENTIFIABLE, QUARANTINE, ("date", "site"), pairs, ["source_path"])
 
-    counts = {r["status"]: r["n"] for r in records.groupBy("status").agg(F.count("*").alias("n")).collect()}
-    reasons = {r["reason"]: r["n"] for r in records.where("status = 'quarantined'")
-               .groupBy("reason").agg(F.count("*").alias("n")).collect()}
-    indexed, quarantined = counts.get("indexed", 0), counts.get("quarantined", 0)
+    # One pass for both figures: (status, reason) has a handful of values whatever the input size.
+    tally = records.groupBy("status", "reason").count().collect()
+    reasons = {r["reason"]: r["count"] for r in tally if r["status"] == "quarantined"}
+    indexed = sum(r["count"] for r in tally if r["status"] == "indexed")
+    quarantined = sum(reasons.values())
     listing.unpersist()
     records.unpersist()
     if indexed + quarantined != listed:  # every file is indexed or quarantined, never lost

@@ -15,8 +15,9 @@ import pydicom
 
 from imaging import fs as fsx
 from imaging.clinical import ClinicalPolicy, parse_date
+from imaging.deid import Quarantined, deidentify, load_profile, quiet, to_bytes
+from imaging.index import header_int, header_text, laterality
 from imaging.pseudonym import Pseudonymizer
-from imaging.deid.quiet import quiet
 
 # Manifest columns before the clinical ones; all published values are de-identified.
 MANIFEST_FIELDS = (
@@ -42,44 +43,28 @@ class AnonymizeJob:
         return pseudonymizer.token("batch", date, site)
 
 
-def _value(ds, keyword):
-    value = ds.get(keyword)
-    return None if value in (None, "") else str(value)
-
-
 def _iso(dicom_date):
     """A DICOM date (already shifted) as ISO 8601, the form researchers' tools read."""
     day = parse_date(dicom_date, ("%Y%m%d",))
     return day.isoformat() if day else None
 
 
-def _int(ds, keyword):
-    try:
-        return int(ds.get(keyword)) if ds.get(keyword) not in (None, "") else None
-    except (TypeError, ValueError):
-        return None
-
-
 def anonymize_partition(job: AnonymizeJob, rows):
     """Linked rows -> ('published', ...) or ('quarantined', ...) tuples (see assets/anonymized_images)."""
-    from imaging.deid import Quarantined, deidentify, load_profile, to_bytes
-
     pseudonymizer = Pseudonymizer(job.key)
     profile = load_profile(job.options)
     with quiet():  # pydicom's warnings quote header values: keep them out of executor logs
         for row in rows:
             base = (row["date"], row["site"], row["source_path"], row["sha256"])
             try:
-                yield ("published", *base, *_publish(job, pseudonymizer, profile, row, deidentify, to_bytes))
+                yield ("published", *base, *_publish(job, pseudonymizer, profile, row))
             except Quarantined as reason:
                 yield ("quarantined", *base, str(reason))
             except Exception as error:  # noqa: BLE001 - one bad file never stops the partition
                 yield ("quarantined", *base, f"de-identification failed ({type(error).__name__})")
 
 
-def _publish(job, pseudonymizer, profile, row, deidentify, to_bytes):
-    from imaging.deid import Quarantined
-
+def _publish(job, pseudonymizer, profile, row):
     fs, path = fsx.filesystem(row["source_path"])
     with fs.open(path, "rb") as handle:
         data = handle.read()
@@ -87,8 +72,9 @@ def _publish(job, pseudonymizer, profile, row, deidentify, to_bytes):
         raise Quarantined("source file changed since it was indexed")
     clinical = row["clinical"] or {}
     ds = pydicom.dcmread(io.BytesIO(data))
+    known = job.policy.identifying_values({**clinical, "patient_id": row["patient_id"] or ""})
     out = deidentify(ds, pseudonymizer=pseudonymizer, profile=profile, issuer_default=job.default_issuer,
-                     extra_identifiers=job.policy.identifying_values({**clinical, "patient_id": row["patient_id"] or ""}))
+                     extra_identifiers=known)
     payload = to_bytes(out)
     batch = job.batch(pseudonymizer, row["date"], row["site"])
     relative = f"{FILES}/{batch}/{out.SOPInstanceUID}.dcm"
@@ -97,13 +83,12 @@ def _publish(job, pseudonymizer, profile, row, deidentify, to_bytes):
     issuer = row["issuer_of_patient_id"] or job.default_issuer
     shift = pseudonymizer.date_shift_days(issuer, row["patient_id"] or "")
     scan = parse_date(row["study_date"], ("%Y%m%d",)) or dt.date.fromisoformat(row["date"])
+    text = lambda keyword: header_text(out, keyword)  # noqa: E731
     described = (
-        relative, hashlib.sha256(payload).hexdigest(), len(payload), _value(out, "PatientID"),
-        _value(out, "StudyInstanceUID"), _value(out, "SeriesInstanceUID"), _value(out, "SOPInstanceUID"),
-        _value(out, "SOPClassUID"), _value(out, "Modality"),
-        _value(out, "ImageLaterality") or _value(out, "Laterality"), _iso(_value(out, "StudyDate")),
-        _value(out, "Manufacturer"), _value(out, "ManufacturerModelName"), _int(out, "Rows"), _int(out, "Columns"),
-        _int(out, "NumberOfFrames") or 1, bool(row["has_clinical_record"]),
+        relative, hashlib.sha256(payload).hexdigest(), len(payload), text("PatientID"), text("StudyInstanceUID"),
+        text("SeriesInstanceUID"), text("SOPInstanceUID"), text("SOPClassUID"), text("Modality"), laterality(out),
+        _iso(text("StudyDate")), text("Manufacturer"), text("ManufacturerModelName"), header_int(out, "Rows"),
+        header_int(out, "Columns"), header_int(out, "NumberOfFrames") or 1, bool(row["has_clinical_record"]),
     )
     fields = job.policy.apply(clinical, scan_date=scan, shift_days=shift,
                               token=lambda column, value: pseudonymizer.token("clinical", column, value))

@@ -46,7 +46,7 @@ class NotAnInstance(ValueError):
     """A readable file that is not an addressable DICOM instance; the message is the reason."""
 
 
-def _text(ds: pydicom.Dataset, keyword: str) -> str | None:
+def header_text(ds: pydicom.Dataset, keyword: str) -> str | None:
     """A header value as text, or None when absent or unreadable (malformed values do occur)."""
     try:
         value = ds.get(keyword)
@@ -57,12 +57,17 @@ def _text(ds: pydicom.Dataset, keyword: str) -> str | None:
     return str(value).strip("\x00 ") or None
 
 
-def _int(ds: pydicom.Dataset, keyword: str) -> int | None:
-    text = _text(ds, keyword)
+def header_int(ds: pydicom.Dataset, keyword: str) -> int | None:
+    text = header_text(ds, keyword)
     try:
         return int(float(text)) if text is not None else None
     except ValueError:
         return None
+
+
+def laterality(ds: pydicom.Dataset) -> str | None:
+    """The eye imaged: Image Laterality, else the series' Laterality."""
+    return header_text(ds, "ImageLaterality") or header_text(ds, "Laterality")
 
 
 def header_row(handle, url: str, size: int) -> dict:
@@ -72,29 +77,29 @@ def header_row(handle, url: str, size: int) -> dict:
         digest.update(chunk)
     handle.seek(0)
     ds = pydicom.dcmread(handle, stop_before_pixels=True)  # no force: Part 10 files only
-    if not _text(ds, "SOPInstanceUID") or not _text(ds, "SOPClassUID"):
+    if not header_text(ds, "SOPInstanceUID") or not header_text(ds, "SOPClassUID"):
         raise NotAnInstance("no SOP Instance UID or SOP Class UID")
     meta = getattr(ds, "file_meta", None)
     return {
         "source_path": url,
         "size_bytes": size,
         "sha256": digest.hexdigest(),
-        "sop_instance_uid": _text(ds, "SOPInstanceUID"),
-        "study_instance_uid": _text(ds, "StudyInstanceUID"),
-        "series_instance_uid": _text(ds, "SeriesInstanceUID"),
-        "sop_class_uid": _text(ds, "SOPClassUID"),
-        "modality": _text(ds, "Modality"),
-        "laterality": _text(ds, "ImageLaterality") or _text(ds, "Laterality"),
-        "patient_id": _text(ds, "PatientID"),
-        "issuer_of_patient_id": _text(ds, "IssuerOfPatientID"),
-        "study_date": _text(ds, "StudyDate"),
-        "study_time": _text(ds, "StudyTime"),
-        "manufacturer": _text(ds, "Manufacturer"),
-        "model": _text(ds, "ManufacturerModelName"),
-        "rows": _int(ds, "Rows"),
-        "columns": _int(ds, "Columns"),
-        "number_of_frames": _int(ds, "NumberOfFrames") or 1,
-        "transfer_syntax_uid": _text(meta, "TransferSyntaxUID") if meta is not None else None,
+        "sop_instance_uid": header_text(ds, "SOPInstanceUID"),
+        "study_instance_uid": header_text(ds, "StudyInstanceUID"),
+        "series_instance_uid": header_text(ds, "SeriesInstanceUID"),
+        "sop_class_uid": header_text(ds, "SOPClassUID"),
+        "modality": header_text(ds, "Modality"),
+        "laterality": laterality(ds),
+        "patient_id": header_text(ds, "PatientID"),
+        "issuer_of_patient_id": header_text(ds, "IssuerOfPatientID"),
+        "study_date": header_text(ds, "StudyDate"),
+        "study_time": header_text(ds, "StudyTime"),
+        "manufacturer": header_text(ds, "Manufacturer"),
+        "model": header_text(ds, "ManufacturerModelName"),
+        "rows": header_int(ds, "Rows"),
+        "columns": header_int(ds, "Columns"),
+        "number_of_frames": header_int(ds, "NumberOfFrames") or 1,
+        "transfer_syntax_uid": header_text(meta, "TransferSyntaxUID") if meta is not None else None,
     }
 
 

@@ -25,12 +25,12 @@ def main() -> int:
     settings = load_settings()
     ident, deid = Path(settings.identifiable), Path(settings.deidentified)
     print(f"Warehouse: {settings.warehouse}")
-    print(f"  identifiable/ (restricted)")
+    print("  identifiable/ (restricted)")
     for table in ("raw_image_index", "quarantine/raw_image_index", "quarantine/clinical_extracts",
                   "linked_patient_metadata", "anonymization_ledger", "quarantine/anonymized_images"):
         print(f"    {table:32s} {rows(ident / table):6d} rows")
     files = list((deid / "anonymized_images/files").rglob("*.dcm"))
-    print(f"  deidentified/ (releasable)")
+    print("  deidentified/ (releasable)")
     print(f"    {'anonymized_images/files':32s} {len(files):6d} DICOM files")
     print(f"    {'anonymized_images/manifest':32s} {rows(deid / 'anonymized_images/manifest'):6d} rows")
     failed = 0

@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pyarrow.dataset as pads
 import pydicom
-import pytest
 
 from conftest import DATES, ROOT, SITES, run_assets
 from imaging.release import verify_release
