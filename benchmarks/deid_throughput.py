@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/deid_throughput.py [--files 12] [--frames 49] [--rows 496] [--cols 512]
 
-Generates OPT volumes with imaging.synth in a temp directory, then times, over the same files and in the same run:
+Generates OPT volumes with synth in a temp directory, then times, over the same files and in the same run:
   copy     read the file's bytes and write them to a new file (the floor)
   pydicom  dcmread + encode to Part 10 + write, with no de-identification
   deid     dcmread + deidentify + to_bytes + write (what a Spark task does per file)
@@ -29,7 +29,7 @@ from imaging.pseudonym import Pseudonymizer  # noqa: E402
 
 def synth_files(root: Path, count: int, shape: tuple[int, int, int]) -> list[Path]:
     """OPT files from the project's synthetic hospital (one site, one day, enough patients)."""
-    from imaging.synth import generate_hospital
+    from synth import generate_hospital
 
     summary = generate_hospital(root, seed=1, sites=("site-a",), dates=("2024-03-01",),
                                 patients_per_site=max(2, count), oct_shape=shape, fundus_shape=(64, 64),
@@ -82,7 +82,7 @@ def main() -> None:
             results[label] = timed(label, files, out, work)
 
         mb = size / 1e6
-        print(f"{len(files)} OPT files from imaging.synth ({args.frames}x{args.rows}x{args.cols}), "
+        print(f"{len(files)} OPT files from synth ({args.frames}x{args.rows}x{args.cols}), "
               f"{mb / len(files):.1f} MB each, {mb:.0f} MB total (generated in {made:.1f} s)")
         for label, seconds in results.items():
             print(f"  {label:8s} {len(files) / seconds:8.1f} files/s {mb / seconds:9.1f} MB/s "

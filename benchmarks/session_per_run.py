@@ -33,7 +33,7 @@ def materialize(module: str, warehouse: str) -> float:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
-    from imaging.synth import generate_hospital
+    from synth import generate_hospital
 
     (ROOT / "home").mkdir()
     generate_hospital(ROOT / "landing", seed=3, sites=("site-a",), dates=("2024-03-01",))

@@ -25,7 +25,7 @@ FIRST_SITE="${SITES%%,*}"; LAST_SITE="${SITES##*,}"
 DATES="$FIRST,$(date -d "$FIRST + 1 day" +%F),$LAST"
 
 echo "== Generating a synthetic hospital in $IMAGING_LANDING (sites $SITES, $FIRST to $LAST)"
-.venv/bin/python -m imaging.synth --out "$IMAGING_LANDING" --seed 7 --sites "$SITES" --dates "$DATES"
+.venv/bin/python -m synth --out "$IMAGING_LANDING" --seed 7 --sites "$SITES" --dates "$DATES"
 
 echo "== Materializing raw_image_index, linked_patient_metadata, anonymized_images ($FIRST..$LAST x $SITES, one run)"
 .venv/bin/dagster asset materialize -m definitions \

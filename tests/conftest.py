@@ -27,7 +27,7 @@ os.environ.update({
 @pytest.fixture(scope="session")
 def hospital():
     """The synthetic hospital in the landing zone, with its ground truth."""
-    from imaging.synth import generate_hospital
+    from synth import generate_hospital
 
     return generate_hospital(ROOT / "landing", seed=11, sites=SITES, dates=DATES)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow.dataset as pads
 
-from imaging.synth import generate_hospital
+from synth import generate_hospital
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -77,7 +77,7 @@ def test_pydicom_files_stay_valid(options, tmp_path):
 
 
 def test_synthetic_opt_and_op_stay_valid(tmp_path):
-    synth = pytest.importorskip("imaging.synth")
+    synth = pytest.importorskip("synth")
     summary = synth.generate_hospital(tmp_path / "landing", seed=9, dates=("2024-03-01", "2024-03-02"),
                                       patients_per_site=2)
     modalities, problems = set(), {}

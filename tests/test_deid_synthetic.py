@@ -1,4 +1,4 @@
-"""The synthetic eye hospital (imaging.synth): leaks against its ground truth, references, pseudonyms, dates."""
+"""The synthetic eye hospital (synth): leaks against its ground truth, references, pseudonyms, dates."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pydicom import dcmread
 from imaging.deid import Quarantined, deidentify, load_profile, quiet, to_bytes
 from imaging.pseudonym import Pseudonymizer
 
-synth = pytest.importorskip("imaging.synth")
+synth = pytest.importorskip("synth")
 KEY = Pseudonymizer("synthetic-hospital-key")
 
 

@@ -5,7 +5,7 @@ import hashlib
 import pytest
 
 from imaging.index import RECORD_FIELDS, index_partition
-from imaging.synth import generate_hospital
+from synth import generate_hospital
 
 
 @pytest.fixture(scope="module")

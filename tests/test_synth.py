@@ -1,4 +1,4 @@
-"""Tests for the synthetic eye hospital (imaging.synth): pure Python, no Spark."""
+"""Tests for the synthetic eye hospital (synth): pure Python, no Spark."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pydicom
 import pytest
 
-from imaging import synth
-from imaging.synth_dicom import OP_SOP_CLASS, OPT_SOP_CLASS, PRIVATE_CREATOR
+import synth
+from synth.dicom import OP_SOP_CLASS, OPT_SOP_CLASS, PRIVATE_CREATOR
 
 OCT_SHAPE = (8, 64, 64)
 

@@ -1,6 +1,6 @@
 """The OPT and OP dataset builders of the synthetic eye hospital.
 
-`imaging.synth` decides *who* is imaged *when*; this module turns one planned image
+`synth` decides *who* is imaged *when*; this module turns one planned image
 (an `ImageSpec`) into a Part 10 file that is as valid as practical against the
 Ophthalmic Tomography (OPT) and Ophthalmic Photography 8 Bit (OP) IODs, while carrying
 the identifying values real exports carry (names, ids, addresses, staff, private tags).
@@ -16,8 +16,8 @@ from pydicom.filewriter import dcmwrite
 from pydicom.sequence import Sequence
 from pydicom.uid import ExplicitVRLittleEndian
 
-from imaging.synth_pixels import fundus_photo, oct_volume
-from imaging.synth_spec import ImageSpec
+from synth.pixels import fundus_photo, oct_volume
+from synth.spec import ImageSpec
 
 OPT_SOP_CLASS = "1.2.840.10008.5.1.4.1.1.77.1.5.4"  # Ophthalmic Tomography Image Storage
 OP_SOP_CLASS = "1.2.840.10008.5.1.4.1.1.77.1.5.1"  # Ophthalmic Photography 8 Bit Image Storage

@@ -2,7 +2,7 @@
 
 Each site has its own header (site-b spells names and dates differently), records evolve
 from day to day, and the extracts leave designed gaps so the as-of join has work to do
-(see the plan in `imaging.synth`).
+(see the plan in `synth`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import csv
 import random
 from pathlib import Path
 
-from imaging.synth_truth import HospitalSummary, PatientTruth
+from synth.truth import HospitalSummary, PatientTruth
 
 SITE_A_COLUMNS = ["patient_id", "nhs_number", "full_name", "date_of_birth", "sex", "postcode",
                   "address", "diagnosis_code", "visual_acuity_logmar", "notes"]

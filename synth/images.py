@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imaging.synth_dicom import SOP_CLASS, build_dataset, encode_part10
-from imaging.synth_junk import garbage_bytes, notes_bytes, truncated_bytes
-from imaging.synth_spec import ImageSpec, PatientHeader, StudyHeader, derive_int, derive_uid, site_profile
-from imaging.synth_truth import HospitalSummary, InstanceTruth
+from synth.dicom import SOP_CLASS, build_dataset, encode_part10
+from synth.junk import garbage_bytes, notes_bytes, truncated_bytes
+from synth.spec import ImageSpec, PatientHeader, StudyHeader, derive_int, derive_uid, site_profile
+from synth.truth import HospitalSummary, InstanceTruth
 
 
 def _image_path(style: int, study_no: int, series_no: int, n: int, modality: str, eye: str) -> str:

@@ -1,6 +1,6 @@
 """Ground truth of a synthetic eye hospital: who was imaged, what was written, what is identifying.
 
-`imaging.synth.generate_hospital` fills a `HospitalSummary`; tests and benchmarks read it
+`synth.generate_hospital` fills a `HospitalSummary`; tests and benchmarks read it
 to check a pipeline's output against what the landing zone really holds.
 """
 

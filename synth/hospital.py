@@ -19,7 +19,7 @@ Per site, given >= 2 patients and >= 2 dates, the plan guarantees:
   * from the second site on, two slots are the same people (same NHS number) as two
     slots of the previous site.
 
-The parts live in `imaging.synth_*`: people, clinical (extracts), images (layouts and
+The parts live in `synth.*`: people, clinical (extracts), images (layouts and
 studies), spec/dicom/pixels/junk (file contents) and truth (the summary types).
 """
 
@@ -29,11 +29,11 @@ import argparse
 import random
 from pathlib import Path
 
-from imaging.synth_clinical import DIAGNOSES, SITE_A_COLUMNS, SITE_B_COLUMNS, write_clinical
-from imaging.synth_images import ImageWriter
-from imaging.synth_people import cast
-from imaging.synth_spec import SiteHeader
-from imaging.synth_truth import HospitalSummary, InstanceTruth, PatientTruth
+from synth.clinical import DIAGNOSES, SITE_A_COLUMNS, SITE_B_COLUMNS, write_clinical
+from synth.images import ImageWriter
+from synth.people import cast
+from synth.spec import SiteHeader
+from synth.truth import HospitalSummary, InstanceTruth, PatientTruth
 
 __all__ = ["DIAGNOSES", "SITE_A_COLUMNS", "SITE_B_COLUMNS", "HospitalSummary", "InstanceTruth", "PatientTruth",
            "generate_hospital", "main"]
@@ -93,7 +93,7 @@ def generate_hospital(landing, *, seed=7, sites=("site-a", "site-b"),
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m imaging.synth", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m synth", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="landing directory to write")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--sites", default="site-a,site-b", help="comma-separated site names")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import random
 from datetime import date as Date, timedelta
 
-from imaging.synth_spec import site_profile
-from imaging.synth_truth import PatientTruth
+from synth.spec import site_profile
+from synth.truth import PatientTruth
 
 SURNAMES = ["Ashdown", "Blackwood", "Carrow", "Dunmore", "Everleigh", "Fairbairn", "Greyling",
             "Hollinrake", "Inchbald", "Jessop", "Kettleborough", "Lumsden", "Marchbank",
