@@ -234,9 +234,9 @@ class PixelTextDetector:
             image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
         if self.settings.pad:
             image = ImageOps.expand(image, self.settings.pad, fill=int(np.median(grey[0])))
-        self._api.SetImage(image)
         for method in self.settings.thresholding:
             self._api.SetVariable("thresholding_method", THRESHOLDING[method])
+            self._api.SetImage(image)  # again per pass: Tesseract keeps the first pass's binary image
             if self._count_words() >= self.settings.min_words:
                 return True
         return False
