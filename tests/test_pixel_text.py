@@ -64,7 +64,10 @@ def test_settings_load_from_the_platform_file_and_refuse_unknown_keys():
     assert settings.frame_sample >= 1 and settings.thresholding == ("otsu", "adaptive_otsu")
     assert load_pixel_text_settings({}) == PixelTextSettings()
     assert load_pixel_text_settings({"thresholding": "sauvola"}).thresholding == ("sauvola",)
-    for bad in ({"min_confidance": 50}, {"frame_sample": 0}, {"thresholding": ["magic"]}, {"min_confidence": 101}):
+    assert settings.side_for("otsu") == settings.max_side and settings.side_for("adaptive_otsu") == 1024
+    assert load_pixel_text_settings({"pass_max_side": {"otsu": 512}}).side_for("otsu") == 512
+    for bad in ({"min_confidance": 50}, {"frame_sample": 0}, {"thresholding": ["magic"]}, {"min_confidence": 101},
+                {"pass_max_side": {"magic": 512}}, {"pass_max_side": [512]}):
         with pytest.raises(ValueError):
             load_pixel_text_settings(bad)
 
@@ -105,6 +108,13 @@ def test_burned_text_is_quarantined_and_clean_images_published(detector):
     assert detection >= MIN_DETECTION_RATE
     assert false_positive <= MAX_FALSE_POSITIVE_RATE
     assert detector.stats.files_checked - before == 2 * IMAGES  # one detector, reused for every file
+
+
+def test_large_photographs_are_read_too(detector):
+    """At 1536 px the adaptive pass reads a downscaled copy (pass_max_side); text is still found."""
+    for seed in range(3):
+        assert outcome(fundus_with_text(seed, shape=(1536, 1536)).data, detector) == TEXT_FOUND
+        assert outcome(clean_fundus(seed, shape=(1536, 1536)).data, detector) == "published"
 
 
 def test_flag_yes_quarantines_without_reading(detector):
