@@ -87,7 +87,7 @@ class IssuerPolicy:
         """The namespace of a site's patient ids."""
         namespace = self.sites.get(site, self.default_namespace)
         if namespace is None:
-            raise ValueError("issuers: a site has no namespace in platform/issuers.yaml")  # no site name: may be a path
+            raise ValueError(f"issuers: site {site!r} has no namespace in platform/issuers.yaml")
         return namespace
 
     def resolve(self, site: str, header_value: str | None) -> IssuerResolution:
