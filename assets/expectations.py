@@ -58,11 +58,12 @@ def build_suite(spec: Mapping):
     import great_expectations as gx
 
     expectations = []
-    for item in spec.get("expectations", []):
+    for position, item in enumerate(spec.get("expectations", [])):
         cls = getattr(gx.expectations, _camel(item["type"]), None)
         if cls is None:
             raise ValueError(f"suite {spec.get('name')!r}: unknown expectation type {item['type']!r}")
-        expectations.append(cls(**item.get("kwargs", {})))
+        # GX may return results in another order: the position in the suite finds each one's severity.
+        expectations.append(cls(**item.get("kwargs", {}), meta={"position": position}))
     return gx.ExpectationSuite(name=str(spec.get("name", "suite")), expectations=expectations)
 
 
@@ -79,8 +80,9 @@ def validate_suite(df: DataFrame, spec: Mapping) -> list[ExpectationResult]:
         outcome = batch.validate(suite, result_format="SUMMARY")
     severities = [str(item.get("severity", "ERROR")).upper() for item in spec.get("expectations", [])]
     results = []
-    for severity, res in zip(severities, outcome.results):
+    for res in sorted(outcome.results, key=lambda r: r.expectation_config.meta["position"]):
         config = res.expectation_config
+        severity = severities[config.meta["position"]]
         column = config.kwargs.get("column")
         label = f"{config.type}({column})" if column else config.type
         result = res.result or {}

@@ -200,7 +200,7 @@ def mandatory_attributes(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
 
 
 def _dicom_date(column: str) -> Column:
-    return F.try_to_date(F.col(column), F.lit("yyyyMMdd"))
+    return F.try_to_date(F.col(column), "yyyyMMdd")
 
 
 def study_date_in_future(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
@@ -374,7 +374,7 @@ def birth_date(policy: ClinicalPolicy) -> Column:
     The index holds no PatientBirthDate (headers are read for what the platform needs, and the
     clinical extract is the hospital's record of the person), so the extract is the one source.
     """
-    candidates = [F.try_to_date(F.col("clinical").getItem(alias), F.lit(java_date_pattern(fmt)))
+    candidates = [F.try_to_date(F.col("clinical").getItem(alias), java_date_pattern(fmt))
                   for alias in birth_date_columns(policy) for fmt in policy.date_formats]
     return F.coalesce(*candidates) if candidates else F.lit(None).cast("date")
 
