@@ -69,14 +69,16 @@ class KeyCounts:
 
     distribution: Distribution
     top: tuple[dict, ...] = ()
+    failed_partitions: tuple[str, ...] = ()  # when the key holds date and site: every partition over the max
 
 
 def count_per_key(df: DataFrame, keys: Sequence[str], ctx: QualityContext, *, maximum: float | None = None,
                   distinct: Sequence[str] | None = None, weight: str | None = None) -> KeyCounts:
     """Rows (or distinct values of `distinct`, or the sum of `weight`) per key.
 
-    One aggregation for the distribution; the top keys only when the maximum is above
-    `maximum`, by a bounded query (top N), so the driver never holds one row per key.
+    One aggregation for the distribution; only when the maximum is above `maximum`, the top keys
+    (a bounded query, top N) and the partitions holding any key over it (one row per partition),
+    so the driver never holds one row per key.
     """
     if distinct:
         value = F.countDistinct(*distinct)
@@ -92,10 +94,14 @@ def count_per_key(df: DataFrame, keys: Sequence[str], ctx: QualityContext, *, ma
         distribution = Distribution(int(row["keys"]), _num(row["lo"]), _num(row["hi"]),
                                     dict(zip(percentiles, [_num(v) for v in row["pct"] or [None] * len(percentiles)])))
         top: tuple[dict, ...] = ()
+        failed: tuple[str, ...] = ()
         if maximum is not None and (distribution.maximum or 0) > maximum:
-            top = tuple(r.asDict() for r in counts.where(F.col("n") > maximum)
-                        .orderBy(F.desc("n"), *keys).limit(ctx.rules.top_offenders).collect())
-        return KeyCounts(distribution, top)
+            over = counts.where(F.col("n") > maximum)
+            top = tuple(r.asDict() for r in over.orderBy(F.desc("n"), *keys).limit(ctx.rules.top_offenders).collect())
+            rows = over if {"date", "site"} <= set(keys) else df.join(over.select(*keys), list(keys), "left_semi")
+            if {"date", "site"} <= set(rows.columns):
+                failed = tuple(sorted(r["p"] for r in rows.select(partition_key().alias("p")).distinct().collect()))
+        return KeyCounts(distribution, top, failed)
     finally:
         counts.unpersist()
 
@@ -124,7 +130,7 @@ def scans_per_patient_site_day(index: DataFrame, ctx: QualityContext) -> CheckOu
     offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer,
                                   [f"{r['date']}|{r['site']}"]) for r in counts.top]
     return evaluate_max(rule, counts.distribution.maximum, distribution=counts.distribution, offenders=offenders,
-                        failed_partitions=[p for o in offenders for p in o.partitions])
+                        failed_partitions=counts.failed_partitions)
 
 
 def scans_per_patient(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
@@ -132,15 +138,13 @@ def scans_per_patient(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
     rule = ctx.rule(RAW, "scans_per_patient")
     patients = index.where(F.col("patient_id").isNotNull()).withColumn("_issuer", _issuer(ctx))
     counts = count_per_key(patients, ["_issuer", "patient_id"], ctx, maximum=rule.maximum)
-    offenders, failed = [], []
-    for r in counts.top:
+    offenders = []
+    for r in counts.top:  # where each offender's scans are (bounded per offender)
         where = (F.col("_issuer") == r["_issuer"]) & (F.col("patient_id") == r["patient_id"])
-        parts = _partitions_of(patients, where)
-        failed += parts
         offenders.append(patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"],
-                                          ctx.default_issuer, parts))
+                                          ctx.default_issuer, _partitions_of(patients, where)))
     return evaluate_max(rule, counts.distribution.maximum, distribution=counts.distribution, offenders=offenders,
-                        failed_partitions=failed)
+                        failed_partitions=counts.failed_partitions)
 
 
 def instances_per_series(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
@@ -150,7 +154,7 @@ def instances_per_series(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
     offenders = [uid_offender(ctx.pseudonymizer, r["series_instance_uid"], r["n"], [f"{r['date']}|{r['site']}"])
                  for r in counts.top]
     return evaluate_max(rule, counts.distribution.maximum, distribution=counts.distribution, offenders=offenders,
-                        failed_partitions=[p for o in offenders for p in o.partitions])
+                        failed_partitions=counts.failed_partitions)
 
 
 def series_per_study(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
@@ -161,7 +165,7 @@ def series_per_study(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
     offenders = [uid_offender(ctx.pseudonymizer, r["study_instance_uid"], r["n"], [f"{r['date']}|{r['site']}"])
                  for r in counts.top]
     return evaluate_max(rule, counts.distribution.maximum, distribution=counts.distribution, offenders=offenders,
-                        failed_partitions=[p for o in offenders for p in o.partitions])
+                        failed_partitions=counts.failed_partitions)
 
 
 def sop_instance_uid_in_one_partition(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
@@ -300,7 +304,7 @@ def linkage_fan_out(images: DataFrame, clinical: DataFrame, policy: ClinicalPoli
                                       [f"{r['date']}|{r['site']}"]) for r in people.top]
         affected = chosen.where(F.col("people") > rule.maximum).agg(F.sum("images").alias("n")).first()["n"] or 0
         fan_out = evaluate_max(rule, people.distribution.maximum, distribution=people.distribution,
-                               offenders=offenders, failed_partitions=[p for o in offenders for p in o.partitions],
+                               offenders=offenders, failed_partitions=people.failed_partitions,
                                details={"images_affected": int(affected)})
 
         rule = ctx.rule(LINKED, "images_per_record")
@@ -308,12 +312,8 @@ def linkage_fan_out(images: DataFrame, clinical: DataFrame, policy: ClinicalPoli
                                    maximum=rule.maximum, weight="images")
         offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer)
                      for r in per_record.top]
-        failed = []
-        for r in per_record.top:
-            failed += _partitions_of(chosen, (F.col("site") == r["site"]) & (F.col("patient_id") == r["patient_id"])
-                                     & (F.col("extract_date") == r["extract_date"]))
         fan_in = evaluate_max(rule, per_record.distribution.maximum, distribution=per_record.distribution,
-                              offenders=offenders, failed_partitions=failed)
+                              offenders=offenders, failed_partitions=per_record.failed_partitions)
         return [fan_out, fan_in]
     finally:
         chosen.unpersist()
@@ -347,14 +347,10 @@ def images_per_clinical_key(images: DataFrame, ctx: QualityContext) -> CheckOutc
     rule = ctx.rule(LINKED, "images_per_clinical_key")
     keyed = images.where(F.col("patient_id").isNotNull()).withColumn("_issuer", _issuer(ctx))
     counts = count_per_key(keyed, ["site", "_issuer", "patient_id"], ctx, maximum=rule.maximum)
-    offenders, failed = [], []
-    for r in counts.top:
-        parts = _partitions_of(keyed, (F.col("site") == r["site"]) & (F.col("patient_id") == r["patient_id"]))
-        failed += parts
-        offenders.append(patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"],
-                                          ctx.default_issuer, parts))
+    offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer)
+                 for r in counts.top]
     return evaluate_max(rule, counts.distribution.maximum, distribution=counts.distribution, offenders=offenders,
-                        failed_partitions=failed)
+                        failed_partitions=counts.failed_partitions)
 
 
 def unlinked_share(linked: DataFrame, ctx: QualityContext) -> CheckOutcome:

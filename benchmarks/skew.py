@@ -9,8 +9,8 @@ peak memory figures belong to that case alone:
 - skewed: `--hot-share` of the rows (default 90%) belong to ONE patient in ONE site-day; the rest
   spread over 20,000 patients x 5 days x 2 sites;
 - uniform: every row spread that way.
-Timed (after a small warm-up): the as-of join (`assets.quality.link_as_of`, written to Spark's
-`noop` sink so it runs in full) and the Spark checks of raw_image_index and linked_patient_metadata
+Timed (after a small warm-up): the as-of join (`assets.linked_patient_metadata.as_of_join`, or its
+salted copy `assets.quality.link_as_of`, written to Spark's `noop` sink so it runs in full) and the Spark checks of raw_image_index and linked_patient_metadata
 (Great Expectations suites excluded: column rules have no key to be skewed on; `--gx` adds them).
 Strategies for the image-to-record join: `aqe` (adaptive execution as configured in
 platform/spark.yaml: skew-join splitting on, broadcast of the small side chosen at run time),
@@ -67,8 +67,11 @@ def generate(spark, rows: int, hot_share: float, folder: str):
     """Index and clinical rows written as Parquet, then read back (the assets read tables)."""
     from pyspark.sql import functions as F
 
-    from assets import schemas
+    from imaging.catalogue import RAW_IMAGE_INDEX
+    from imaging.records import ClinicalRow, schema_of
+    from resources.spark import spark_schema
 
+    index_schema, clinical_schema = spark_schema(RAW_IMAGE_INDEX.schema), spark_schema(schema_of(ClinicalRow))
     ids = spark.range(rows).withColumnRenamed("id", "n")
     hot = F.col("n") < F.lit(int(rows * hot_share))
     patient = F.col("n") % PATIENTS
@@ -94,7 +97,7 @@ def generate(spark, rows: int, hot_share: float, folder: str):
         "rows": F.lit(496), "columns": F.lit(512), "number_of_frames": F.lit(49),
         "transfer_syntax_uid": F.lit("1.2.840.10008.1.2.1"), "date": date, "site": site_name,
     }
-    index = ids.select(*[columns[f.name].cast(f.dataType).alias(f.name) for f in schemas.RAW_IMAGE_INDEX.fields])
+    index = ids.select(*[columns[f.name].cast(f.dataType).alias(f.name) for f in index_schema.fields])
     index.write.mode("overwrite").partitionBy("date", "site").parquet(f"{folder}/index")
 
     # One record per patient per site on the first and third day, plus the hot patient's.
@@ -108,9 +111,9 @@ def generate(spark, rows: int, hot_share: float, folder: str):
                                      F.lit("date_of_birth"), F.lit("1950-06-15"), F.lit("sex"), F.lit("F"))
                         .alias("clinical")))
     clinical.write.mode("overwrite").parquet(f"{folder}/clinical")
-    return (spark.read.schema(schemas.RAW_IMAGE_INDEX).option("basePath", f"{folder}/index")
-            .parquet(f"{folder}/index").select(*schemas.RAW_IMAGE_INDEX.fieldNames()),
-            spark.read.schema(schemas.CLINICAL_ROW).parquet(f"{folder}/clinical"))
+    return (spark.read.schema(index_schema).option("basePath", f"{folder}/index")
+            .parquet(f"{folder}/index").select(*index_schema.fieldNames()),
+            spark.read.schema(clinical_schema).parquet(f"{folder}/clinical"))
 
 
 def run_checks(index, clinical, linked, gx: bool) -> dict:
@@ -173,18 +176,23 @@ def jvm_pid() -> int | None:
 def one_case(args) -> dict:
     """Runs in its own process: generate, warm up, time link + checks, report memory."""
     sys.path.insert(0, str(REPO))
+    from assets.linked_patient_metadata import as_of_join
     from assets.quality import link_as_of
 
     spark = session(args.strategy)
     salt = 16 if args.strategy == "salted" else 0
+
+    def link(index, clinical):  # the asset's own join; the salted variant is a copy with a salt
+        return link_as_of(index, clinical, salt_buckets=salt) if salt else as_of_join(index, clinical)
+
     folder = tempfile.mkdtemp(prefix="bench-skew-")
     try:
         warm_index, warm_clinical = generate(spark, 20_000, args.hot_share if args.skewed else 0.0, f"{folder}/warm")
-        link_as_of(warm_index, warm_clinical, salt_buckets=salt).write.format("noop").mode("overwrite").save()
+        link(warm_index, warm_clinical).write.format("noop").mode("overwrite").save()
         index, clinical = generate(spark, args.rows, args.hot_share if args.skewed else 0.0, f"{folder}/data")
 
         start = time.perf_counter()
-        linked = link_as_of(index, clinical, salt_buckets=salt)
+        linked = link(index, clinical)
         linked.write.format("noop").mode("overwrite").save()
         link_s = time.perf_counter() - start
         start = time.perf_counter()

@@ -13,6 +13,7 @@ publication must wait: a failed ERROR check blocks, a failed WARN check only sho
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
@@ -292,6 +293,34 @@ def publication_blockers(evaluations: Iterable[CheckEvaluation],
             continue
         blockers.append(Blocker(ev.asset, ev.check, hit))
     return sorted(blockers, key=lambda b: (b.asset, b.check))
+
+
+def covering(outcome: CheckOutcome, partitions: Iterable[str]) -> CheckOutcome:
+    """The outcome, stamped with the partitions its evaluation covered (a run's site-days)."""
+    return dataclasses.replace(outcome, partitions=_sorted_unique(partitions))
+
+
+def latest_by_partition(history: Sequence[CheckEvaluation]) -> CheckEvaluation | None:
+    """Fold one check's evaluations (newest first) into its current state per partition.
+
+    A per-run check covers the partitions of its run, so the newest evaluation covering a partition
+    decides for it; a failed evaluation that names no failed partitions fails all it covered. A
+    whole-table evaluation (no partitions) covers everything: the newest one decides alone.
+    """
+    if not history:
+        return None
+    newest = history[0]
+    if not newest.partitions:
+        return newest
+    decided: dict[str, bool] = {}
+    for ev in history:
+        if not ev.partitions:
+            break  # an older whole-table evaluation says nothing newer runs did not
+        failed_here = set(ev.failed_partitions or (() if ev.passed else ev.partitions))
+        for partition in ev.partitions:
+            decided.setdefault(partition, partition in failed_here)
+    failed = tuple(sorted(p for p, bad in decided.items() if bad))
+    return CheckEvaluation(newest.asset, newest.check, not failed, newest.severity, tuple(sorted(decided)), failed)
 
 
 def blocking_message(blockers: Sequence[Blocker], limit: int = 10) -> str:

@@ -15,11 +15,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField, StructType
 
 from assets import quality as q
-from assets import schemas
+from assets.linked_patient_metadata import as_of_join
+from imaging.catalogue import LINKED, RAW_IMAGE_INDEX
 from imaging.clinical import ClinicalPolicy
 from imaging.config import read_yaml
 from imaging.pseudonym import Pseudonymizer
 from imaging.quality import load_quality_rules
+from imaging.records import ClinicalRow, schema_of
+from resources.spark import spark_schema
 
 PSEUDO = Pseudonymizer(os.environ["IMAGING_PSEUDONYM_KEY"])
 CTX = q.QualityContext(load_quality_rules(), PSEUDO, "NHS", today=dt.date(2024, 6, 1))
@@ -27,7 +30,7 @@ POLICY = ClinicalPolicy.from_dict(read_yaml("clinical_policy.yaml"))
 DAYS = ("2024-03-01", "2024-03-02")
 SITES = ("site-a", "site-b")
 PATIENTS = ("9434765919", "9434765870", "9434765828")
-INDEX_FIELDS = schemas.RAW_IMAGE_INDEX.fieldNames()
+INDEX_FIELDS = RAW_IMAGE_INDEX.columns
 MANIFEST = StructType([StructField(n, t, True) for n, t in [
     ("batch", StringType()), ("output_path", StringType()), ("sha256", StringType()),
     ("patient_pseudonym", StringType()), ("study_instance_uid", StringType()), ("series_instance_uid", StringType()),
@@ -82,10 +85,11 @@ class Hospital:
         self.clinical.append((site, day, number, patient, {"full_name": name, "date_of_birth": birth, "sex": "F"}))
 
     def index(self, spark):
-        return spark.createDataFrame([tuple(r[f] for f in INDEX_FIELDS) for r in self.images], schemas.RAW_IMAGE_INDEX)
+        return spark.createDataFrame([tuple(r[f] for f in INDEX_FIELDS) for r in self.images],
+                                     spark_schema(RAW_IMAGE_INDEX.schema))
 
     def extracts(self, spark):
-        return spark.createDataFrame(self.clinical, schemas.CLINICAL_ROW)
+        return spark.createDataFrame(self.clinical, spark_schema(schema_of(ClinicalRow)))
 
 
 def no_raw_identifier(outcome, *raw):
@@ -106,7 +110,7 @@ def raw_outcomes(index, hospital):
 
 def linked_outcomes(spark, hospital):
     index, clinical = hospital.index(spark), hospital.extracts(spark)
-    linked = q.link_as_of(index, clinical)
+    linked = as_of_join(index, clinical)
     return {o.check: o for o in [
         *q.linkage_fan_out(index, clinical, POLICY, CTX), q.placeholder_keys(index, clinical, CTX),
         q.images_per_clinical_key(index, CTX), q.unlinked_share(linked, CTX),
@@ -192,7 +196,7 @@ def test_dates_in_the_future_or_before_birth_and_missing_attributes(spark):
     assert not raw["study_date_in_future"].passed and raw["study_date_in_future"].observed == 1
     assert raw["study_date_in_future"].offenders[0].pseudonym == PSEUDO.patient_id("NHS", future[0]["patient_id"])
     assert not raw["mandatory_attributes"].passed and raw["mandatory_attributes"].details["missing_modality"] == 1
-    before = q.study_before_birth(q.link_as_of(index, hospital.extracts(spark)), POLICY, CTX)
+    before = q.study_before_birth(as_of_join(index, hospital.extracts(spark)), POLICY, CTX)
     assert not before.passed and before.observed == 1 and before.failed_partitions == ("2024-03-01|site-b",)
     assert before.offenders[0].pseudonym == PSEUDO.patient_id("NHS", early[0]["patient_id"])
 
@@ -220,7 +224,7 @@ def test_great_expectations_suites_pass_clean_and_fail_without_quoting_values(sp
     assert warnings.details["unexpected expect_column_values_to_be_in_set(laterality)"] == 1
     assert no_raw_identifier(errors, hospital.images[0]["patient_id"], "not-a-digest")
     clean = Hospital()
-    linked = q.link_as_of(clean.index(spark), clean.extracts(spark)).select(*schemas.LINKED.fieldNames())
+    linked = as_of_join(clean.index(spark), clean.extracts(spark)).select(*LINKED.columns)
     assert all(o.passed for o in q.column_rules(linked, "linked_patient_metadata", CTX))
 
 
@@ -281,3 +285,13 @@ def test_release_checksums(tmp_path):
     (release / "images" / "a.dcm").write_bytes(b"b")
     outcome = q.release_checksums({"demo": str(release)}, CTX)
     assert not outcome.passed and outcome.details["problems_demo"] == 1
+
+
+def test_the_salted_join_links_exactly_as_the_asset_does(spark):
+    hospital = Hospital()
+    hospital.scans("2024-03-02", "site-a", PATIENTS[0], 30)  # a hot key for the salt to spread
+    index, clinical = hospital.index(spark), hospital.extracts(spark)
+    columns = ["source_path", "has_clinical_record", "clinical_extract_date", "clinical"]
+    plain = as_of_join(index, clinical).select(*columns).orderBy("source_path").collect()
+    salted = q.link_as_of(index, clinical, salt_buckets=4).select(*columns).orderBy("source_path").collect()
+    assert salted == plain and len(plain) == len(hospital.images)

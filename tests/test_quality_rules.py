@@ -6,7 +6,7 @@ import pytest
 
 from imaging.pseudonym import Pseudonymizer
 from imaging.quality import (ERROR, WARN, CheckEvaluation, Distribution, QualityRules, blocking_message,
-                             evaluate_balance, evaluate_max, java_date_pattern, load_quality_rules, parse_dicom_date,
+                             evaluate_balance, evaluate_max, latest_by_partition, java_date_pattern, load_quality_rules, parse_dicom_date,
                              patient_offender, publication_blockers, uid_offender)
 
 RULES = load_quality_rules()
@@ -97,3 +97,20 @@ def test_publication_blocked_by_failed_error_checks_on_partitions_read_only():
     assert "raw_image_index:scans_per_patient_site_day failed on 2024-03-02|site-a" in message
     assert "scans_per_patient failed on the whole table" in message
     assert publication_blockers(evaluations[1:3]) == []  # WARN failures and passed checks never block
+
+
+def test_the_newest_evaluation_covering_a_partition_decides_it():
+    a, b = "2024-03-01|site-a", "2024-03-02|site-a"
+    history = [  # newest first: b was re-run clean after both failed
+        CheckEvaluation("raw_image_index", "mandatory_attributes", True, ERROR, (b,)),
+        CheckEvaluation("raw_image_index", "mandatory_attributes", False, ERROR, (a, b), (a, b)),
+    ]
+    state = latest_by_partition(history)
+    assert not state.passed and state.failed_partitions == (a,) and state.partitions == (a, b)
+    assert publication_blockers([state])[0].partitions == (a,)
+    fixed = [CheckEvaluation("raw_image_index", "mandatory_attributes", True, ERROR, (a,))] + history
+    assert latest_by_partition(fixed).passed
+    # A failure that names no partition fails every partition it covered.
+    assert latest_by_partition([CheckEvaluation("x", "y", False, ERROR, (a, b))]).failed_partitions == (a, b)
+    whole = CheckEvaluation("raw_image_index", "scans_per_patient", False, ERROR)
+    assert latest_by_partition([whole]) == whole and latest_by_partition([]) is None
