@@ -63,10 +63,7 @@ def check_results(outcomes: Iterable[CheckOutcome], log=None, asset: str | None 
     results = []
     for outcome in outcomes:
         if not outcome.passed and log is not None:
-            log.warning(f"quality check {outcome.asset}:{outcome.check} failed ({outcome.severity}): observed "
-                        f"{outcome.observed:g}, threshold {outcome.threshold:g}"
-                        + (f", partitions {', '.join(outcome.failed_partitions[:10])}" if outcome.failed_partitions
-                           else ""))
+            log.warning(outcome.summary_line())
         results.append(check_result(outcome, asset))
     return results
 

@@ -155,6 +155,16 @@ class CheckOutcome:
     def blocking(self) -> bool:
         return self.severity == ERROR
 
+    def summary_line(self, limit: int = 10) -> str:
+        """One log line: check, verdict, figures and failed partitions (no offender, no value)."""
+        line = (f"quality check {self.asset}:{self.check} {'passed' if self.passed else 'failed'} ({self.severity}): "
+                f"observed {self.observed:g}" + (f", threshold {self.threshold:g}" if self.threshold is not None else ""))
+        if self.failed_partitions:
+            shown = ", ".join(self.failed_partitions[:limit])
+            more = len(self.failed_partitions) - limit
+            line += f"; partitions {shown}" + (f" (+{more} more)" if more > 0 else "")
+        return line
+
     def as_metadata(self) -> dict:
         """Plain JSON values only: numbers, pseudonyms, partition keys and fixed phrases."""
         out: dict = {"observed": _plain(self.observed), "severity": self.severity}
