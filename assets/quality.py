@@ -326,7 +326,8 @@ def placeholder_keys(images: DataFrame, clinical: DataFrame, ctx: QualityContext
     """
     rule = ctx.rule(LINKED, "placeholder_keys")
     placeholders = ctx.rules.placeholder_list
-    normal = F.upper(F.trim(F.coalesce(F.col("patient_id"), F.lit(""))))
+    # A missing key (null) is mandatory_attributes' finding; an empty or placeholder *value* is this one's.
+    normal = F.upper(F.trim(F.col("patient_id")))
     bad_images = images.where(normal.isin(placeholders)).withColumn("_issuer", _issuer(ctx))
     per_partition = {r["p"]: int(r["n"]) for r in bad_images.groupBy(partition_key().alias("p"))
                      .agg(F.count(F.lit(1)).alias("n")).collect()}

@@ -142,12 +142,12 @@ def stage_skew(spark) -> dict:
     base = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
     worst = {"stage": None, "max_task_s": 0.0, "median_task_s": 0.0}
     try:
-        stages = json.load(urllib.request.urlopen(f"{base}/stages?status=complete", timeout=10))
+        stages = json.load(urllib.request.urlopen(f"{base}/stages?status=complete", timeout=120))
         for st in stages:
             if st.get("numTasks", 0) < 2:
                 continue
             url = f"{base}/stages/{st['stageId']}/{st['attemptId']}/taskSummary?quantiles=0.5,1.0"
-            summary = json.load(urllib.request.urlopen(url, timeout=10))
+            summary = json.load(urllib.request.urlopen(url, timeout=120))
             median, top = (v / 1000 for v in summary["executorRunTime"])
             if top - median > worst["max_task_s"] - worst["median_task_s"]:
                 worst = {"stage": st["stageId"], "max_task_s": top, "median_task_s": median}
