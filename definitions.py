@@ -9,6 +9,7 @@ from __future__ import annotations
 from dagster import Definitions, EnvVar, in_process_executor
 
 from assets.anonymized_images import anonymized_images
+from assets.checks import TABLE_CHECKS
 from assets.linked_patient_metadata import linked_patient_metadata
 from assets.partitions import SETTINGS
 from assets.published_cohort import published_cohort
@@ -20,6 +21,7 @@ from resources.warehouse import Warehouse
 
 defs = Definitions(
     assets=[raw_image_index, linked_patient_metadata, anonymized_images, published_cohort],
+    asset_checks=TABLE_CHECKS,
     resources={
         "spark": SparkResource(spark_config=spark_config(SETTINGS.spark_master)),
         "landing": LandingZone(root=SETTINGS.landing, files_per_task=SETTINGS.files_per_task),

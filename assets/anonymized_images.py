@@ -5,11 +5,14 @@ import math
 from dagster import AssetExecutionContext, MaterializeResult, asset
 from pyspark.sql import functions as F
 
+from assets import quality as q
+from assets.checks import check_results, check_specs, quality_context, summary
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.anonymize import AnonymizeJob, batch_name
 from imaging.catalogue import ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, DEIDENTIFIED, LEDGER, LINKED, manifest
 from imaging.clinical import load_policy
 from imaging.issuers import SUSPECT, IssuerPolicy
+from imaging.quality import covering
 from imaging.records import QUARANTINED
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
@@ -34,6 +37,7 @@ def issuer_statuses(policy: IssuerPolicy, counted) -> dict[str, int]:
     kinds={"spark", "dicom", "parquet"},
     group_name="imaging",
     pool=WAREHOUSE_POOL,
+    check_specs=check_specs("anonymized_images"),
     description="De-identified zone. Every linked image de-identified to DICOM PS3.15 Annex E under keyed "
                 "pseudonyms, in an opaque batch folder per site-day, with a manifest; the source-to-output "
                 "ledger and quarantined files stay in the identifiable zone.",
@@ -69,18 +73,27 @@ def anonymized_images(context: AssetExecutionContext, spark: SparkResource, land
     outcomes.unpersist()
     done = tally.pop(None, 0)
     held = sum(tally.values())
-    if done + held != images:
-        raise RuntimeError(f"{images} images in but {done} published + {held} quarantined")
     context.log.info(f"{images} images: {done} published de-identified, {held} quarantined")
     suspect = sum(issuers[s] for s in SUSPECT)
     if suspect:
         context.log.warning(f"{suspect} images name an IssuerOfPatientID that is unknown or names another "
                             f"namespace; their site's configured namespace was used (platform/issuers.yaml)")
+
+    # Data quality on what was committed: `linked = published + quarantined` is the images_accounted
+    # check (ERROR, blocking); every manifest row of this run's batches has its file and sha256.
+    ctx = quality_context(deid)
+    by_partition = {f"{k.date}|{k.site}": b for k, b in zip(keys, batches)}
+    published_rows = warehouse.read(session, manifest(policy), [{"batch": b} for b in batches])
+    checks = [q.images_accounted(linked, published_rows, warehouse.read(session, ANONYMIZE_QUARANTINE, keys),
+                                 by_partition, ctx),
+              q.manifest_files(published_rows, warehouse.zone(DEIDENTIFIED), ctx),
+              *q.column_rules(published_rows, "anonymized_images", ctx)]
+    checks = [covering(o, by_partition) for o in checks]
     return MaterializeResult(metadata={
         "images_in": images, "images_published": done, "images_quarantined": held, "quarantine_reasons": tally,
         "deid_options": ", ".join(deid.options) or "basic profile only", "spark_tasks": tasks,
         # How the files' IssuerOfPatientID compared with the sites' configured namespaces (counts only):
         # unknown or inconsistent values never split a patient, but an operator should know.
         "issuer_of_patient_id": issuers,
-        "manifest": warehouse.relative(warehouse.url(manifest(policy))),
-    })
+        "manifest": warehouse.relative(warehouse.url(manifest(policy))), **summary(checks),
+    }, check_results=check_results(checks, context.log))

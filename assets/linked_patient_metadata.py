@@ -3,10 +3,14 @@
 from dagster import AssetExecutionContext, MaterializeResult, asset
 from pyspark.sql import functions as F
 
+from assets import quality as q
+from assets.checks import check_results, check_specs, quality_context, summary
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.catalogue import CLINICAL_QUARANTINE, LINKED, RAW_IMAGE_INDEX
-from imaging.clinical import READ_EXTRACTS, extracts_needed
+from imaging.clinical import READ_EXTRACTS, extracts_needed, load_policy
+from imaging.quality import covering
 from imaging.records import QUARANTINED, ClinicalExtract, ClinicalRow, SiteDay, schema_of
+from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.spark import SparkResource, frame_of, map_batches
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
@@ -38,12 +42,13 @@ def as_of_join(images, clinical):
     kinds={"spark", "parquet"},
     group_name="imaging",
     pool=WAREHOUSE_POOL,
+    check_specs=check_specs("linked_patient_metadata"),
     description="Identifiable zone. Each indexed image joined to its patient's latest clinical record "
                 "dated on or before the image's date (site extracts); images with no record are kept "
                 "with has_clinical_record = false.",
 )
 def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
-                            warehouse: Warehouse) -> MaterializeResult:
+                            warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
     session = spark.spark_session
     keys = site_days(context)
     images = warehouse.read(session, RAW_IMAGE_INDEX, keys)
@@ -66,11 +71,22 @@ def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource
     images_n, linked_n = stats["images"], stats["linked"] or 0
     bad_n = bad.count()
     linked.unpersist()
-    parsed.unpersist()
     context.log.info(f"{images_n} images, {linked_n} with a clinical record, {bad_n} extracts quarantined")
+
+    # Data quality: fan-out is measured on the join's inputs (the output keeps one record per image);
+    # placeholder keys in the extracts accounted to this run's own site-days (each extract once).
+    ctx, policy = quality_context(deid), load_policy()
+    own_days = frame_of(session, keys, schema_of(SiteDay)).withColumnRenamed("date", "extract_date")
+    own_rows = clinical.join(own_days, ["site", "extract_date"], "left_semi")
+    committed = warehouse.read(session, LINKED, keys)
+    outcomes = [*q.linkage_fan_out(images, clinical, policy, ctx), q.placeholder_keys(images, own_rows, ctx),
+                q.images_per_clinical_key(images, ctx), q.unlinked_share(committed, ctx),
+                q.study_before_birth(committed, policy, ctx), *q.column_rules(committed, "linked_patient_metadata", ctx)]
+    parsed.unpersist()
+    outcomes = [covering(o, [f"{k.date}|{k.site}" for k in keys]) for o in outcomes]
     return MaterializeResult(metadata={
         "images": images_n, "images_with_clinical_record": linked_n,
         "images_without_clinical_record": images_n - linked_n,
         "extracts_read": len(extracts), "extracts_quarantined": bad_n,
-        "table": warehouse.relative(warehouse.url(LINKED)),
-    })
+        "table": warehouse.relative(warehouse.url(LINKED)), **summary(outcomes),
+    }, check_results=check_results(outcomes, context.log))

@@ -7,6 +7,8 @@ from dagster import AssetExecutionContext, Failure, MaterializeResult, asset
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from assets import quality as q
+from assets.checks import check_results, check_specs, publication_refusal, quality_context
 from imaging import fs as fsx
 from imaging.catalogue import COHORTS, DEIDENTIFIED, manifest
 from imaging.clinical import load_policy
@@ -64,12 +66,19 @@ def stage_release(session, selected, staged: str, source_root: str, files_per_ta
     kinds={"spark", "dicom", "parquet"},
     group_name="imaging",
     pool=WAREHOUSE_POOL,
+    check_specs=check_specs("published_cohort"),
     description="De-identified zone. For each cohort definition in platform/cohorts/: "
                 "deidentified/cohorts/<name>/v<version>/ with images, metadata.parquet, metadata.csv, "
-                "release.json and SHA256SUMS. Published releases are immutable.",
+                "release.json and SHA256SUMS. Published releases are immutable. Refuses while the latest "
+                "evaluation of an ERROR data-quality check of an upstream partition has failed.",
 )
 def published_cohort(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
                      warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
+    # Across runs: a failed ERROR check on any partition this reads (every manifest partition) holds
+    # publication until the partition is fixed and re-materialized. Nothing is staged before this.
+    refusal = publication_refusal(context.instance)
+    if refusal:
+        raise Failure(refusal)
     session = spark.spark_session
     policy = load_policy()
     table = manifest(policy)
@@ -109,7 +118,9 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         if r["state"] == PUBLISH:
             warehouse.stage_folders(commit, COHORTS, [r["folder"]])
     commit.build().apply()
-    return MaterializeResult(metadata={
+    checksums = q.release_checksums({name: warehouse.url(COHORTS, r["folder"]) for name, r in releases.items()},
+                                    quality_context(deid))
+    return MaterializeResult(check_results=check_results([checksums], context.log), metadata={
         "releases": {name: r["release"] for name, r in releases.items()},
         "images": {name: r["images"] for name, r in releases.items()},
         "patients": {name: r["patients"] for name, r in releases.items()},

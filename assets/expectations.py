@@ -1,0 +1,93 @@
+"""Great Expectations 1.x suites run directly on Spark DataFrames (dagster-ge supports only GX < 1).
+
+Suites are JSON in `platform/expectations/`: a name and a list of expectations, each a GX
+expectation type and its kwargs, e.g. `{"type": "expect_column_values_to_not_be_null",
+"kwargs": {"column": "sop_instance_uid"}}`. They run in an ephemeral context (nothing is
+written, no GX cloud) with progress bars off. Results are reduced to counts: GX also reports
+sample unexpected values, which may be identifiers, so those never leave this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Mapping
+
+from pyspark.sql import DataFrame
+
+_LOCK = threading.Lock()
+_CONTEXT = None
+
+
+@dataclass(frozen=True)
+class ExpectationResult:
+    """One expectation's outcome as counts: `label` is its type and column, never a value."""
+
+    label: str
+    severity: str            # ERROR or WARN, from the suite (default ERROR)
+    success: bool
+    unexpected: int          # rows that broke it (0 for table-level expectations that passed)
+    checked: int | None      # rows it looked at, when GX reports it
+
+
+def _context():
+    """One ephemeral GX context per process, with a Spark datasource and a whole-DataFrame batch."""
+    global _CONTEXT
+    with _LOCK:
+        if _CONTEXT is None:
+            import great_expectations as gx
+            from great_expectations.data_context.types.base import ProgressBarsConfig
+
+            for name in ("great_expectations", "great_expectations.core", "great_expectations.datasource"):
+                logging.getLogger(name).setLevel(logging.WARNING)
+            context = gx.get_context(mode="ephemeral")
+            context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+            batch_definition = (context.data_sources.add_spark("imaging")
+                                .add_dataframe_asset("frame").add_batch_definition_whole_dataframe("whole"))
+            _CONTEXT = (context, batch_definition)
+        return _CONTEXT
+
+
+def _camel(expectation_type: str) -> str:
+    return "".join(part.capitalize() for part in expectation_type.split("_"))
+
+
+def build_suite(spec: Mapping):
+    """A GX ExpectationSuite from the project's JSON form (unknown expectation types fail clearly)."""
+    import great_expectations as gx
+
+    expectations = []
+    for position, item in enumerate(spec.get("expectations", [])):
+        cls = getattr(gx.expectations, _camel(item["type"]), None)
+        if cls is None:
+            raise ValueError(f"suite {spec.get('name')!r}: unknown expectation type {item['type']!r}")
+        # GX may return results in another order: the position in the suite finds each one's severity.
+        expectations.append(cls(**item.get("kwargs", {}), meta={"position": position}))
+    return gx.ExpectationSuite(name=str(spec.get("name", "suite")), expectations=expectations)
+
+
+def validate_suite(df: DataFrame, spec: Mapping) -> list[ExpectationResult]:
+    """Validate `df` against the suite; one result per expectation, counts only."""
+    context, batch_definition = _context()
+    suite = build_suite(spec)
+    with _LOCK:  # the ephemeral context's suite store is shared: one validation at a time
+        existing = {s.name for s in context.suites.all()}
+        if suite.name in existing:
+            context.suites.delete(suite.name)
+        suite = context.suites.add(suite)
+        batch = batch_definition.get_batch(batch_parameters={"dataframe": df})
+        outcome = batch.validate(suite, result_format="SUMMARY")
+    severities = [str(item.get("severity", "ERROR")).upper() for item in spec.get("expectations", [])]
+    results = []
+    for res in sorted(outcome.results, key=lambda r: r.expectation_config.meta["position"]):
+        config = res.expectation_config
+        severity = severities[config.meta["position"]]
+        column = config.kwargs.get("column")
+        label = f"{config.type}({column})" if column else config.type
+        result = res.result or {}
+        unexpected = result.get("unexpected_count")
+        results.append(ExpectationResult(label, severity, bool(res.success),
+                                         int(unexpected) if unexpected is not None else (0 if res.success else 1),
+                                         result.get("element_count")))
+    return results

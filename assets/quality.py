@@ -1,0 +1,501 @@
+"""The Spark side of the data-quality checks: each check reduces DataFrames to a few figures.
+
+Shared helper module (like `assets/partitions.py`), not an asset. Every figure comes from
+combining aggregations (`groupBy().agg`, `percentile_approx`), so a hot key (one patient with
+most rows) is pre-aggregated on each task before the shuffle and never gathered into one task.
+The driver receives a constant amount per check: one summary row, the top-N offenders (a
+bounded `orderBy().limit()` query, run only when the check fails) and, for accounting checks,
+one row per partition of the run. The rules (thresholds, severities, pseudonymous offenders)
+are evaluated by the pure `imaging.quality`.
+
+`link_as_of` is a copy of the as-of join in `assets/linked_patient_metadata.py` (kept here so
+the skew benchmark can run it until the asset exposes its own function).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from pyspark.sql import Column, DataFrame, functions as F
+
+from imaging.clinical import ClinicalPolicy
+from imaging.config import PLATFORM_DIR
+from imaging.pseudonym import Pseudonymizer
+from imaging.quality import (CheckOutcome, CheckRule, Distribution, Offender, QualityRules, birth_date_columns,
+                             evaluate_balance, evaluate_max, identity_columns, java_date_pattern, load_quality_rules,
+                             patient_offender, uid_offender)
+from imaging.release import verify_release
+
+EXPECTATIONS_DIR = PLATFORM_DIR / "expectations"
+RAW = "raw_image_index"
+LINKED = "linked_patient_metadata"
+ANONYMIZED = "anonymized_images"
+PUBLISHED = "published_cohort"
+
+
+def load_rules() -> QualityRules:
+    return load_quality_rules()
+
+
+@dataclass(frozen=True)
+class QualityContext:
+    """What every check needs besides its data: the rules, how to pseudonymise offenders, the day."""
+
+    rules: QualityRules
+    pseudonymizer: Pseudonymizer
+    default_issuer: str
+    today: dt.date = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).date())
+
+    def rule(self, asset: str, name: str) -> CheckRule:
+        return self.rules.rule(asset, name)
+
+
+def partition_key() -> Column:
+    """The Dagster multi-partition key of a row, `date|site`."""
+    return F.concat_ws("|", F.col("date"), F.col("site"))
+
+
+def _issuer(ctx: QualityContext) -> Column:
+    return F.coalesce(F.col("issuer_of_patient_id"), F.lit(ctx.default_issuer))
+
+
+@dataclass(frozen=True)
+class KeyCounts:
+    """A per-key count reduced to its distribution and, when asked, its top keys (raw: driver only)."""
+
+    distribution: Distribution
+    top: tuple[dict, ...] = ()
+    failed_partitions: tuple[str, ...] = ()  # when the key holds date and site: every partition over the max
+
+
+def count_per_key(df: DataFrame, keys: Sequence[str], ctx: QualityContext, *, maximum: float | None = None,
+                  distinct: Sequence[str] | None = None, weight: str | None = None) -> KeyCounts:
+    """Rows (or distinct values of `distinct`, or the sum of `weight`) per key.
+
+    One aggregation for the distribution; only when the maximum is above `maximum`, the top keys
+    (a bounded query, top N) and the partitions holding any key over it (one row per partition),
+    so the driver never holds one row per key.
+    """
+    if distinct:
+        value = F.countDistinct(*distinct)
+    elif weight:
+        value = F.sum(weight)
+    else:
+        value = F.count(F.lit(1))
+    counts = df.groupBy(*keys).agg(value.alias("n")).persist()
+    try:
+        percentiles = list(ctx.rules.percentiles)
+        row = counts.agg(F.count(F.lit(1)).alias("keys"), F.min("n").alias("lo"), F.max("n").alias("hi"),
+                         F.percentile_approx("n", percentiles, 1000).alias("pct")).first()
+        distribution = Distribution(int(row["keys"]), _num(row["lo"]), _num(row["hi"]),
+                                    dict(zip(percentiles, [_num(v) for v in row["pct"] or [None] * len(percentiles)])))
+        top: tuple[dict, ...] = ()
+        failed: tuple[str, ...] = ()
+        if maximum is not None and (distribution.maximum or 0) > maximum:
+            over = counts.where(F.col("n") > maximum)
+            top = tuple(r.asDict() for r in over.orderBy(F.desc("n"), *keys).limit(ctx.rules.top_offenders).collect())
+            rows = over if {"date", "site"} <= set(keys) else df.join(over.select(*keys), list(keys), "left_semi")
+            if {"date", "site"} <= set(rows.columns):
+                failed = tuple(sorted(r["p"] for r in rows.select(partition_key().alias("p")).distinct().collect()))
+        return KeyCounts(distribution, top, failed)
+    finally:
+        counts.unpersist()
+
+
+def _num(value):
+    return None if value is None else float(value)
+
+
+def _partitions_of(df: DataFrame, where: Column, limit: int = 50) -> list[str]:
+    """Partitions holding the rows `where` selects (bounded: at most `limit`)."""
+    return [r["p"] for r in df.where(where).select(partition_key().alias("p")).distinct()
+            .orderBy("p").limit(limit).collect()]
+
+
+def run_partitions(df: DataFrame, limit: int = 10_000) -> list[str]:
+    """The partitions present in `df` (one row per partition, bounded)."""
+    return [r["p"] for r in df.select(partition_key().alias("p")).distinct().orderBy("p").limit(limit).collect()]
+
+
+# --- raw_image_index ---------------------------------------------------------------------------------
+
+def scans_per_patient_site_day(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
+    rule = ctx.rule(RAW, "scans_per_patient_site_day")
+    patients = index.where(F.col("patient_id").isNotNull()).withColumn("_issuer", _issuer(ctx))
+    counts = count_per_key(patients, ["date", "site", "_issuer", "patient_id"], ctx, maximum=rule.maximum)
+    offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer,
+                                  [f"{r['date']}|{r['site']}"]) for r in counts.top]
+    return evaluate_max(rule, counts.distribution.maximum, distribution=counts.distribution, offenders=offenders,
+                        failed_partitions=counts.failed_partitions)
+
+
+def scans_per_patient(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
+    """Over every partition of the table given (an `@asset_check` reads the whole table)."""
+    rule = ctx.rule(RAW, "scans_per_patient")
+    patients = index.where(F.col("patient_id").isNotNull()).withColumn("_issuer", _issuer(ctx))
+    counts = count_per_key(patients, ["_issuer", "patient_id"], ctx, maximum=rule.maximum)
+    offenders = []
+    for r in counts.top:  # where each offender's scans are (bounded per offender)
+        where = (F.col("_issuer") == r["_issuer"]) & (F.col("patient_id") == r["patient_id"])
+        offenders.append(patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"],
+                                          ctx.default_issuer, _partitions_of(patients, where)))
+    return evaluate_max(rule, counts.distribution.maximum, distribution=counts.distribution, offenders=offenders,
+                        failed_partitions=counts.failed_partitions)
+
+
+def instances_per_series(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
+    rule = ctx.rule(RAW, "instances_per_series")
+    counts = count_per_key(index.where(F.col("series_instance_uid").isNotNull()),
+                           ["date", "site", "series_instance_uid"], ctx, maximum=rule.maximum)
+    offenders = [uid_offender(ctx.pseudonymizer, r["series_instance_uid"], r["n"], [f"{r['date']}|{r['site']}"])
+                 for r in counts.top]
+    return evaluate_max(rule, counts.distribution.maximum, distribution=counts.distribution, offenders=offenders,
+                        failed_partitions=counts.failed_partitions)
+
+
+def series_per_study(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
+    rule = ctx.rule(RAW, "series_per_study")
+    counts = count_per_key(index.where(F.col("study_instance_uid").isNotNull()),
+                           ["date", "site", "study_instance_uid"], ctx, maximum=rule.maximum,
+                           distinct=["series_instance_uid"])
+    offenders = [uid_offender(ctx.pseudonymizer, r["study_instance_uid"], r["n"], [f"{r['date']}|{r['site']}"])
+                 for r in counts.top]
+    return evaluate_max(rule, counts.distribution.maximum, distribution=counts.distribution, offenders=offenders,
+                        failed_partitions=counts.failed_partitions)
+
+
+def sop_instance_uid_in_one_partition(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
+    """SOP Instance UIDs indexed in two or more partitions (reads every partition given)."""
+    rule = ctx.rule(RAW, "sop_instance_uid_in_one_partition")
+    per_uid = (index.where(F.col("sop_instance_uid").isNotNull())
+               .groupBy("sop_instance_uid").agg(F.countDistinct("date", "site").alias("n")))
+    repeated = per_uid.where(F.col("n") > 1)
+    stats = repeated.agg(F.count(F.lit(1)).alias("uids"), F.max("n").alias("most")).first()
+    uids = int(stats["uids"])
+    offenders, failed = [], []
+    if uids > rule.maximum:
+        for r in repeated.orderBy(F.desc("n"), "sop_instance_uid").limit(ctx.rules.top_offenders).collect():
+            parts = _partitions_of(index, F.col("sop_instance_uid") == r["sop_instance_uid"])
+            failed += parts
+            offenders.append(uid_offender(ctx.pseudonymizer, r["sop_instance_uid"], r["n"], parts))
+    # Offenders' figure: the number of partitions their UID was indexed in.
+    return evaluate_max(rule, uids, offenders=offenders, failed_partitions=failed,
+                        details={"most_partitions_for_one_uid": int(stats["most"] or 0)})
+
+
+MANDATORY = ("patient_id", "study_instance_uid", "series_instance_uid", "sop_instance_uid", "sop_class_uid", "modality")
+
+
+def mandatory_attributes(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
+    rule = ctx.rule(RAW, "mandatory_attributes")
+    missing = {c: F.sum(F.when(F.col(c).isNull() | (F.trim(F.col(c)) == ""), 1).otherwise(0)).alias(c)
+               for c in MANDATORY}
+    any_missing = F.sum(F.when(F.greatest(*[F.col(c).isNull() | (F.trim(F.col(c)) == "") for c in MANDATORY]),
+                               1).otherwise(0)).alias("_any")
+    per_partition = index.groupBy("date", "site").agg(any_missing, *missing.values()).collect()  # one row per partition
+    total = sum(r["_any"] or 0 for r in per_partition)
+    details = {f"missing_{c}": sum(r[c] or 0 for r in per_partition) for c in MANDATORY}
+    return evaluate_max(rule, total, failed_partitions=[f"{r['date']}|{r['site']}" for r in per_partition
+                                                        if (r["_any"] or 0) > rule.maximum], details=details)
+
+
+def _dicom_date(column: str) -> Column:
+    return F.try_to_date(F.col(column), "yyyyMMdd")
+
+
+def study_date_in_future(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
+    rule = ctx.rule(RAW, "study_date_in_future")
+    future = F.sum(F.when(_dicom_date("study_date") > F.lit(ctx.today), 1).otherwise(0)).alias("n")
+    per_partition = index.groupBy("date", "site").agg(future).collect()
+    patients = index.where(_dicom_date("study_date") > F.lit(ctx.today)).withColumn("_issuer", _issuer(ctx))
+    total = sum(r["n"] or 0 for r in per_partition)
+    offenders = []
+    if total > rule.maximum:
+        counts = count_per_key(patients, ["_issuer", "patient_id"], ctx, maximum=0)
+        offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer)
+                     for r in counts.top]
+    return evaluate_max(rule, total, offenders=offenders, details={"today": ctx.today.isoformat()},
+                        failed_partitions=[f"{r['date']}|{r['site']}" for r in per_partition if (r["n"] or 0) > 0])
+
+
+def files_accounted(listed: Mapping[str, int], index: DataFrame, quarantine: DataFrame,
+                    ctx: QualityContext) -> CheckOutcome:
+    """`listed` (files per partition key, from the listing) = indexed + quarantined, per partition."""
+    rule = ctx.rule(RAW, "files_accounted")
+    indexed = _per_partition(index)
+    held = _per_partition(quarantine)
+    parts = sorted(set(listed) | set(indexed) | set(held))
+    failed = [p for p in parts if listed.get(p, 0) != indexed.get(p, 0) + held.get(p, 0)]
+    return evaluate_balance(rule, {"files_listed": sum(listed.values())},
+                            {"instances_indexed": sum(indexed.values()), "files_quarantined": sum(held.values())},
+                            partitions=parts, failed_partitions=failed)
+
+
+def _per_partition(df: DataFrame) -> dict[str, int]:
+    """Rows per partition key (one driver row per partition of the run)."""
+    return {r["p"]: int(r["n"]) for r in df.groupBy(partition_key().alias("p")).agg(F.count(F.lit(1)).alias("n"))
+            .collect()}
+
+
+# --- linked_patient_metadata -------------------------------------------------------------------------
+
+def link_as_of(images: DataFrame, clinical: DataFrame, *, salt_buckets: int = 0) -> DataFrame:
+    """The as-of join of `assets/linked_patient_metadata.py` (a copy until the asset exposes it).
+
+    Each image gets its patient's latest record dated on or before the image's date, chosen with
+    `max_by` over the distinct (date, site, patient) keys, never by grouping whole keys. With
+    `salt_buckets` > 0 the final image-to-record join is salted: each image row draws a bucket
+    and the (small) record side is copied into every bucket, so a hot key spreads over tasks.
+    """
+    keys = images.select("date", "site", "patient_id").where("patient_id IS NOT NULL").distinct()
+    as_of = (keys.join(clinical, ["site", "patient_id"])
+             .where(F.col("extract_date") <= F.col("date"))
+             .groupBy("date", "site", "patient_id")
+             .agg(F.max_by(F.struct("extract_date", "clinical"), F.struct("extract_date", "row_number")).alias("rec"))
+             .select("date", "site", "patient_id", F.col("rec.extract_date").alias("clinical_extract_date"),
+                     F.col("rec.clinical").alias("clinical")))
+    on = ["date", "site", "patient_id"]
+    if salt_buckets > 0:
+        images = images.withColumn("_salt", (F.xxhash64("source_path") % salt_buckets + salt_buckets) % salt_buckets)
+        as_of = as_of.withColumn("_salt", F.explode(F.sequence(F.lit(0), F.lit(salt_buckets - 1))))
+        on = on + ["_salt"]
+    linked = images.join(as_of, on, "left").withColumn("has_clinical_record",
+                                                        F.col("clinical_extract_date").isNotNull())
+    return linked.drop("_salt") if salt_buckets > 0 else linked
+
+
+def _identity_signature(policy: ClinicalPolicy) -> Column:
+    """A hash of a clinical row's identity columns (names, birth date, NHS number...): one per person."""
+    ids = list(identity_columns(policy))
+    entries = F.map_filter(F.col("clinical"), lambda k, v: k.isin(ids))
+    return F.sha2(F.to_json(F.array_sort(F.map_entries(entries))), 256)
+
+
+def linkage_fan_out(images: DataFrame, clinical: DataFrame, policy: ClinicalPolicy,
+                    ctx: QualityContext) -> list[CheckOutcome]:
+    """`records_per_image` and `images_per_record`, measured on the join's inputs.
+
+    An image's record is the latest extract on or before its date; the image is "joined to more
+    than one record" when that extract holds rows of different people (identity columns differ)
+    under its key: a later row of the same person supersedes, but two people cannot share a key.
+    """
+    per_extract = (clinical.groupBy("site", "patient_id", "extract_date")
+                   .agg(F.countDistinct(_identity_signature(policy)).alias("people")))
+    keys = (images.where(F.col("patient_id").isNotNull())
+            .groupBy("date", "site", "patient_id")
+            .agg(F.count(F.lit(1)).alias("images"), F.max(_issuer(ctx)).alias("_issuer")))
+    chosen = (keys.join(per_extract, ["site", "patient_id"])
+              .where(F.col("extract_date") <= F.col("date"))
+              .groupBy("date", "site", "patient_id")
+              .agg(F.max_by(F.struct("extract_date", "people"), F.col("extract_date")).alias("rec"),
+                   F.first("images").alias("images"), F.first("_issuer").alias("_issuer"))
+              .select("date", "site", "patient_id", "images", "_issuer",
+                      F.col("rec.extract_date").alias("extract_date"), F.col("rec.people").alias("people"))
+              .persist())
+    try:
+        rule = ctx.rule(LINKED, "records_per_image")
+        people = count_per_key(chosen, ["date", "site", "_issuer", "patient_id"], ctx, maximum=rule.maximum,
+                               weight="people")
+        offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer,
+                                      [f"{r['date']}|{r['site']}"]) for r in people.top]
+        affected = chosen.where(F.col("people") > rule.maximum).agg(F.sum("images").alias("n")).first()["n"] or 0
+        fan_out = evaluate_max(rule, people.distribution.maximum, distribution=people.distribution,
+                               offenders=offenders, failed_partitions=people.failed_partitions,
+                               details={"images_affected": int(affected)})
+
+        rule = ctx.rule(LINKED, "images_per_record")
+        per_record = count_per_key(chosen, ["site", "_issuer", "patient_id", "extract_date"], ctx,
+                                   maximum=rule.maximum, weight="images")
+        offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer)
+                     for r in per_record.top]
+        fan_in = evaluate_max(rule, per_record.distribution.maximum, distribution=per_record.distribution,
+                              offenders=offenders, failed_partitions=per_record.failed_partitions)
+        return [fan_out, fan_in]
+    finally:
+        chosen.unpersist()
+
+
+def placeholder_keys(images: DataFrame, clinical: DataFrame, ctx: QualityContext) -> CheckOutcome:
+    """Images, and extract rows of the run's own site-days, whose linkage key is empty or a placeholder.
+
+    `clinical` should hold the rows of the extracts accounted to this run (each extract once).
+    """
+    rule = ctx.rule(LINKED, "placeholder_keys")
+    placeholders = ctx.rules.placeholder_list
+    # A missing key (null) is mandatory_attributes' finding; an empty or placeholder *value* is this one's.
+    normal = F.upper(F.trim(F.col("patient_id")))
+    bad_images = images.where(normal.isin(placeholders)).withColumn("_issuer", _issuer(ctx))
+    per_partition = {r["p"]: int(r["n"]) for r in bad_images.groupBy(partition_key().alias("p"))
+                     .agg(F.count(F.lit(1)).alias("n")).collect()}
+    rows = clinical.where(normal.isin(placeholders)).groupBy("site", "extract_date").agg(
+        F.count(F.lit(1)).alias("n")).collect()  # one row per extract
+    n_images, n_rows = sum(per_partition.values()), sum(r["n"] for r in rows)
+    offenders = []
+    if n_images + n_rows > rule.maximum:
+        counts = count_per_key(bad_images, ["_issuer", "patient_id"], ctx, maximum=0)
+        offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer)
+                     for r in counts.top]
+    failed = list(per_partition) + [f"{r['extract_date']}|{r['site']}" for r in rows]
+    return evaluate_max(rule, n_images + n_rows, offenders=offenders, failed_partitions=failed,
+                        details={"images_with_placeholder_key": n_images, "extract_rows_with_placeholder_key": n_rows})
+
+
+def images_per_clinical_key(images: DataFrame, ctx: QualityContext) -> CheckOutcome:
+    rule = ctx.rule(LINKED, "images_per_clinical_key")
+    keyed = images.where(F.col("patient_id").isNotNull()).withColumn("_issuer", _issuer(ctx))
+    counts = count_per_key(keyed, ["site", "_issuer", "patient_id"], ctx, maximum=rule.maximum)
+    offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer)
+                 for r in counts.top]
+    return evaluate_max(rule, counts.distribution.maximum, distribution=counts.distribution, offenders=offenders,
+                        failed_partitions=counts.failed_partitions)
+
+
+def unlinked_share(linked: DataFrame, ctx: QualityContext) -> CheckOutcome:
+    rule = ctx.rule(LINKED, "unlinked_share")
+    rows = linked.groupBy(partition_key().alias("p")).agg(
+        F.count(F.lit(1)).alias("n"), F.sum(F.when(F.col("has_clinical_record"), 0).otherwise(1)).alias("u")).collect()
+    total, unlinked = sum(r["n"] for r in rows), sum(r["u"] or 0 for r in rows)
+    share = unlinked / total if total else 0.0
+    return evaluate_max(rule, round(share, 6), partitions=[r["p"] for r in rows],
+                        failed_partitions=[r["p"] for r in rows if r["n"] and (r["u"] or 0) / r["n"] > rule.maximum],
+                        details={"images": total, "images_without_record": unlinked})
+
+
+def birth_date(policy: ClinicalPolicy) -> Column:
+    """The patient's birth date from the clinical map: the policy's birth-date columns and formats.
+
+    The index holds no PatientBirthDate (headers are read for what the platform needs, and the
+    clinical extract is the hospital's record of the person), so the extract is the one source.
+    """
+    candidates = [F.try_to_date(F.col("clinical").getItem(alias), java_date_pattern(fmt))
+                  for alias in birth_date_columns(policy) for fmt in policy.date_formats]
+    return F.coalesce(*candidates) if candidates else F.lit(None).cast("date")
+
+
+def study_before_birth(linked: DataFrame, policy: ClinicalPolicy, ctx: QualityContext) -> CheckOutcome:
+    rule = ctx.rule(LINKED, "study_before_birth")
+    early = _dicom_date("study_date") < birth_date(policy)
+    rows = linked.groupBy("date", "site").agg(
+        F.sum(F.when(early, 1).otherwise(0)).alias("n"),
+        F.sum(F.when(birth_date(policy).isNotNull(), 1).otherwise(0)).alias("known")).collect()
+    total = sum(r["n"] or 0 for r in rows)
+    offenders = []
+    if total > rule.maximum:
+        bad = linked.where(early).withColumn("_issuer", _issuer(ctx))
+        offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer)
+                     for r in count_per_key(bad, ["_issuer", "patient_id"], ctx, maximum=0).top]
+    return evaluate_max(rule, total, offenders=offenders,
+                        failed_partitions=[f"{r['date']}|{r['site']}" for r in rows if (r["n"] or 0) > 0],
+                        details={"images_with_birth_date": sum(r["known"] or 0 for r in rows)})
+
+
+# --- anonymized_images -------------------------------------------------------------------------------
+
+def images_accounted(linked: DataFrame, manifest: DataFrame, quarantine: DataFrame, batches: Mapping[str, str],
+                     ctx: QualityContext) -> CheckOutcome:
+    """Linked = published + quarantined, per partition; `batches` maps each partition key to its batch token."""
+    rule = ctx.rule(ANONYMIZED, "images_accounted")
+    wanted = list(batches.values())
+    by_batch = {r["batch"]: int(r["n"]) for r in manifest.where(F.col("batch").isin(wanted)).groupBy("batch")
+                .agg(F.count(F.lit(1)).alias("n")).collect()}
+    published = {p: by_batch.get(b, 0) for p, b in batches.items()}
+    linked_n, held = _per_partition(linked), _per_partition(quarantine)
+    failed = [p for p in batches if linked_n.get(p, 0) != published[p] + held.get(p, 0)]
+    return evaluate_balance(rule, {"images_linked": sum(linked_n.get(p, 0) for p in batches)},
+                            {"images_published": sum(published.values()),
+                             "images_quarantined": sum(held.get(p, 0) for p in batches)},
+                            partitions=list(batches), failed_partitions=failed)
+
+
+def manifest_files(manifest: DataFrame, root: str, ctx: QualityContext) -> CheckOutcome:
+    """Every manifest row's file exists under `root` (the de-identified zone) with its sha256.
+
+    The files are hashed on the executors (mapInPandas); only counts and the top pseudonyms
+    come back.
+    """
+    from imaging.quality import verify_file_frames  # pure; shipped to executors with `imaging`
+
+    rule = ctx.rule(ANONYMIZED, "manifest_files")
+    status = manifest.select("batch", "patient_pseudonym", "output_path", "sha256").mapInPandas(
+        lambda frames: verify_file_frames(root, frames), "batch string, patient_pseudonym string, status string")
+    status = status.persist()
+    try:
+        tally = {r["status"]: int(r["n"]) for r in status.groupBy("status").agg(F.count(F.lit(1)).alias("n")).collect()}
+        bad = tally.get("missing", 0) + tally.get("checksum differs", 0)
+        offenders = []
+        if bad > rule.maximum:
+            top = (status.where(F.col("status") != "ok").groupBy("patient_pseudonym").agg(F.count(F.lit(1)).alias("n"))
+                   .orderBy(F.desc("n"), "patient_pseudonym").limit(ctx.rules.top_offenders).collect())
+            offenders = [Offender(r["patient_pseudonym"], r["n"]) for r in top]
+        return evaluate_max(rule, bad, offenders=offenders,
+                            details={"files_checked": sum(tally.values()), "files_missing": tally.get("missing", 0),
+                                     "files_with_other_sha256": tally.get("checksum differs", 0)})
+    finally:
+        status.unpersist()
+
+
+def pseudonym_bijection(ledger: DataFrame, index: DataFrame, manifest: DataFrame,
+                        ctx: QualityContext) -> list[CheckOutcome]:
+    """One pseudonym per patient and one patient per pseudonym (ledger + index + manifest, all partitions)."""
+    pairs = (ledger.select("source_path", "output_path")
+             .join(index.select("source_path", _issuer(ctx).alias("_issuer"), "patient_id"), "source_path")
+             .join(manifest.select("output_path", "patient_pseudonym"), "output_path")
+             .select("_issuer", F.coalesce("patient_id", F.lit("")).alias("patient_id"), "patient_pseudonym")
+             .distinct().persist())
+    try:
+        rule = ctx.rule(ANONYMIZED, "pseudonyms_per_patient")
+        per_patient = count_per_key(pairs, ["_issuer", "patient_id"], ctx, maximum=rule.maximum)
+        offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer)
+                     for r in per_patient.top]
+        first = evaluate_max(rule, per_patient.distribution.maximum, distribution=per_patient.distribution,
+                             offenders=offenders)
+        rule = ctx.rule(ANONYMIZED, "patients_per_pseudonym")
+        per_pseudonym = count_per_key(pairs, ["patient_pseudonym"], ctx, maximum=rule.maximum)
+        second = evaluate_max(rule, per_pseudonym.distribution.maximum, distribution=per_pseudonym.distribution,
+                              offenders=[Offender(r["patient_pseudonym"], r["n"]) for r in per_pseudonym.top])
+        return [first, second]
+    finally:
+        pairs.unpersist()
+
+
+# --- published_cohort --------------------------------------------------------------------------------
+
+def release_checksums(releases: Mapping[str, str], ctx: QualityContext) -> CheckOutcome:
+    """Each release folder (cohort name -> folder) verifies against its SHA256SUMS."""
+    rule = ctx.rule(PUBLISHED, "release_checksums")
+    problems = {name: len(verify_release(root)) for name, root in sorted(releases.items())}
+    return evaluate_max(rule, sum(problems.values()),
+                        details={f"problems_{name}": n for name, n in problems.items()} | {"releases": len(releases)})
+
+
+# --- Great Expectations suites -----------------------------------------------------------------------
+
+def load_suite(name: str) -> dict:
+    """A suite in `platform/expectations/<name>` (JSON: name + expectations of type and kwargs)."""
+    return json.loads((EXPECTATIONS_DIR / name).read_text(encoding="utf-8"))
+
+
+def column_rules(df: DataFrame, asset: str, ctx: QualityContext, *,
+                 partitions: Iterable[str] = ()) -> list[CheckOutcome]:
+    """Run the asset's GX suite on a Spark DataFrame: `column_rules` (expectations marked ERROR) and
+    `column_warnings` (marked WARN), each counting its failed expectations.
+
+    Only counts leave GX: its results also list unexpected values, which may be identifiers.
+    """
+    from assets.expectations import validate_suite
+
+    partitions = list(partitions)
+    rule = ctx.rule(asset, "column_rules")
+    results = validate_suite(df, load_suite(rule.suite))
+    outcomes = []
+    for name, severity in (("column_rules", "ERROR"), ("column_warnings", "WARN")):
+        mine = [r for r in results if r.severity == severity]
+        failed = [r for r in mine if not r.success]
+        details = {"expectations": len(mine)} | {f"unexpected {r.label}": r.unexpected for r in failed}
+        outcomes.append(evaluate_max(ctx.rule(asset, name), len(failed), partitions=partitions,
+                                     failed_partitions=partitions if failed else (), details=details))
+    return outcomes

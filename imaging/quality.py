@@ -1,0 +1,377 @@
+"""Data-quality rules as data, evaluated from aggregated figures (pure: no Spark, no Dagster).
+
+Every check has a threshold and a severity in `platform/quality.yaml`. The Spark side
+(`assets/quality.py`) reduces a table to a few figures per check (an observed value, a
+distribution summary, the top offending keys); this module turns those figures into a
+`CheckOutcome`: passed or not, and metadata a reviewer can use. Offenders leave this module
+as pseudonyms only (the keyed patient pseudonym, or the published `2.25.` UID), never as a
+raw patient id, name or path.
+
+Across runs, `publication_blockers` decides from the latest evaluation of each check whether
+publication must wait: a failed ERROR check blocks, a failed WARN check only shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from imaging.pseudonym import Pseudonymizer
+
+ERROR = "ERROR"
+WARN = "WARN"
+SEVERITIES = (ERROR, WARN)
+
+
+@dataclass(frozen=True)
+class CheckRule:
+    """One check's configuration: `maximum` None means an accounting equation (sides must be equal)."""
+
+    asset: str
+    name: str
+    severity: str
+    maximum: float | None
+    description: str = ""
+    suite: str | None = None
+
+    @property
+    def blocking(self) -> bool:
+        return self.severity == ERROR
+
+
+@dataclass(frozen=True)
+class QualityRules:
+    """Every check's rule, plus the shared settings of offenders, percentiles and placeholders."""
+
+    checks: Mapping[str, Mapping[str, CheckRule]]
+    top_offenders: int = 5
+    percentiles: tuple[float, ...] = (0.5, 0.9, 0.99)
+    placeholder_keys: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_dict(cls, spec: Mapping) -> "QualityRules":
+        checks: dict[str, dict[str, CheckRule]] = {}
+        for asset, named in (spec.get("checks") or {}).items():
+            for name, rule in (named or {}).items():
+                severity = str(rule.get("severity", "")).upper()
+                if severity not in SEVERITIES:
+                    raise ValueError(f"quality check {asset}.{name}: severity must be ERROR or WARN, not {severity!r}")
+                maximum = rule.get("max")
+                checks.setdefault(asset, {})[name] = CheckRule(
+                    asset=asset, name=name, severity=severity,
+                    maximum=None if maximum is None else float(maximum),
+                    description=str(rule.get("description", "")).strip(), suite=rule.get("suite"))
+        percentiles = tuple(float(p) for p in spec.get("percentiles") or (0.5, 0.9, 0.99))
+        if any(not 0 < p < 1 for p in percentiles):
+            raise ValueError("quality percentiles must lie strictly between 0 and 1")
+        return cls(checks=checks, top_offenders=int(spec.get("top_offenders", 5)), percentiles=percentiles,
+                   placeholder_keys=frozenset(normal_key(k) for k in spec.get("placeholder_keys") or ()))
+
+    def rule(self, asset: str, name: str) -> CheckRule:
+        try:
+            return self.checks[asset][name]
+        except KeyError:
+            raise KeyError(f"no quality check {asset}.{name} in platform/quality.yaml") from None
+
+    def for_asset(self, asset: str) -> tuple[CheckRule, ...]:
+        return tuple(self.checks.get(asset, {}).values())
+
+    def is_placeholder(self, key: str | None) -> bool:
+        """An empty linkage key, or one of the site conventions for 'unknown patient'."""
+        return normal_key(key) == "" or normal_key(key) in self.placeholder_keys
+
+    @property
+    def placeholder_list(self) -> list[str]:
+        """The placeholders plus the empty key, as Spark compares them (trimmed, upper-case)."""
+        return sorted(self.placeholder_keys | {""})
+
+
+def normal_key(key: str | None) -> str:
+    return (key or "").strip().upper()
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Summary of a per-key count (for example scans per patient): how many keys and its percentiles."""
+
+    keys: int
+    minimum: float | None
+    maximum: float | None
+    percentiles: Mapping[float, float | None] = field(default_factory=dict)
+
+    def as_metadata(self) -> dict:
+        out = {"keys": self.keys, "min": self.minimum, "max": self.maximum}
+        out.update({f"p{round(p * 100):02d}": v for p, v in sorted(self.percentiles.items())})
+        return out
+
+
+@dataclass(frozen=True)
+class Offender:
+    """An offending key, by pseudonym only, with its figure and the partitions it was seen in."""
+
+    pseudonym: str
+    value: float
+    partitions: tuple[str, ...] = ()
+
+    def as_metadata(self) -> dict:
+        out = {"pseudonym": self.pseudonym, "value": _plain(self.value)}
+        if self.partitions:
+            out["partitions"] = list(self.partitions)
+        return out
+
+
+def patient_offender(pseudonymizer: Pseudonymizer, issuer: str | None, patient_id: str | None, value: float,
+                     default_issuer: str, partitions: Sequence[str] = ()) -> Offender:
+    """A patient as an offender: its keyed pseudonym, the one the de-identified data carries."""
+    return Offender(pseudonymizer.patient_id(issuer or default_issuer, patient_id or ""), value,
+                    tuple(sorted(partitions)))
+
+
+def uid_offender(pseudonymizer: Pseudonymizer, uid: str, value: float, partitions: Sequence[str] = ()) -> Offender:
+    """A UID as an offender: the `2.25.` UID it is published under, never the source UID."""
+    return Offender(pseudonymizer.uid(uid), value, tuple(sorted(partitions)))
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """One evaluated check: what a Dagster check result reports (see `as_metadata`)."""
+
+    asset: str
+    check: str
+    severity: str
+    passed: bool
+    observed: float
+    threshold: float | None
+    description: str = ""
+    distribution: Distribution | None = None
+    offenders: tuple[Offender, ...] = ()
+    partitions: tuple[str, ...] = ()          # the partitions this evaluation covered
+    failed_partitions: tuple[str, ...] = ()   # the partitions the failure is in, where known
+    details: Mapping[str, float | int | str] = field(default_factory=dict)
+
+    @property
+    def blocking(self) -> bool:
+        return self.severity == ERROR
+
+    def summary_line(self, limit: int = 10) -> str:
+        """One log line: check, verdict, figures and failed partitions (no offender, no value)."""
+        line = (f"quality check {self.asset}:{self.check} {'passed' if self.passed else 'failed'} ({self.severity}): "
+                f"observed {self.observed:g}" + (f", threshold {self.threshold:g}" if self.threshold is not None else ""))
+        if self.failed_partitions:
+            shown = ", ".join(self.failed_partitions[:limit])
+            more = len(self.failed_partitions) - limit
+            line += f"; partitions {shown}" + (f" (+{more} more)" if more > 0 else "")
+        return line
+
+    def as_metadata(self) -> dict:
+        """Plain JSON values only: numbers, pseudonyms, partition keys and fixed phrases."""
+        out: dict = {"observed": _plain(self.observed), "severity": self.severity}
+        if self.threshold is not None:
+            out["threshold"] = _plain(self.threshold)
+        if self.description:
+            out["description"] = self.description
+        if self.distribution is not None:
+            out["distribution"] = self.distribution.as_metadata()
+        if self.offenders:
+            out["top_offenders"] = [o.as_metadata() for o in self.offenders]
+        if self.partitions:
+            out["partitions"] = list(self.partitions)
+        if self.failed_partitions:
+            out["failed_partitions"] = list(self.failed_partitions)
+        out.update({k: _plain(v) for k, v in self.details.items()})
+        return out
+
+
+def _plain(value):
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _sorted_unique(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(set(values)))
+
+
+def evaluate_max(rule: CheckRule, observed: float | None, *, distribution: Distribution | None = None,
+                 offenders: Sequence[Offender] = (), partitions: Iterable[str] = (),
+                 failed_partitions: Iterable[str] = (), details: Mapping | None = None) -> CheckOutcome:
+    """Pass while `observed` (None: nothing to measure) is at most the rule's maximum.
+
+    Offenders and failed partitions are kept only on failure: a passing check names nobody.
+    """
+    if rule.maximum is None:
+        raise ValueError(f"quality check {rule.asset}.{rule.name} has no `max`")
+    value = float(observed or 0)
+    passed = value <= rule.maximum
+    return CheckOutcome(
+        asset=rule.asset, check=rule.name, severity=rule.severity, passed=passed, observed=value,
+        threshold=rule.maximum, description=rule.description, distribution=distribution,
+        offenders=() if passed else tuple(o for o in offenders if o.value > rule.maximum),
+        partitions=_sorted_unique(partitions), failed_partitions=() if passed else _sorted_unique(failed_partitions),
+        details=dict(details or {}))
+
+
+def evaluate_balance(rule: CheckRule, total: Mapping[str, int], parts: Mapping[str, int], *,
+                     partitions: Iterable[str] = (), failed_partitions: Iterable[str] = ()) -> CheckOutcome:
+    """An accounting equation, `sum(total) == sum(parts)`; observed is the difference (0 passes)."""
+    difference = sum(total.values()) - sum(parts.values())
+    passed = difference == 0
+    return CheckOutcome(
+        asset=rule.asset, check=rule.name, severity=rule.severity, passed=passed, observed=float(difference),
+        threshold=0.0, description=rule.description, partitions=_sorted_unique(partitions),
+        failed_partitions=() if passed else _sorted_unique(failed_partitions), details={**total, **parts})
+
+
+# Birth dates: the platform's index holds no PatientBirthDate (it is not read from headers), so the
+# clinical extract is the source, through the policy's `age_at_scan` columns and date formats.
+
+_STRPTIME_TO_JAVA = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%y": "yy", "%b": "MMM", "%B": "MMMM"}
+
+
+def java_date_pattern(strptime_format: str) -> str:
+    """A `datetime.strptime` date format as a Java (Spark) pattern, e.g. '%d/%m/%Y' -> 'dd/MM/yyyy'."""
+    out, i = [], 0
+    while i < len(strptime_format):
+        token = strptime_format[i:i + 2]
+        if token in _STRPTIME_TO_JAVA:
+            out.append(_STRPTIME_TO_JAVA[token])
+            i += 2
+        elif token.startswith("%"):
+            raise ValueError(f"date format directive {token!r} has no Spark equivalent here")
+        else:
+            char = strptime_format[i]
+            out.append(f"'{char}'" if char.isalpha() else char)
+            i += 1
+    return "".join(out)
+
+
+def birth_date_columns(policy) -> tuple[str, ...]:
+    """Clinical columns holding the birth date: the aliases of the policy's `age_at_scan` rule."""
+    return tuple(alias for rule in policy.rules if rule.action == "age_at_scan" for alias in rule.aliases)
+
+
+def identity_columns(policy) -> tuple[str, ...]:
+    """Clinical columns that tell people apart (identifiers and birth date), `patient_id` excluded."""
+    return tuple(sorted((set(policy.identifiers) | set(birth_date_columns(policy))) - {"patient_id"}))
+
+
+def parse_dicom_date(text: str | None) -> dt.date | None:
+    try:
+        return dt.datetime.strptime((text or "").strip(), "%Y%m%d").date()
+    except ValueError:
+        return None
+
+
+# Across runs: publication waits while the latest evaluation of an ERROR check has failed.
+
+@dataclass(frozen=True)
+class CheckEvaluation:
+    """The latest recorded evaluation of one check (from the Dagster instance)."""
+
+    asset: str
+    check: str
+    passed: bool
+    severity: str
+    partitions: tuple[str, ...] = ()         # partitions it covered (empty: the whole table)
+    failed_partitions: tuple[str, ...] = ()  # where the failure is, when the check says
+
+
+@dataclass(frozen=True)
+class Blocker:
+    asset: str
+    check: str
+    partitions: tuple[str, ...]
+
+
+def publication_blockers(evaluations: Iterable[CheckEvaluation],
+                         partitions_read: Iterable[str] | None = None) -> list[Blocker]:
+    """Failed ERROR checks on any partition publication reads (None: it reads every partition).
+
+    A check's failure is placed on its failed partitions when it names them, else on every
+    partition it covered; a whole-table check (no partitions) blocks whatever is read.
+    """
+    wanted = None if partitions_read is None else set(partitions_read)
+    blockers = []
+    for ev in evaluations:
+        if ev.passed or ev.severity != ERROR:
+            continue
+        where = ev.failed_partitions or ev.partitions
+        hit = tuple(sorted(where if wanted is None else set(where) & wanted)) if where else ()
+        if where and not hit:
+            continue
+        blockers.append(Blocker(ev.asset, ev.check, hit))
+    return sorted(blockers, key=lambda b: (b.asset, b.check))
+
+
+def covering(outcome: CheckOutcome, partitions: Iterable[str]) -> CheckOutcome:
+    """The outcome, stamped with the partitions its evaluation covered (a run's site-days)."""
+    return dataclasses.replace(outcome, partitions=_sorted_unique(partitions))
+
+
+def latest_by_partition(history: Sequence[CheckEvaluation]) -> CheckEvaluation | None:
+    """Fold one check's evaluations (newest first) into its current state per partition.
+
+    A per-run check covers the partitions of its run, so the newest evaluation covering a partition
+    decides for it; a failed evaluation that names no failed partitions fails all it covered. A
+    whole-table evaluation (no partitions) covers everything: the newest one decides alone.
+    """
+    if not history:
+        return None
+    newest = history[0]
+    if not newest.partitions:
+        return newest
+    decided: dict[str, bool] = {}
+    for ev in history:
+        if not ev.partitions:
+            break  # an older whole-table evaluation says nothing newer runs did not
+        failed_here = set(ev.failed_partitions or (() if ev.passed else ev.partitions))
+        for partition in ev.partitions:
+            decided.setdefault(partition, partition in failed_here)
+    failed = tuple(sorted(p for p, bad in decided.items() if bad))
+    return CheckEvaluation(newest.asset, newest.check, not failed, newest.severity, tuple(sorted(decided)), failed)
+
+
+def blocking_message(blockers: Sequence[Blocker], limit: int = 10) -> str:
+    """The refusal: each failed ERROR check and the partitions it failed on."""
+    lines = []
+    for b in blockers:
+        shown = ", ".join(b.partitions[:limit]) + (f" (+{len(b.partitions) - limit} more)"
+                                                    if len(b.partitions) > limit else "")
+        lines.append(f"{b.asset}:{b.check} failed on " + (shown if b.partitions else "the whole table"))
+    return ("publication refused: the latest evaluation of these ERROR checks failed; fix the data and "
+            "re-materialize the partitions:\n  " + "\n  ".join(lines))
+
+
+def load_quality_rules() -> QualityRules:
+    """The rules of `platform/quality.yaml`."""
+    from imaging.config import read_yaml
+
+    return QualityRules.from_dict(read_yaml("quality.yaml"))
+
+
+# Executor side of `manifest_files` (a Spark mapInPandas body; pandas frames in and out, no Spark import).
+
+def verify_file_frames(root: str, frames):
+    """(batch, patient_pseudonym, output_path, sha256) frames -> (batch, patient_pseudonym, status).
+
+    Status is 'ok', 'missing' or 'checksum differs'; each file is streamed once.
+    """
+    import pandas as pd
+
+    from imaging import fs as fsx
+    from imaging.release import sha256_file
+
+    for frame in frames:
+        statuses = []
+        for path, expected in zip(frame["output_path"], frame["sha256"]):
+            url = f"{root}/{path}"
+            if not path or not fsx.exists(url):
+                statuses.append("missing")
+            elif sha256_file(url) != expected:
+                statuses.append("checksum differs")
+            else:
+                statuses.append("ok")
+        yield pd.DataFrame({"batch": frame["batch"], "patient_pseudonym": frame["patient_pseudonym"],
+                            "status": statuses})

@@ -1,0 +1,66 @@
+"""Publication is held by failed ERROR checks, across runs, through the command line and a real instance."""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from imaging.catalogue import COHORTS
+from synth import generate_hospital
+
+REPO = Path(__file__).resolve().parents[1]
+SITE, DATES = "north", ("2025-01-06", "2025-01-07")
+KEY = "gate-test-key-" + "y" * 20
+
+
+def snapshot(folder: Path) -> dict:
+    """Every file under `folder` with its sha256 (empty when it does not exist)."""
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_failed_error_check_on_a_partition_holds_publication_in_later_runs(tmp_path):
+    landing, warehouse, home = tmp_path / "landing", tmp_path / "warehouse", tmp_path / "home"
+    hospital = generate_hospital(landing, seed=5, sites=(SITE,), dates=DATES, patients_per_site=3)
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGING_")}
+    env.update(IMAGING_LANDING=str(landing), IMAGING_WAREHOUSE=str(warehouse), IMAGING_SITES=SITE,
+               IMAGING_START_DATE=DATES[0], IMAGING_PSEUDONYM_KEY=KEY, IMAGING_SPARK_MASTER="local[2]",
+               DAGSTER_HOME=str(home))
+    dagster = Path(sys.executable).with_name("dagster")
+
+    def materialize(select, *partition):
+        result = subprocess.run([str(dagster), "asset", "materialize", "-m", "definitions", "--select", select,
+                                 *partition], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+        return result.returncode, result.stdout + result.stderr
+
+    images = "raw_image_index,linked_patient_metadata,anonymized_images"
+    both_days = ["--partition-range", f"{DATES[0]}|{SITE}...{DATES[1]}|{SITE}"]
+    code, out = materialize(images, *both_days)
+    assert code == 0, out[-3000:]
+    code, out = materialize("published_cohort")
+    assert code == 0, out[-3000:]  # clean data: every ERROR check passed (WARN checks may show)
+    releases = warehouse / COHORTS.path
+    published = snapshot(releases)
+    assert published
+
+    # Plant the bad partition: a file of the first day copied into the second day's folder, so one
+    # SOP Instance UID is indexed in two partitions. Only the second day is re-run.
+    source = Path(sorted(hospital.dicom_files[(DATES[0], SITE)])[0])
+    source = source if source.is_absolute() else landing / source
+    shutil.copy(source, landing / "images" / SITE / DATES[1] / "copied-from-the-day-before.dcm")
+    code, out = materialize(images, "--partition", f"{DATES[1]}|{SITE}")
+    assert code != 0  # the blocking check failed: downstream assets of this run did not run
+    assert "sop_instance_uid_in_one_partition" in out
+    assert "copied-from-the-day-before" not in out and str(landing) not in out and KEY not in out
+
+    # A later run of the cohort alone refuses, naming the check and the partitions; nothing changes.
+    code, out = materialize("published_cohort")
+    assert code != 0
+    assert "publication refused" in out and "raw_image_index:sop_instance_uid_in_one_partition" in out
+    assert f"{DATES[0]}|{SITE}" in out and f"{DATES[1]}|{SITE}" in out
+    assert snapshot(releases) == published
