@@ -106,7 +106,7 @@ class DagsterProcess:
         except OSError:
             return ""
 
-    def stop(self, timeout: float = 60) -> None:
+    def stop(self, timeout: float = 30) -> None:
         """SIGINT to the process group (dagster dev ignores SIGTERM), then SIGKILL if still there."""
         if self.process.poll() is None:
             try:
