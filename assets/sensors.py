@@ -15,6 +15,7 @@ that fails is not retried by the sensor (its run key is spent): re-run it from t
 from __future__ import annotations
 
 import json
+import os
 
 from dagster import (AssetKey, AssetObservation, AssetRecordsFilter, DefaultSensorStatus, MultiPartitionKey,
                      RunRequest, SensorEvaluationContext, SensorResult, sensor)
@@ -26,7 +27,8 @@ from resources.landing import LandingZone
 
 # The partitioned chain a landed site-day feeds, run together in one run (one Spark session).
 TARGETS = ("raw_image_index", "linked_patient_metadata", "anonymized_images")
-TICK_SECONDS = 60
+# Seconds between ticks; each tick lists the whole landing zone once.
+TICK_SECONDS = int(os.environ.get("IMAGING_LANDING_SENSOR_SECONDS") or 60)
 
 
 def materialized_at(instance, keys: list[str], targets=TARGETS) -> dict[str, float]:

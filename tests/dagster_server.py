@@ -67,13 +67,13 @@ class DagsterProcess:
 
     @classmethod
     def start(cls, command: str, env: dict[str, str], log_path: Path, *, port: int | None = None,
-              timeout: float = 240) -> "DagsterProcess":
+              timeout: float = 240, workspace: str = "workspace.yaml") -> "DagsterProcess":
         """Start `command` ("dev" or "webserver") and wait until it serves the four assets."""
         port = port or free_port()
         if command == "dev":
-            argv = [str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]
+            argv = [str(BIN / "dagster"), "dev", "-w", workspace, "-h", "127.0.0.1", "-p", str(port)]
         else:
-            argv = [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]
+            argv = [str(BIN / "dagster-webserver"), "-w", workspace, "-h", "127.0.0.1", "-p", str(port)]
         log = open(log_path, "w")
         process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
