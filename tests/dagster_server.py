@@ -54,6 +54,8 @@ def graphql(url: str, query: str, variables: dict | None = None, timeout: float 
 
 
 ASSET_KEYS_QUERY = "{ assetNodes { assetKey { path } } }"
+LOCATIONS_QUERY = """{ workspaceOrError { ... on Workspace { locationEntries { name
+  locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
 
 
 @dataclass
@@ -95,8 +97,12 @@ class DagsterProcess:
                 nodes = graphql(self.url, ASSET_KEYS_QUERY, timeout=10)["assetNodes"]
                 if nodes:
                     return
+                failed = [e for e in graphql(self.url, LOCATIONS_QUERY, timeout=10)["workspaceOrError"]["locationEntries"]
+                          if (e["locationOrLoadError"] or {}).get("__typename") == "PythonError"]
             except Exception as error:  # not up yet, or the code location still loading
-                last = error
+                last, failed = error, []
+            if failed:
+                raise RuntimeError(f"code location failed to load: {failed[0]['locationOrLoadError']['message']}")
             time.sleep(1.0)
         raise TimeoutError(f"server not ready in {timeout:.0f} s ({last}):\n{self.log_tail()}")
 
