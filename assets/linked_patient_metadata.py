@@ -1,12 +1,14 @@
 """linked_patient_metadata: each indexed image with its patient's as-of clinical record."""
 
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 from pyspark.sql import functions as F
 
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.catalogue import CLINICAL_QUARANTINE, LINKED, RAW_IMAGE_INDEX
 from imaging.clinical import READ_EXTRACTS, extracts_needed
 from imaging.records import QUARANTINED, ClinicalExtract, ClinicalRow, SiteDay, schema_of
+from imaging.run_summary import StageClock, StepSummary
+from automation.downstream import CATCH_UP
 from resources.landing import LandingZone
 from resources.spark import SparkResource, frame_of, map_batches
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
@@ -33,6 +35,7 @@ def as_of_join(images, clinical):
 
 @asset(
     deps=["raw_image_index"],
+    automation_condition=CATCH_UP,
     partitions_def=PARTITIONS,
     backfill_policy=SINGLE_RUN,
     kinds={"spark", "parquet"},
@@ -46,31 +49,42 @@ def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource
                             warehouse: Warehouse) -> MaterializeResult:
     session = spark.spark_session
     keys = site_days(context)
+    clock = StageClock(("read_extracts", "link", "commit"))
     images = warehouse.read(session, RAW_IMAGE_INDEX, keys)
 
-    extracts = extracts_needed(keys, landing.clinical_extracts)
-    parsed = map_batches(frame_of(session, extracts, schema_of(ClinicalExtract))
-                         .repartition(max(1, len(extracts) // EXTRACTS_PER_TASK + 1)), READ_EXTRACTS).persist()
+    with clock.stage("read_extracts"):
+        extracts = extracts_needed(keys, landing.clinical_extracts)
+        parsed = map_batches(frame_of(session, extracts, schema_of(ClinicalExtract))
+                             .repartition(max(1, len(extracts) // EXTRACTS_PER_TASK + 1)), READ_EXTRACTS).persist()
+        parsed.count()
     clinical = parsed.where(~F.expr(QUARANTINED)).select(*schema_of(ClinicalRow).names)
     # An extract is read for every later date but accounted (or quarantined) once, in its own day.
     bad = parsed.where(QUARANTINED).join(frame_of(session, keys, schema_of(SiteDay)), ["date", "site"], "left_semi")
 
     linked = as_of_join(images, clinical).persist()
     commit = warehouse.begin("linked_patient_metadata")
-    warehouse.stage(commit, linked, LINKED, keys)
-    warehouse.stage(commit, bad, CLINICAL_QUARANTINE, keys)
-    commit.build().apply()
+    with clock.stage("link"):
+        warehouse.stage(commit, linked, LINKED, keys)
+    with clock.stage("commit"):
+        warehouse.stage(commit, bad, CLINICAL_QUARANTINE, keys)
+        commit.build().apply()
 
     stats = linked.agg(F.count("*").alias("images"),
                        F.sum(F.col("has_clinical_record").cast("int")).alias("linked")).first()
     images_n, linked_n = stats["images"], stats["linked"] or 0
-    bad_n = bad.count()
+    reasons = {r["reason"]: r["count"] for r in bad.groupBy("reason").count().collect()}
+    bad_n = sum(reasons.values())
     linked.unpersist()
     parsed.unpersist()
     context.log.info(f"{images_n} images, {linked_n} with a clinical record, {bad_n} extracts quarantined")
+    read, written = warehouse.footprint(RAW_IMAGE_INDEX, keys), warehouse.footprint(LINKED, keys)
+    summary = StepSummary(
+        partitions=len(keys), files_in=read.files + len(extracts), bytes_in=read.bytes, rows_out=images_n,
+        files_out=written.files, bytes_out=written.bytes, quarantined=reasons, stage_seconds=clock.seconds,
+        outputs={"table": warehouse.relative(warehouse.url(LINKED)),
+                 "quarantine": warehouse.relative(warehouse.url(CLINICAL_QUARANTINE))})
     return MaterializeResult(metadata={
-        "images": images_n, "images_with_clinical_record": linked_n,
-        "images_without_clinical_record": images_n - linked_n,
-        "extracts_read": len(extracts), "extracts_quarantined": bad_n,
-        "table": warehouse.relative(warehouse.url(LINKED)),
+        **summary.values(), "images_with_clinical_record": linked_n,
+        "images_without_clinical_record": images_n - linked_n, "extracts_read": len(extracts),
+        "summary": MetadataValue.md(summary.markdown("linked_patient_metadata")),
     })

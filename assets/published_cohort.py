@@ -2,8 +2,9 @@
 
 import json
 import math
+import time
 
-from dagster import AssetExecutionContext, Failure, MaterializeResult, asset
+from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -70,6 +71,7 @@ def stage_release(session, selected, staged: str, source_root: str, files_per_ta
 )
 def published_cohort(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
                      warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
+    started = time.monotonic()
     session = spark.spark_session
     policy = load_policy()
     table = manifest(policy)
@@ -109,7 +111,16 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         if r["state"] == PUBLISH:
             warehouse.stage_folders(commit, COHORTS, [r["folder"]])
     commit.build().apply()
+    table_md = ["| cohort | release | state | images | patients | path (warehouse-relative) |",
+                "|---|---|---|---:|---:|---|"]
+    table_md += [f"| {name} | {r['folder'].rsplit('/', 1)[-1]} | {r['state']} | {r['images']} | {r['patients']} | "
+                 f"`{r['release']}` |" for name, r in sorted(releases.items())]
     return MaterializeResult(metadata={
+        "dagster/row_count": sum(r["images"] for r in releases.values()),
+        "cohorts": len(releases),
+        "releases_published": sum(r["state"] == PUBLISH for r in releases.values()),
+        "seconds": round(time.monotonic() - started, 3),
+        "summary": MetadataValue.md("\n".join(table_md)),
         "releases": {name: r["release"] for name, r in releases.items()},
         "images": {name: r["images"] for name, r in releases.items()},
         "patients": {name: r["patients"] for name, r in releases.items()},

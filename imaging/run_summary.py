@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -23,6 +23,17 @@ MB = 1_000_000
 def slug(text: str) -> str:
     """A metadata key part from a fixed phrase: `not a DICOM Part 10 file` -> `not_a_dicom_part_10_file`."""
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "other"
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Files and bytes of an output (Parquet parts of the written partitions, DICOM files, a release)."""
+
+    files: int = 0
+    bytes: int = 0
+
+    def __add__(self, other: "Footprint") -> "Footprint":
+        return Footprint(self.files + other.files, self.bytes + other.bytes)
 
 
 @dataclass
@@ -99,6 +110,10 @@ class StepSummary:
         values.update({f"seconds/{slug(name)}": round(s, 3) for name, s in self.stage_seconds.items()})
         return values
 
+    def values(self) -> dict[str, float | int | str]:
+        """Everything but the table: the numbers, then `path/<output>` for each output."""
+        return self.numbers() | {f"path/{name}": path for name, path in self.outputs.items()}
+
     def markdown(self, title: str) -> str:
         """A summary table for the UI: what came in, what went out, where, how fast."""
         mb_in, mb_out = self.bytes_in / MB, self.bytes_out / MB
@@ -122,22 +137,3 @@ class StepSummary:
 
 def _escape(text: str) -> str:
     return text.replace("|", "\\|")
-
-
-def relative_to(root: str, path: str) -> str:
-    """`path` under the warehouse root, without the root (never an absolute or host-specific path)."""
-    root, path = root.rstrip("/"), path.rstrip("/")
-    if path == root:
-        return "."
-    if not path.startswith(root + "/"):
-        raise ValueError("output path is not under the warehouse root")
-    return path[len(root) + 1:]
-
-
-def merge_reasons(*tallies: Iterable[tuple[str, int]]) -> dict[str, int]:
-    """Sum (reason, count) pairs from several sources."""
-    total: dict[str, int] = {}
-    for tally in tallies:
-        for reason, count in tally:
-            total[reason] = total.get(reason, 0) + int(count)
-    return total

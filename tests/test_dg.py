@@ -29,6 +29,8 @@ def test_dg_list_defs_shows_the_assets_and_resources(tmp_path):
     assets = {a["asset_key"]: a for a in listing["assets"]}
     assert ASSETS <= set(assets)
     assert assets["linked_patient_metadata"]["dependency_keys"] == ["raw_image_index"]
-    assert {r["name"] for r in listing["resources"]} >= {"spark", "landing", "warehouse", "deid"}
+    assert {r["name"] for r in listing["resources"]} >= {"spark", "landing", "warehouse", "deid", "progress"}
+    assert "landing_zone" in assets and assets["raw_image_index"]["dependency_keys"] == ["landing_zone"]
+    assert {s["name"] for s in listing["sensors"]} >= {"landing_sensor", "downstream_automation"}
     # The key is configured through an environment variable: its value never appears in a listing.
     assert "dg-test-key-not-secret" not in result.stdout + result.stderr

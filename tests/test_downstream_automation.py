@@ -4,13 +4,9 @@ from dagster import AssetKey, AssetMaterialization, DagsterInstance, DefaultSens
 
 
 def _defs():
-    from dagster import Definitions
-
-    from assets.automation import DOWNSTREAM, downstream_automation, with_catch_up
     from definitions import defs
 
-    assets = [with_catch_up(a) if a.key.to_user_string() in DOWNSTREAM else a for a in defs.assets]
-    return Definitions(assets=assets, sensors=[downstream_automation], resources=defs.resources)
+    return defs
 
 
 def _requested(result) -> dict[str, list[str]]:
@@ -19,7 +15,7 @@ def _requested(result) -> dict[str, list[str]]:
 
 
 def test_catch_up_follows_exactly_the_updated_site_days():
-    from assets.automation import downstream_automation
+    from automation.downstream import downstream_automation
 
     assert downstream_automation.default_status == DefaultSensorStatus.STOPPED
     defs, instance = _defs(), DagsterInstance.ephemeral()

@@ -20,10 +20,10 @@ def landing(tmp_path):
 
 
 def _tick(instance, root, cursor=None):
-    from assets.sensors import landing_sensor
+    from automation.landing_sensor import landing_sensor
     from resources.landing import LandingZone
 
-    context = build_sensor_context(instance=instance, cursor=cursor, resources={"landing": LandingZone(root=str(root))})
+    context = build_sensor_context(instance=instance, cursor=cursor, resources={"landing": LandingZone(root=str(root), files_per_task=64)})
     return landing_sensor(context)
 
 
@@ -74,13 +74,13 @@ def test_site_days_already_materialized_after_their_files_are_not_rerun(landing)
 def test_the_sensor_is_off_by_default_and_the_source_asset_observes_versions(landing):
     from dagster._core.definitions.observe import observe
 
-    from assets.landing import landing_zone
-    from assets.sensors import landing_sensor
+    from assets.landing_zone import landing_zone
+    from automation.landing_sensor import landing_sensor
     from resources.landing import LandingZone
 
     assert landing_sensor.default_status == DefaultSensorStatus.STOPPED
     instance = DagsterInstance.ephemeral()
-    result = observe([landing_zone], instance=instance, resources={"landing": LandingZone(root=str(landing))})
+    result = observe([landing_zone], instance=instance, resources={"landing": LandingZone(root=str(landing), files_per_task=64)})
     observed = {e.partition: e.event_specific_data.asset_observation.tags["dagster/data_version"]
                 for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"}
     assert observed == json.loads(_tick(instance, landing).cursor)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from imaging.run_summary import StageClock, StepSummary, merge_reasons, relative_to, slug
+from imaging.run_summary import StageClock, StepSummary, slug
 
 KNOWN = ("empty file", "not a DICOM Part 10 file", "duplicate SOP Instance UID in this site-day")
 
@@ -12,7 +12,7 @@ def _summary(quarantined, stages=None):
     clock.seconds.update(stages or {"list": 1.0, "index": 8.0, "write": 1.0})
     return StepSummary(partitions=2, files_in=100, bytes_in=50_000_000, rows_out=90, files_out=1, bytes_out=20_000,
                        quarantined=quarantined, stage_seconds=clock.seconds,
-                       outputs={"raw_image_index": "identifiable/raw_image_index"}, known_reasons=KNOWN)
+                       outputs={"index": "zone/some_table"}, known_reasons=KNOWN)
 
 
 def test_same_numeric_keys_every_run():
@@ -26,28 +26,18 @@ def test_same_numeric_keys_every_run():
     assert all(isinstance(v, (int, float)) for v in busy.values())
 
 
-def test_markdown_summary_and_dagster_metadata():
-    from dagster import MetadataValue
-
-    from assets.metadata import materialization_metadata
-
+def test_markdown_summary_and_values():
     summary = _summary({"empty file": 3})
     text = summary.markdown("raw_image_index")
     assert "| in | 100 | 50.0 | |" in text and "| out | 1 | 0.0 | 90 |" in text
     assert "empty file | 3" in text and "| index | 8.0 |" in text and "10.0 files/s, 5.0 MB/s" in text
-    assert "`identifiable/raw_image_index`" in text
-    metadata = materialization_metadata(summary, "raw_image_index")
-    assert metadata["dagster/row_count"] == MetadataValue.int(90)
-    assert metadata["mb_per_second"] == MetadataValue.float(5.0)
-    assert metadata["path/raw_image_index"] == MetadataValue.text("identifiable/raw_image_index")
-    assert metadata["summary"] == MetadataValue.md(text)
+    assert "`zone/some_table`" in text
+    values = summary.values()
+    assert values["dagster/row_count"] == 90 and values["mb_per_second"] == 5.0
+    assert values["path/index"] == "zone/some_table"
 
 
-def test_paths_are_relative_to_the_warehouse_and_stages_declared():
-    assert relative_to("/data/warehouse", "/data/warehouse/deidentified/cohorts/amd/v1") == "deidentified/cohorts/amd/v1"
-    assert relative_to("gs://b/wh/", "gs://b/wh/identifiable/x") == "identifiable/x"
-    with pytest.raises(ValueError):
-        relative_to("/data/warehouse", "/elsewhere/x")
+def test_stages_are_declared():
     clock = StageClock(("list",))
     with clock.stage("list"):
         pass
@@ -56,4 +46,3 @@ def test_paths_are_relative_to_the_warehouse_and_stages_declared():
         with clock.stage("surprise"):
             pass
     assert slug("not a DICOM Part 10 file") == "not_a_dicom_part_10_file"
-    assert merge_reasons([("a", 1)], [("a", 2), ("b", 1)]) == {"a": 3, "b": 1}

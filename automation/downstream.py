@@ -36,7 +36,3 @@ downstream_automation = AutomationConditionSensorDefinition(
                 "site-days (condition: catch up on updated site-days). Off by default.",
 )
 
-
-def with_catch_up(assets_def):
-    """The same asset with the catch-up condition (wired in definitions, so asset modules stay as they are)."""
-    return assets_def.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=CATCH_UP))

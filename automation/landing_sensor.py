@@ -21,7 +21,7 @@ from dagster import (AssetKey, AssetObservation, AssetRecordsFilter, DefaultSens
                      RunRequest, SensorEvaluationContext, SensorResult, sensor)
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
-from assets.landing import KEY as LANDING_KEY, scan
+from assets.landing_zone import KEY as LANDING_KEY, scan
 from imaging.landing import plan_requests
 from resources.landing import LandingZone
 
