@@ -15,20 +15,18 @@ that fails is not retried by the sensor (its run key is spent): re-run it from t
 from __future__ import annotations
 
 import json
-import os
 
 from dagster import (AssetKey, AssetObservation, AssetRecordsFilter, DefaultSensorStatus, MultiPartitionKey,
                      RunRequest, SensorEvaluationContext, SensorResult, sensor)
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from assets.landing_zone import KEY as LANDING_KEY, scan
+from assets.partitions import SETTINGS
 from imaging.landing import plan_requests
 from resources.landing import LandingZone
 
 # The partitioned chain a landed site-day feeds, run together in one run (one Spark session).
 TARGETS = ("raw_image_index", "linked_patient_metadata", "anonymized_images")
-# Seconds between ticks; each tick lists the whole landing zone once.
-TICK_SECONDS = int(os.environ.get("IMAGING_LANDING_SENSOR_SECONDS") or 60)
 
 
 def materialized_at(instance, keys: list[str], targets=TARGETS) -> dict[str, float]:
@@ -51,7 +49,7 @@ def materialized_at(instance, keys: list[str], targets=TARGETS) -> dict[str, flo
 
 @sensor(
     name="landing_sensor",
-    minimum_interval_seconds=TICK_SECONDS,
+    minimum_interval_seconds=SETTINGS.landing_sensor_seconds,
     default_status=DefaultSensorStatus.STOPPED,
     asset_selection=[AssetKey(a) for a in TARGETS],
     description="Runs the image assets for exactly the site-days that are new or changed in the landing zone "
