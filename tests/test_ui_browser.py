@@ -243,6 +243,13 @@ def test_materialize_one_site_day_from_the_ui(ui):
     ui.wait(lambda: ui.text_shown("Success") or ui.text_shown("Failure"), "the run page's status")
     ui.shot("site-day-run-succeeded")
     assert status == "SUCCESS" and ui.text_shown("Success"), f"run {run_id} ended {status}: {ui.server.log_tail()}"
+    # The run's log carries the step's progress lines (files done of total, MB/s, ETA), then its closing line.
+    log_filter = ui.wait(lambda: ui.visible("//input[contains(@placeholder, 'Filter')]"), "the run log filter")[0]
+    log_filter.click()
+    log_filter.send_keys("raw_image_index:")
+    ui.wait(lambda: ui.visible("//*[contains(text(), 'raw_image_index: ') and contains(text(), ' MB in ')]"),
+            "the step's closing progress line")
+    ui.shot("site-day-run-progress-lines")
     run = graphql(ui.server.url, """query($id: ID!) { runOrError(runId: $id) { ... on Run {
         status tags { key value } assetMaterializations { partition } } } }""", {"id": run_id})["runOrError"]
     assert run["status"] == "SUCCESS"
@@ -305,6 +312,10 @@ def test_a_materialization_shows_its_metadata(ui):
     ui.wait(lambda: ui.text_shown(SITE_DAY) and ui.text_shown("Metadata"), "the site-day's materialization")
     ui.wait(lambda: all(ui.text_shown(label) for label in labels), f"metadata rows {labels}")
     ui.shot("site-day-materialization-metadata")
+    # Further down: the Markdown summary table and the warehouse-relative paths.
+    summary = ui.visible("//*[normalize-space(text())='summary']")[0]
+    ui.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", summary)
+    ui.shot("site-day-materialization-summary")
 
 
 def test_an_asset_check_result_opens(ui):
