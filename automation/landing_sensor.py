@@ -18,6 +18,7 @@ import json
 
 from dagster import (AssetKey, AssetObservation, AssetRecordsFilter, DefaultSensorStatus, MultiPartitionKey,
                      RunRequest, SensorEvaluationContext, SensorResult, sensor)
+# The tag an observation's data version travels in; Dagster 1.13 has no public name for it.
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from assets.landing_zone import KEY as LANDING_KEY, scan
