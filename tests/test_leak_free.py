@@ -68,7 +68,7 @@ def run(tmp_path_factory, defs):
                    run_assets(scoped, ["published_cohort"])):
         METADATA.extend(e.step_materialization_data.materialization.metadata
                         for e in result.get_asset_materialization_events())
-    return root / "warehouse", planter, ds, len(shipped) + 1
+    return root / "warehouse", planter, ds, len(shipped) + 1, source
 
 
 # What the runs above showed in the Dagster UI: every materialization's metadata.
@@ -80,7 +80,7 @@ def table(path):
 
 
 def test_every_file_is_published_or_quarantined(run):
-    warehouse, _, _, files = run
+    warehouse, _, _, files, _ = run
     index = table(warehouse / RAW_IMAGE_INDEX.path)
     held_at_index = table(warehouse / INDEX_QUARANTINE.path)
     published = table(warehouse / MANIFEST.path)
@@ -91,13 +91,13 @@ def test_every_file_is_published_or_quarantined(run):
 
 
 def test_planted_file_reaches_the_release(run):
-    warehouse, _, ds, _ = run
+    warehouse, _, ds, _, _ = run
     rows = table(warehouse / Path(COHORTS.path) / "amd-oct/v1/metadata.parquet")
     assert len(rows) == 1 and rows[0]["age_at_scan"] == 60 and rows[0]["diagnosis_code"] == "H35.31"
 
 
 def test_nothing_planted_survives_under_the_deidentified_zone(run):
-    warehouse, planter, ds, _ = run
+    warehouse, planter, ds, _, source = run
     allowed = _allowed(load_profile())
     zone = warehouse / "deidentified"
     files = [p for p in zone.rglob("*") if p.is_file()]
@@ -108,7 +108,7 @@ def test_nothing_planted_survives_under_the_deidentified_zone(run):
         data = path.read_bytes()
         assert b"LEAKCLIN" not in data and UID_ROOT.encode() not in data, name
         if path.suffix == ".dcm":
-            survivors = _survivors(data, planter)
+            survivors = _survivors(data, planter, source)
             assert survivors - allowed == set(), (name, sorted(hex(t) for t in survivors - allowed))
         text = data.decode("latin-1")
         if path.suffix == ".parquet":
@@ -121,7 +121,7 @@ def test_nothing_planted_survives_under_the_deidentified_zone(run):
 
 
 def test_ui_metadata_shows_no_identifier_and_no_absolute_path(run):
-    warehouse, _, ds, _ = run
+    warehouse, _, ds, *_ = run
     assert METADATA and all("dagster/row_count" in m for m in METADATA)
     text = repr([{k: v.value for k, v in m.items()} for m in METADATA])
     root = str(warehouse.parent)
