@@ -10,24 +10,31 @@ from dagster import Definitions, EnvVar, in_process_executor
 
 from assets.anonymized_images import anonymized_images
 from assets.checks import TABLE_CHECKS
+from assets.landing_zone import landing_zone
 from assets.linked_patient_metadata import linked_patient_metadata
 from assets.partitions import SETTINGS
 from assets.published_cohort import published_cohort
 from assets.raw_image_index import raw_image_index
+from automation.downstream import downstream_automation
+from automation.landing_sensor import landing_sensor
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
+from resources.progress import SparkProgress
 from resources.spark import SparkResource, spark_config
 from resources.warehouse import Warehouse
 
 defs = Definitions(
-    assets=[raw_image_index, linked_patient_metadata, anonymized_images, published_cohort],
+    assets=[landing_zone, raw_image_index, linked_patient_metadata, anonymized_images, published_cohort],
     asset_checks=TABLE_CHECKS,
+    # Both off by default; docs/ui.md says what they do and how to turn them on.
+    sensors=[landing_sensor, downstream_automation],
     resources={
         "spark": SparkResource(spark_config=spark_config(SETTINGS.spark_master)),
         "landing": LandingZone(root=SETTINGS.landing, files_per_task=SETTINGS.files_per_task),
         "warehouse": Warehouse(root=SETTINGS.warehouse),
         "deid": Deidentifier(pseudonym_key=EnvVar("IMAGING_PSEUDONYM_KEY"), options=list(SETTINGS.deid_options),
                              issuers=SETTINGS.issuers, pixel_text=SETTINGS.pixel_text),
+        "progress": SparkProgress(),
     },
     # One process per run, so every asset in it shares one Spark session (see ARCHITECTURE.md).
     executor=in_process_executor,

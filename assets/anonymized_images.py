@@ -2,7 +2,7 @@
 
 import math
 
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 from pyspark.sql import functions as F
 
 from assets import quality as q
@@ -14,8 +14,11 @@ from imaging.clinical import load_policy
 from imaging.issuers import SUSPECT, IssuerPolicy
 from imaging.quality import covering
 from imaging.records import QUARANTINED
+from imaging.run_summary import StageClock, StepSummary
+from automation.downstream import CATCH_UP
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
+from resources.progress import SparkProgress
 from resources.spark import SparkResource, map_batches
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
 
@@ -32,6 +35,7 @@ def issuer_statuses(policy: IssuerPolicy, counted) -> dict[str, int]:
 
 @asset(
     deps=["linked_patient_metadata"],
+    automation_condition=CATCH_UP,
     partitions_def=PARTITIONS,
     backfill_policy=SINGLE_RUN,
     kinds={"spark", "dicom", "parquet"},
@@ -43,32 +47,38 @@ def issuer_statuses(policy: IssuerPolicy, counted) -> dict[str, int]:
                 "ledger and quarantined files stay in the identifiable zone.",
 )
 def anonymized_images(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
-                      warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
+                      warehouse: Warehouse, deid: Deidentifier, progress: SparkProgress) -> MaterializeResult:
     session = spark.spark_session
     keys = site_days(context)
+    clock = StageClock(("deidentify", "commit"))
     policy = load_policy()
     linked = warehouse.read(session, LINKED, keys)
 
     commit = warehouse.begin("anonymized_images")
     job = AnonymizeJob(deid.pseudonym_key, tuple(deid.options), policy, deid.issuer_policy(),
                        deid.pixel_text_settings(), staging=commit.staging(warehouse.zone(DEIDENTIFIED)))
-    images = linked.count()
+    sizes = linked.agg(F.count("*").alias("images"), F.sum("size_bytes").alias("bytes")).first()
+    images, bytes_in = sizes["images"], sizes["bytes"] or 0
     tasks = max(1, math.ceil(images / landing.files_per_task))
     outcomes = map_batches(linked.repartition(tasks), job.step()).persist()
-    outcomes.count()  # run the writes exactly once; every table below reads the persisted outcome
+    with clock.stage("deidentify"), progress.track(context.log, session, label="anonymized_images", files=images,
+                                                   bytes=bytes_in):
+        outcomes.count()  # run the writes exactly once; every table below reads the persisted outcome
 
     published = outcomes.where(~F.expr(QUARANTINED))
     pseudonymizer = deid.pseudonymizer()
     batches = [batch_name(pseudonymizer, k.date, k.site) for k in keys]
-    warehouse.stage_folders(commit, ANONYMIZED_FILES, batches)
-    warehouse.stage(commit, published, manifest(policy), [{"batch": b} for b in batches])
-    warehouse.stage(commit, published, LEDGER, keys)
-    warehouse.stage(commit, outcomes.where(QUARANTINED), ANONYMIZE_QUARANTINE, keys)
-    commit.build().apply()
+    with clock.stage("commit"):
+        warehouse.stage_folders(commit, ANONYMIZED_FILES, batches)
+        warehouse.stage(commit, published, manifest(policy), [{"batch": b} for b in batches])
+        warehouse.stage(commit, published, LEDGER, keys)
+        warehouse.stage(commit, outcomes.where(QUARANTINED), ANONYMIZE_QUARANTINE, keys)
+        commit.build().apply()
 
     # One pass each: reasons are a handful of fixed phrases, and a site's devices write a handful of
     # IssuerOfPatientID values, whatever the input size.
     tally = {r["reason"]: r["count"] for r in outcomes.groupBy("reason").count().collect()}
+    bytes_out = published.agg(F.sum("output_size_bytes").alias("bytes")).first()["bytes"] or 0
     issuers = issuer_statuses(job.issuers, linked.groupBy("site", "issuer_of_patient_id").count().collect())
     outcomes.unpersist()
     done = tally.pop(None, 0)
@@ -89,11 +99,19 @@ def anonymized_images(context: AssetExecutionContext, spark: SparkResource, land
               q.manifest_files(published_rows, warehouse.zone(DEIDENTIFIED), ctx),
               *q.column_rules(published_rows, "anonymized_images", ctx)]
     checks = [covering(o, by_partition) for o in checks]
+
+    # Batch folders are keyed tokens of the site-day: the manifest's path names no real date or site.
+    step = StepSummary(
+        partitions=len(keys), files_in=images, bytes_in=bytes_in, rows_out=done, files_out=done, bytes_out=bytes_out,
+        quarantined=tally, stage_seconds=clock.seconds,
+        outputs={"files": warehouse.relative(warehouse.url(ANONYMIZED_FILES)),
+                 "manifest": warehouse.relative(warehouse.url(manifest(policy)))})
     return MaterializeResult(metadata={
-        "images_in": images, "images_published": done, "images_quarantined": held, "quarantine_reasons": tally,
-        "deid_options": ", ".join(deid.options) or "basic profile only", "spark_tasks": tasks,
+        **step.values(), "spark_tasks": tasks,
+        "deid_options": ", ".join(deid.options) or "basic profile only",
         # How the files' IssuerOfPatientID compared with the sites' configured namespaces (counts only):
         # unknown or inconsistent values never split a patient, but an operator should know.
         "issuer_of_patient_id": issuers,
-        "manifest": warehouse.relative(warehouse.url(manifest(policy))), **summary(checks),
+        **{f"issuer_of_patient_id/{status}": count for status, count in issuers.items()}, **summary(checks),
+        "summary": MetadataValue.md(step.markdown("anonymized_images")),
     }, check_results=check_results(checks, context.log))

@@ -49,7 +49,8 @@ def check_specs(asset: str) -> list[AssetCheckSpec]:
 
 
 def quality_context(deid: Deidentifier) -> q.QualityContext:
-    return q.QualityContext(RULES, deid.pseudonymizer(), deid.default_issuer)
+    issuers = deid.issuer_policy()
+    return q.QualityContext(RULES, deid.pseudonymizer(), dict(issuers.sites), issuers.default_namespace or "")
 
 
 def check_result(outcome: CheckOutcome, asset: str | None = None) -> AssetCheckResult:

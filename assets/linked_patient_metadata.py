@@ -1,6 +1,6 @@
 """linked_patient_metadata: each indexed image with its patient's as-of clinical record."""
 
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 from pyspark.sql import functions as F
 
 from assets import quality as q
@@ -10,6 +10,8 @@ from imaging.catalogue import CLINICAL_QUARANTINE, LINKED, RAW_IMAGE_INDEX
 from imaging.clinical import READ_EXTRACTS, extracts_needed, load_policy
 from imaging.quality import covering
 from imaging.records import QUARANTINED, ClinicalExtract, ClinicalRow, SiteDay, schema_of
+from imaging.run_summary import StageClock, StepSummary
+from automation.downstream import CATCH_UP
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.spark import SparkResource, frame_of, map_batches
@@ -37,6 +39,7 @@ def as_of_join(images, clinical):
 
 @asset(
     deps=["raw_image_index"],
+    automation_condition=CATCH_UP,
     partitions_def=PARTITIONS,
     backfill_policy=SINGLE_RUN,
     kinds={"spark", "parquet"},
@@ -51,25 +54,31 @@ def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource
                             warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
     session = spark.spark_session
     keys = site_days(context)
+    clock = StageClock(("read_extracts", "link", "commit"))
     images = warehouse.read(session, RAW_IMAGE_INDEX, keys)
 
-    extracts = extracts_needed(keys, landing.clinical_extracts)
-    parsed = map_batches(frame_of(session, extracts, schema_of(ClinicalExtract))
-                         .repartition(max(1, len(extracts) // EXTRACTS_PER_TASK + 1)), READ_EXTRACTS).persist()
+    with clock.stage("read_extracts"):
+        extracts = extracts_needed(keys, landing.clinical_extracts)
+        parsed = map_batches(frame_of(session, extracts, schema_of(ClinicalExtract))
+                             .repartition(max(1, len(extracts) // EXTRACTS_PER_TASK + 1)), READ_EXTRACTS).persist()
+        parsed.count()
     clinical = parsed.where(~F.expr(QUARANTINED)).select(*schema_of(ClinicalRow).names)
     # An extract is read for every later date but accounted (or quarantined) once, in its own day.
     bad = parsed.where(QUARANTINED).join(frame_of(session, keys, schema_of(SiteDay)), ["date", "site"], "left_semi")
 
     linked = as_of_join(images, clinical).persist()
     commit = warehouse.begin("linked_patient_metadata")
-    warehouse.stage(commit, linked, LINKED, keys)
-    warehouse.stage(commit, bad, CLINICAL_QUARANTINE, keys)
-    commit.build().apply()
+    with clock.stage("link"):
+        warehouse.stage(commit, linked, LINKED, keys)
+    with clock.stage("commit"):
+        warehouse.stage(commit, bad, CLINICAL_QUARANTINE, keys)
+        commit.build().apply()
 
     stats = linked.agg(F.count("*").alias("images"),
                        F.sum(F.col("has_clinical_record").cast("int")).alias("linked")).first()
     images_n, linked_n = stats["images"], stats["linked"] or 0
-    bad_n = bad.count()
+    reasons = {r["reason"]: r["count"] for r in bad.groupBy("reason").count().collect()}
+    bad_n = sum(reasons.values())
     linked.unpersist()
     context.log.info(f"{images_n} images, {linked_n} with a clinical record, {bad_n} extracts quarantined")
 
@@ -79,14 +88,20 @@ def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource
     own_days = frame_of(session, keys, schema_of(SiteDay)).withColumnRenamed("date", "extract_date")
     own_rows = clinical.join(own_days, ["site", "extract_date"], "left_semi")
     committed = warehouse.read(session, LINKED, keys)
-    outcomes = [*q.linkage_fan_out(images, clinical, policy, ctx), q.placeholder_keys(images, own_rows, ctx),
-                q.images_per_clinical_key(images, ctx), q.unlinked_share(committed, ctx),
-                q.study_before_birth(committed, policy, ctx), *q.column_rules(committed, "linked_patient_metadata", ctx)]
+    checks = [*q.linkage_fan_out(images, clinical, policy, ctx), q.placeholder_keys(images, own_rows, ctx),
+              q.images_per_clinical_key(images, ctx), q.unlinked_share(committed, ctx),
+              q.study_before_birth(committed, policy, ctx), *q.column_rules(committed, "linked_patient_metadata", ctx)]
     parsed.unpersist()
-    outcomes = [covering(o, [f"{k.date}|{k.site}" for k in keys]) for o in outcomes]
+    checks = [covering(o, [f"{k.date}|{k.site}" for k in keys]) for o in checks]
+
+    read, written = warehouse.footprint(RAW_IMAGE_INDEX, keys), warehouse.footprint(LINKED, keys)
+    step = StepSummary(
+        partitions=len(keys), files_in=read.files + len(extracts), bytes_in=read.bytes, rows_out=images_n,
+        files_out=written.files, bytes_out=written.bytes, quarantined=reasons, stage_seconds=clock.seconds,
+        outputs={"table": warehouse.relative(warehouse.url(LINKED)),
+                 "quarantine": warehouse.relative(warehouse.url(CLINICAL_QUARANTINE))})
     return MaterializeResult(metadata={
-        "images": images_n, "images_with_clinical_record": linked_n,
-        "images_without_clinical_record": images_n - linked_n,
-        "extracts_read": len(extracts), "extracts_quarantined": bad_n,
-        "table": warehouse.relative(warehouse.url(LINKED)), **summary(outcomes),
-    }, check_results=check_results(outcomes, context.log))
+        **step.values(), "images_with_clinical_record": linked_n,
+        "images_without_clinical_record": images_n - linked_n, "extracts_read": len(extracts), **summary(checks),
+        "summary": MetadataValue.md(step.markdown("linked_patient_metadata")),
+    }, check_results=check_results(checks, context.log))

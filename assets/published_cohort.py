@@ -2,8 +2,9 @@
 
 import json
 import math
+import time
 
-from dagster import AssetExecutionContext, Failure, MaterializeResult, asset
+from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -74,6 +75,7 @@ def stage_release(session, selected, staged: str, source_root: str, files_per_ta
 )
 def published_cohort(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
                      warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
+    started = time.monotonic()
     # Across runs: a failed ERROR check on any partition this reads (every manifest partition) holds
     # publication until the partition is fixed and re-materialized. Nothing is staged before this.
     refusal = publication_refusal(context.instance)
@@ -120,7 +122,16 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     commit.build().apply()
     checksums = q.release_checksums({name: warehouse.url(COHORTS, r["folder"]) for name, r in releases.items()},
                                     quality_context(deid))
+    table_md = ["| cohort | release | state | images | patients | path (warehouse-relative) |",
+                "|---|---|---|---:|---:|---|"]
+    table_md += [f"| {name} | {r['folder'].rsplit('/', 1)[-1]} | {r['state']} | {r['images']} | {r['patients']} | "
+                 f"`{r['release']}` |" for name, r in sorted(releases.items())]
     return MaterializeResult(check_results=check_results([checksums], context.log), metadata={
+        "dagster/row_count": sum(r["images"] for r in releases.values()),
+        "cohorts": len(releases),
+        "releases_published": sum(r["state"] == PUBLISH for r in releases.values()),
+        "seconds": round(time.monotonic() - started, 3),
+        "summary": MetadataValue.md("\n".join(table_md)),
         "releases": {name: r["release"] for name, r in releases.items()},
         "images": {name: r["images"] for name, r in releases.items()},
         "patients": {name: r["patients"] for name, r in releases.items()},

@@ -47,7 +47,10 @@ class QualityContext:
 
     rules: QualityRules
     pseudonymizer: Pseudonymizer
-    default_issuer: str
+    # The patient-id namespace of each site (platform/issuers.yaml): offenders are named by the same
+    # pseudonym the de-identified zone uses, whatever IssuerOfPatientID the file carries.
+    site_namespaces: Mapping[str, str]
+    default_issuer: str  # the namespace of a site not listed
     today: dt.date = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).date())
 
     def rule(self, asset: str, name: str) -> CheckRule:
@@ -60,7 +63,11 @@ def partition_key() -> Column:
 
 
 def _issuer(ctx: QualityContext) -> Column:
-    return F.coalesce(F.col("issuer_of_patient_id"), F.lit(ctx.default_issuer))
+    """The row's patient-id namespace: its site's, never the file's IssuerOfPatientID."""
+    if not ctx.site_namespaces:
+        return F.lit(ctx.default_issuer)
+    pairs = [F.lit(v) for item in sorted(ctx.site_namespaces.items()) for v in item]
+    return F.coalesce(F.element_at(F.create_map(*pairs), F.col("site")), F.lit(ctx.default_issuer))
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 import math
 
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 from pyspark.sql import Window, functions as F
 
 from assets import quality as q
@@ -12,13 +12,17 @@ from imaging.catalogue import INDEX_QUARANTINE, RAW_IMAGE_INDEX
 from imaging.index import DUPLICATES, INDEX, LIST, site_day_url
 from imaging.quality import covering
 from imaging.records import QUARANTINED, SiteDayFolder, schema_of
+from imaging.run_summary import StageClock, StepSummary
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
+from resources.progress import SparkProgress
 from resources.spark import SparkResource, frame_of, map_batches
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
 
 
 @asset(
+    # The landing zone's site-day versions: a site-day whose files changed after this ran shows as stale.
+    deps=["landing_zone"],
     partitions_def=PARTITIONS,
     backfill_policy=SINGLE_RUN,
     kinds={"spark", "parquet"},
@@ -29,18 +33,22 @@ from resources.warehouse import WAREHOUSE_POOL, Warehouse
                 "unreadable files and duplicate instances go to quarantine/raw_image_index with the reason.",
 )
 def raw_image_index(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
-                    warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
+                    warehouse: Warehouse, deid: Deidentifier, progress: SparkProgress) -> MaterializeResult:
     session = spark.spark_session
     keys = site_days(context)
+    clock = StageClock(("list", "index", "commit"))
 
     # Listing fans out from a handful of site-days to many files: list in parallel, then
     # repartition so that opening files is spread over the cluster, not fused behind the listing.
-    folders = [SiteDayFolder(k.date, k.site, site_day_url(landing.root, k.site, k.date)) for k in keys]
-    listing = map_batches(frame_of(session, folders, schema_of(SiteDayFolder)).repartition(len(folders)),
-                          LIST).persist()
-    listed = listing.count()
-    listed_by_partition = {r["p"]: r["n"] for r in listing.groupBy(q.partition_key().alias("p"))
-                           .agg(F.count(F.lit(1)).alias("n")).collect()}  # one row per site-day
+    with clock.stage("list"):
+        folders = [SiteDayFolder(k.date, k.site, site_day_url(landing.root, k.site, k.date)) for k in keys]
+        listing = map_batches(frame_of(session, folders, schema_of(SiteDayFolder)).repartition(len(folders)),
+                              LIST).persist()
+        # One row per site-day: its files and bytes (the accounting check needs them per partition).
+        per_partition = listing.groupBy(q.partition_key().alias("p")).agg(
+            F.count(F.lit(1)).alias("n"), F.sum("size_bytes").alias("bytes")).collect()
+        listed_by_partition = {r["p"]: r["n"] for r in per_partition}
+        listed, listed_bytes = sum(listed_by_partition.values()), sum(r["bytes"] or 0 for r in per_partition)
     tasks = max(1, math.ceil(listed / landing.files_per_task))
     outcomes = map_batches(listing.repartition(tasks), INDEX)
 
@@ -51,9 +59,12 @@ def raw_image_index(context: AssetExecutionContext, spark: SparkResource, landin
                                    .otherwise(F.col("reason"))).persist()
 
     commit = warehouse.begin("raw_image_index")
-    warehouse.stage(commit, outcomes.where(~F.expr(QUARANTINED)), RAW_IMAGE_INDEX, keys)
-    warehouse.stage(commit, outcomes.where(QUARANTINED), INDEX_QUARANTINE, keys)
-    commit.build().apply()
+    with clock.stage("index"), progress.track(context.log, session, label="raw_image_index", files=listed,
+                                              bytes=listed_bytes):
+        warehouse.stage(commit, outcomes.where(~F.expr(QUARANTINED)), RAW_IMAGE_INDEX, keys)
+    with clock.stage("commit"):
+        warehouse.stage(commit, outcomes.where(QUARANTINED), INDEX_QUARANTINE, keys)
+        commit.build().apply()
 
     # One pass: the reasons are a handful of fixed phrases whatever the input size.
     tally = {r["reason"]: r["count"] for r in outcomes.groupBy("reason").count().collect()}
@@ -68,13 +79,19 @@ def raw_image_index(context: AssetExecutionContext, spark: SparkResource, landin
     index = warehouse.read(session, RAW_IMAGE_INDEX, keys)
     held = warehouse.read(session, INDEX_QUARANTINE, keys)
     ctx = quality_context(deid)
-    outcomes = [q.scans_per_patient_site_day(index, ctx), q.instances_per_series(index, ctx),
-                q.series_per_study(index, ctx), q.mandatory_attributes(index, ctx), q.study_date_in_future(index, ctx),
-                q.files_accounted(listed_by_partition, index, held, ctx), *q.column_rules(index, "raw_image_index", ctx)]
+    checks = [q.scans_per_patient_site_day(index, ctx), q.instances_per_series(index, ctx),
+              q.series_per_study(index, ctx), q.mandatory_attributes(index, ctx), q.study_date_in_future(index, ctx),
+              q.files_accounted(listed_by_partition, index, held, ctx), *q.column_rules(index, "raw_image_index", ctx)]
     partitions = [f"{k.date}|{k.site}" for k in keys]
-    outcomes = [covering(o, partitions) for o in outcomes]
+    checks = [covering(o, partitions) for o in checks]
+
+    written = warehouse.footprint(RAW_IMAGE_INDEX, keys)
+    step = StepSummary(
+        partitions=len(keys), files_in=listed, bytes_in=listed_bytes, rows_out=indexed, files_out=written.files,
+        bytes_out=written.bytes, quarantined=tally, stage_seconds=clock.seconds, known_reasons=(DUPLICATES.reason,),
+        outputs={"table": warehouse.relative(warehouse.url(RAW_IMAGE_INDEX)),
+                 "quarantine": warehouse.relative(warehouse.url(INDEX_QUARANTINE))})
     return MaterializeResult(metadata={
-        "partitions": len(keys), "files_listed": listed, "instances_indexed": indexed,
-        "files_quarantined": quarantined, "quarantine_reasons": tally, "spark_tasks": tasks,
-        "table": warehouse.relative(warehouse.url(RAW_IMAGE_INDEX)), **summary(outcomes),
-    }, check_results=check_results(outcomes, context.log))
+        **step.values(), "spark_tasks": tasks, **summary(checks),
+        "summary": MetadataValue.md(step.markdown("raw_image_index")),
+    }, check_results=check_results(checks, context.log))

@@ -123,7 +123,7 @@ def run_checks(index, clinical, linked, gx: bool) -> dict:
     from imaging.pseudonym import Pseudonymizer
     from imaging.quality import load_quality_rules
 
-    ctx = q.QualityContext(load_quality_rules(), Pseudonymizer("benchmark-key-not-secret"), "NHS",
+    ctx = q.QualityContext(load_quality_rules(), Pseudonymizer("benchmark-key-not-secret"), {}, "NHS",
                            today=dt.date(2024, 6, 1))
     policy = ClinicalPolicy.from_dict(read_yaml("clinical_policy.yaml"))
     outcomes = [q.scans_per_patient_site_day(index, ctx), q.scans_per_patient(index, ctx),

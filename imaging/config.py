@@ -7,6 +7,7 @@ Environment variables (all optional but the key; defaults in brackets):
   IMAGING_START_DATE     first date partition, YYYY-MM-DD [platform/platform.yaml: start_date]
   IMAGING_PSEUDONYM_KEY  secret for keyed pseudonyms [required]
   IMAGING_SPARK_MASTER   Spark master URL [local[*]]
+  IMAGING_LANDING_SENSOR_SECONDS  seconds between landing_sensor ticks [platform/platform.yaml]
 
 Every other setting lives in `platform/` and nowhere else (`platform.yaml`, `issuers.yaml`,
 `pixel_text.yaml`): code reads it from `Settings`, never restates a default.
@@ -51,6 +52,7 @@ class Settings:
     spark_master: str
     deid_options: tuple[str, ...]
     files_per_task: int
+    landing_sensor_seconds: int
     issuers: dict  # platform/issuers.yaml: each site's patient-id namespace and the alias table
     pixel_text: dict  # platform/pixel_text.yaml: the OCR check for text burned into pixels
 
@@ -75,6 +77,10 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     files_per_task = int(_required(base, "files_per_task"))
     if files_per_task < 1:
         raise ValueError("platform/platform.yaml: `files_per_task` must be at least 1")
+    sensor_seconds = int(env.get("IMAGING_LANDING_SENSOR_SECONDS", "").strip()
+                         or _required(base, "landing_sensor_seconds"))
+    if sensor_seconds < 1:
+        raise ValueError("landing_sensor_seconds must be at least 1")
     return Settings(
         landing=_root(env.get("IMAGING_LANDING") or DEFAULT_LANDING),
         warehouse=_root(env.get("IMAGING_WAREHOUSE") or DEFAULT_WAREHOUSE),
@@ -83,6 +89,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         spark_master=env.get("IMAGING_SPARK_MASTER") or DEFAULT_SPARK_MASTER,
         deid_options=tuple(_required(base, "deid_options") or ()),
         files_per_task=files_per_task,
+        landing_sensor_seconds=sensor_seconds,
         issuers=_issuers(sites),
         pixel_text=_pixel_text(),
     )

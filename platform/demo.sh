@@ -38,7 +38,6 @@ echo "== What was made"
 .venv/bin/python -m imaging.report
 cat <<MSG
 
-Open the Dagster UI (materializations, lineage, backfills per date or site):
-  DAGSTER_HOME=$DAGSTER_HOME IMAGING_PSEUDONYM_KEY=... .venv/bin/dagster dev -w workspace.yaml
-  then browse http://127.0.0.1:3000
+Open the Dagster UI on this instance (materializations, lineage, backfills per date or site):
+  ./platform/ui.sh    then browse http://127.0.0.1:3000
 MSG

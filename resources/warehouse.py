@@ -16,6 +16,7 @@ from dagster import ConfigurableResource, InitResourceContext
 from imaging import fs as fsx
 from imaging.catalogue import IDENTIFIABLE, ZONES, Folder, Table, partition_dir
 from imaging.commit import CommitBuilder, Recovery, recover
+from imaging.run_summary import Footprint
 from resources.spark import spark_schema
 
 # The concurrency pool of every asset that writes the warehouse: one writer at a time, which the
@@ -82,6 +83,15 @@ class Warehouse(ConfigurableResource):
 
     def staged_url(self, commit: CommitBuilder, entry: Table | Folder, *parts: str) -> str:
         return "/".join([commit.staging(self.zone(entry.zone)), entry.name, *parts])
+
+    def footprint(self, table: Table, partitions: Sequence) -> Footprint:
+        """Parquet files and bytes of `partitions` of `table` as committed (for the run's metadata)."""
+        total = Footprint()
+        for key in partitions:
+            parts = [size for url, size in fsx.list_files(f"{self.url(table)}/{partition_dir(table, key)}")
+                     if url.endswith(".parquet")]
+            total += Footprint(len(parts), sum(parts))
+        return total
 
     def read(self, session, table: Table, partitions: Sequence | None = None):
         """The rows of `partitions` (or of the whole table) as a DataFrame with the table's schema."""

@@ -64,9 +64,15 @@ def run(tmp_path_factory, defs):
                  "warehouse": Warehouse(root=str(root / "warehouse"))}
     scoped = type(defs)(assets=defs.assets, resources=resources, executor=defs.executor)
     key = f"{DATES[0]}|{SITES[0]}"
-    run_assets(scoped, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key))
-    run_assets(scoped, ["published_cohort"])
+    for result in (run_assets(scoped, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key)),
+                   run_assets(scoped, ["published_cohort"])):
+        METADATA.extend(e.step_materialization_data.materialization.metadata
+                        for e in result.get_asset_materialization_events())
     return root / "warehouse", planter, ds, len(shipped) + 1, source
+
+
+# What the runs above showed in the Dagster UI: every materialization's metadata.
+METADATA: list = []
 
 
 def table(path):
@@ -112,3 +118,13 @@ def test_nothing_planted_survives_under_the_deidentified_zone(run):
         for value in (str(ds.PatientID), str(ds.PatientName), str(ds.StudyInstanceUID), str(ds.SOPInstanceUID)):
             assert value not in text, name
     assert not re.search(rb"\d{4}-\d{2}-\d{2}", b"".join(p.name.encode() for p in files))
+
+
+def test_ui_metadata_shows_no_identifier_and_no_absolute_path(run):
+    warehouse, _, ds, *_ = run
+    assert METADATA and all("dagster/row_count" in m for m in METADATA)
+    text = repr([{k: v.value for k, v in m.items()} for m in METADATA])
+    root = str(warehouse.parent)
+    assert root not in text and "/landing" not in text, "paths are relative to the warehouse root"
+    for planted in ("LEAK", FOLDER, FILE, str(ds.PatientID), str(ds.PatientName), UID_ROOT):
+        assert planted not in text, planted

@@ -25,7 +25,7 @@ from imaging.records import ClinicalRow, schema_of
 from resources.spark import spark_schema
 
 PSEUDO = Pseudonymizer(os.environ["IMAGING_PSEUDONYM_KEY"])
-CTX = q.QualityContext(load_quality_rules(), PSEUDO, "NHS", today=dt.date(2024, 6, 1))
+CTX = q.QualityContext(load_quality_rules(), PSEUDO, {}, "NHS", today=dt.date(2024, 6, 1))
 POLICY = ClinicalPolicy.from_dict(read_yaml("clinical_policy.yaml"))
 DAYS = ("2024-03-01", "2024-03-02")
 SITES = ("site-a", "site-b")

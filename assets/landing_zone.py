@@ -1,0 +1,50 @@
+"""landing_zone: the landing zone as an observable source asset, one data version per site-day.
+
+Not materialized by the platform (the hospital's systems write it); observed. Each landed
+site-day's version is the content hash of its listing (`imaging.landing`), so the UI shows which
+site-days have landed and when one changed, and `raw_image_index` (which depends on it, partition
+for partition) shows as stale when its site-day's files changed after it ran. Site-days with no
+files get no version. Observed by `landing_sensor` on each tick, or from the UI ("Observe").
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from dagster import BetaWarning
+from dagster import (DataVersion, DataVersionsByPartition, MultiPartitionsDefinition, TimeWindowPartitionsDefinition,
+                     observable_source_asset)
+
+from assets.partitions import PARTITIONS, SETTINGS
+from imaging.landing import LandingScan, scan_landing
+from resources.landing import LandingZone
+
+KEY = "landing_zone"
+# Observable source assets are beta in Dagster 1.13; we depend on them deliberately.
+warnings.filterwarnings("ignore", message="Function `observable_source_asset`", category=BetaWarning)
+
+
+def partition_dates(partitions_def: MultiPartitionsDefinition) -> tuple[str, str]:
+    """First and last date partitions (the last is yesterday: today is not complete yet)."""
+    daily = next(d.partitions_def for d in partitions_def.partitions_defs
+                 if isinstance(d.partitions_def, TimeWindowPartitionsDefinition))
+    fmt = daily.fmt
+    return daily.start.strftime(fmt), daily.get_last_partition_key() or daily.start.strftime(fmt)
+
+
+def scan(root: str) -> LandingScan:
+    """The landing zone's site-days that are partitions of the image assets."""
+    first, last = partition_dates(PARTITIONS)
+    return scan_landing(root, SETTINGS.sites, first, last)
+
+
+@observable_source_asset(
+    name=KEY,
+    partitions_def=PARTITIONS,
+    group_name="imaging",
+    description="Identifiable zone, read-only. What the hospital has landed, per site-day: DICOM files under "
+                "images/<site>/<date>/ and the clinical extract clinical/<site>/<date>.csv. The data version of a "
+                "site-day is the hash of its listing (paths, sizes, times); site-days with no files have none.",
+)
+def landing_zone(landing: LandingZone) -> DataVersionsByPartition:
+    return DataVersionsByPartition({key: DataVersion(day.version) for key, day in scan(landing.root).site_days.items()})

@@ -1,0 +1,38 @@
+"""Declarative automation downstream of the landing sensor.
+
+`landing_sensor` runs a landed site-day through raw_image_index, linked_patient_metadata and
+anonymized_images in one run. When an operator re-runs only an upstream asset for some site-days
+(from the UI, say, after a fix), `CATCH_UP` brings the downstream partitioned assets of exactly
+those site-days up to date: requested when a dependency was updated since the asset was last
+handled, and only when no dependency is missing or running. Unlike `AutomationCondition.eager()`
+it is not limited to the latest date (site-days land late, and backfills are historical) and it
+never fills partitions that were simply never run.
+
+published_cohort is not automated: a release is a deliberate, versioned act (its definition file
+names the version), so it stays a manual materialization.
+
+The conditions are evaluated by `downstream_automation`, off by default like the landing sensor.
+"""
+
+from __future__ import annotations
+
+from dagster import AssetKey, AutomationCondition, AutomationConditionSensorDefinition, DefaultSensorStatus
+
+CATCH_UP = (
+    AutomationCondition.any_deps_updated().since_last_handled()
+    & ~AutomationCondition.any_deps_missing()
+    & ~AutomationCondition.any_deps_in_progress()
+    & ~AutomationCondition.in_progress()
+).with_label("catch up on updated site-days")
+
+DOWNSTREAM = ("linked_patient_metadata", "anonymized_images")
+
+downstream_automation = AutomationConditionSensorDefinition(
+    "downstream_automation",
+    target=[AssetKey(a) for a in DOWNSTREAM],
+    default_status=DefaultSensorStatus.STOPPED,
+    minimum_interval_seconds=30,
+    description="Keeps linked_patient_metadata and anonymized_images in step with re-materialized upstream "
+                "site-days (condition: catch up on updated site-days). Off by default.",
+)
+

@@ -1,0 +1,162 @@
+"""What has landed, per site-day, and which site-days need a run: the landing zone's data versions.
+
+Pure (fsspec only, no Spark or Dagster): `assets/landing.py` reports these versions as the
+observable source asset `landing_zone`; `assets/sensors.py` asks `plan_requests` which site-days
+to run.
+
+A site-day's version is a content hash of its listing: every file under
+`images/<site>/<date>/` (any depth) and `clinical/<site>/<date>.csv`, each as relative path, size and
+modification time (or the object store's generation/etag when it has one). A new, removed,
+replaced or rewritten file changes it; listing again without a change does not. Site-days with
+no files have no version and are never requested.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from imaging import fs as fsx
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    """One file of a site-day, relative to the landing root."""
+
+    path: str
+    size: int
+    stamp: str  # modification time in ns, or the store's generation/etag
+
+
+@dataclass(frozen=True)
+class SiteDayLanding:
+    """A site-day that has files: their count, total size, newest time and the listing's hash."""
+
+    date: str
+    site: str
+    files: int
+    bytes: int
+    newest_mtime: float  # seconds since the epoch; 0 when the store gives none
+    version: str
+
+    @property
+    def key(self) -> str:
+        """The multi-partition key, dimensions in Dagster's order: `date|site`."""
+        return f"{self.date}|{self.site}"
+
+
+@dataclass(frozen=True)
+class LandingScan:
+    """Every landed site-day that is a partition, and how many folders or files were not."""
+
+    site_days: dict[str, SiteDayLanding]
+    ignored: int  # files outside any partition: unknown site, malformed or out-of-range date
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """The site-days to run now, and the cursor to keep (site-day key -> version requested)."""
+
+    requests: list[SiteDayLanding]
+    cursor: dict[str, str]
+    adopted: list[str] = field(default_factory=list)  # already materialized after their newest file
+
+
+def listing_version(files: Iterable[LandedFile]) -> str:
+    """Content hash of a listing, independent of listing order."""
+    digest = hashlib.sha256()
+    for item in sorted(files, key=lambda f: f.path):
+        digest.update(f"{item.path}\t{item.size}\t{item.stamp}\n".encode())
+    return digest.hexdigest()[:32]
+
+
+def _seconds(value) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, dt.datetime):
+        return value.timestamp()
+    if isinstance(value, str) and value:
+        try:
+            return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
+def _stamp(info: Mapping) -> tuple[str, float]:
+    """A change marker and a modification time from an fsspec `info` record, whatever the store."""
+    mtime = _seconds(info.get("mtime") or info.get("updated") or info.get("LastModified")
+                     or info.get("last_modified") or info.get("created"))
+    for key in ("generation", "md5Hash", "ETag", "etag", "crc32c"):
+        if info.get(key):
+            return f"{key}={info[key]}", mtime
+    return str(int(mtime * 1_000_000_000)), mtime
+
+
+def _is_date(text: str) -> bool:
+    try:
+        return dt.date.fromisoformat(text).isoformat() == text
+    except ValueError:
+        return False
+
+
+def scan_landing(root: str, sites: Iterable[str], first_date: str, last_date: str) -> LandingScan:
+    """List the landing zone once and group it by site-day (partitions from first to last date)."""
+    sites = set(sites)
+    grouped: dict[tuple[str, str], list[tuple[LandedFile, float]]] = {}
+    ignored = 0
+    fs, base = fsx.filesystem(root)
+    base = base.rstrip("/")
+    for area in ("images", "clinical"):
+        top = f"{base}/{area}"
+        if not fs.exists(top):
+            continue
+        for path, info in fs.find(top, detail=True).items():
+            if info.get("type") != "file":
+                continue
+            relative = path[len(base) + 1:] if path.startswith(base + "/") else path
+            parts = relative.split("/")
+            if area == "images" and len(parts) >= 4:
+                site, date = parts[1], parts[2]
+            elif area == "clinical" and len(parts) == 3 and parts[2].endswith(".csv"):
+                site, date = parts[1], parts[2][:-4]
+            else:
+                ignored += 1
+                continue
+            if site not in sites or not _is_date(date) or not first_date <= date <= last_date:
+                ignored += 1
+                continue
+            stamp, mtime = _stamp(info)
+            grouped.setdefault((date, site), []).append((LandedFile(relative, int(info.get("size") or 0), stamp),
+                                                         mtime))
+    site_days = {}
+    for (date, site), entries in grouped.items():
+        files = [f for f, _ in entries]
+        landing = SiteDayLanding(date, site, len(files), sum(f.size for f in files),
+                                 max(m for _, m in entries), listing_version(files))
+        site_days[landing.key] = landing
+    return LandingScan(dict(sorted(site_days.items())), ignored)
+
+
+def plan_requests(current: Mapping[str, SiteDayLanding], cursor: Mapping[str, str],
+                  materialized_at: Mapping[str, float]) -> RequestPlan:
+    """Which landed site-days are new or changed since they were last run.
+
+    `cursor` holds the version last requested per site-day. A site-day not in it (the first tick,
+    or a landing the sensor never saw) counts as done if `materialized_at` (the time its assets
+    were last materialized, from the instance) is after its newest file; otherwise it is requested.
+    A site-day whose files all vanished leaves the cursor and is not requested.
+    """
+    requests, adopted, kept = [], [], {}
+    for key, landing in sorted(current.items()):
+        kept[key] = landing.version
+        previous = cursor.get(key)
+        if previous == landing.version:
+            continue
+        if previous is None and key in materialized_at and landing.newest_mtime <= materialized_at[key]:
+            adopted.append(key)
+            continue
+        requests.append(landing)
+    return RequestPlan(requests, kept, adopted)

@@ -1,0 +1,132 @@
+"""Helpers for tests that run the real Dagster webserver (or `dagster dev`) on loopback.
+
+Not a test module: the UI, proxy and automation tests import it. Every process is started in its
+own process group and stopped with SIGINT to that group (`dagster dev` ignores SIGTERM), then
+SIGKILL if it has not gone within a bounded wait.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def platform_env(root: Path, *, sites: tuple[str, ...], start_date: str, key: str) -> dict[str, str]:
+    """The data contract's environment for a server process, with its own instance under `root`."""
+    home = root / "dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "platform" / "dagster.yaml", home / "dagster.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IMAGING_", "DAGSTER_"))}
+    env.update(IMAGING_LANDING=str(root / "landing"), IMAGING_WAREHOUSE=str(root / "warehouse"),
+               IMAGING_SITES=",".join(sites), IMAGING_START_DATE=start_date, IMAGING_PSEUDONYM_KEY=key,
+               IMAGING_SPARK_MASTER="local[2]", SPARK_LOCAL_IP="127.0.0.1", DAGSTER_HOME=str(home),
+               PYSPARK_PYTHON=sys.executable)
+    return env
+
+
+def graphql(url: str, query: str, variables: dict | None = None, timeout: float = 30, opener=None) -> dict:
+    """POST a GraphQL query to `<url>/graphql` and return its `data` (raises on transport errors)."""
+    body = json.dumps({"query": query, "variables": variables or {}}).encode()
+    request = urllib.request.Request(f"{url}/graphql", data=body, headers={"Content-Type": "application/json"})
+    with (opener or urllib.request.build_opener()).open(request, timeout=timeout) as response:
+        answer = json.loads(response.read())
+    if answer.get("errors"):
+        raise RuntimeError(f"GraphQL errors: {answer['errors']}")
+    return answer["data"]
+
+
+ASSET_KEYS_QUERY = "{ assetNodes { assetKey { path } } }"
+LOCATIONS_QUERY = """{ workspaceOrError { ... on Workspace { locationEntries { name
+  locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
+
+
+@dataclass
+class DagsterProcess:
+    """A running `dagster dev` or `dagster-webserver` on 127.0.0.1, its log in `log_path`."""
+
+    process: subprocess.Popen
+    url: str
+    log_path: Path
+    _log: object = field(repr=False, default=None)
+
+    @classmethod
+    def start(cls, command: str, env: dict[str, str], log_path: Path, *, port: int | None = None,
+              timeout: float = 240, workspace: str = "workspace.yaml") -> "DagsterProcess":
+        """Start `command` ("dev" or "webserver") and wait until it serves the four assets."""
+        port = port or free_port()
+        if command == "dev":
+            argv = [str(BIN / "dagster"), "dev", "-w", workspace, "-h", "127.0.0.1", "-p", str(port)]
+        else:
+            argv = [str(BIN / "dagster-webserver"), "-w", workspace, "-h", "127.0.0.1", "-p", str(port)]
+        log = open(log_path, "w")
+        process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        server = cls(process, f"http://127.0.0.1:{port}", log_path, log)
+        try:
+            server.wait_ready(timeout)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                nodes = graphql(self.url, ASSET_KEYS_QUERY, timeout=10)["assetNodes"]
+                if nodes:
+                    return
+                failed = [e for e in graphql(self.url, LOCATIONS_QUERY, timeout=10)["workspaceOrError"]["locationEntries"]
+                          if (e["locationOrLoadError"] or {}).get("__typename") == "PythonError"]
+            except Exception as error:  # not up yet, or the code location still loading
+                last, failed = error, []
+            if failed:
+                raise RuntimeError(f"code location failed to load: {failed[0]['locationOrLoadError']['message']}")
+            time.sleep(1.0)
+        raise TimeoutError(f"server not ready in {timeout:.0f} s ({last}):\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 30) -> None:
+        """SIGINT to the process group (dagster dev ignores SIGTERM), then SIGKILL if still there."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGINT)
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+            except ProcessLookupError:
+                pass
+        # Children left in the group (code server, daemon) go too.
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self._log:
+            self._log.close()

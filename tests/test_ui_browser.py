@@ -1,0 +1,340 @@
+"""End to end in a real browser: headless Chromium (Debian's) driven by Selenium against `dagster dev`.
+
+`dagster dev` runs on loopback with a temporary instance and a tiny generated hospital (2 sites x 2 days).
+The steps run in file order and share one browser, as an operator would:
+
+1. open the asset graph (dismissing the "Join the Dagster community" dialog) and find the four assets;
+2. materialize one site-day of raw_image_index from its partitions view and see the run succeed;
+3. launch a backfill of one site over two dates from the partitions view and see it finish as one run;
+4. open that site-day's materialization and read its metadata;
+5. open an asset check's result (skipped until the code location defines checks).
+
+Every step saves a screenshot under `build/ui-screenshots/` (or $UI_SCREENSHOTS); the folder is printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from dagster_server import REPO, DagsterProcess, graphql, platform_env
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
+                                reason="needs Debian's chromium and chromium-driver")
+
+SITES = ("site-a", "site-b")
+DATES = ("2024-03-01", "2024-03-02")
+ASSETS = ("raw_image_index", "linked_patient_metadata", "anonymized_images", "published_cohort")
+SITE_DAY = f"{DATES[0]}|{SITES[0]}"        # step 2
+BACKFILL_SITE = SITES[1]                    # step 3: this site over both dates
+CHROME_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+                "--window-size=1600,1100")
+# Two cores shared with other work: Spark runs take tens of seconds here; waits are generous but bounded.
+UI_WAIT, RUN_WAIT = 60, 480
+DIALOG = "//*[@role='dialog'][.//*[contains(text(), 'Launch runs to materialize')]]"
+
+
+class UI:
+    """The browser, the server and the screenshot folder, shared by the steps."""
+
+    def __init__(self, driver, server: DagsterProcess, shots: Path):
+        self.driver, self.server, self.shots = driver, server, shots
+        self.step = 0
+        self.facts: dict[str, str] = {}
+
+    def open(self, path: str) -> None:
+        self.driver.get(self.server.url + path)
+
+    def shot(self, name: str) -> Path:
+        self.step += 1
+        path = self.shots / f"{self.step:02d}-{name}.png"
+        self.driver.save_screenshot(str(path))
+        return path
+
+    def wait(self, predicate, what: str, timeout: float = UI_WAIT, poll: float = 0.5, refresh_every: float = 0):
+        """Poll `predicate()` until it returns something truthy; a screenshot and a clear error if not."""
+        deadline, last_refresh = time.monotonic() + timeout, time.monotonic()
+        while time.monotonic() < deadline:
+            try:
+                value = predicate()
+                if value:
+                    return value
+            except Exception:  # the page is re-rendering: try again
+                pass
+            if refresh_every and time.monotonic() - last_refresh > refresh_every:
+                self.driver.refresh()
+                last_refresh = time.monotonic()
+            time.sleep(poll)
+        failed = self.shot("FAILED-" + re.sub(r"\W+", "-", what)[:40])
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (screenshot {failed})\n"
+                             f"server log:\n{self.server.log_tail(2000)}")
+
+    def click(self, find, what: str, timeout: float = UI_WAIT) -> None:
+        """Find and click, again if the page re-rendered in between (a stale element)."""
+        def attempt():
+            element = find()
+            if isinstance(element, list):
+                element = element[0] if element else None
+            if element is None:
+                return False
+            element.click()
+            return True
+
+        self.wait(attempt, what, timeout)
+
+    def visible(self, xpath: str, within=None):
+        from selenium.webdriver.common.by import By
+
+        return [e for e in (within or self.driver).find_elements(By.XPATH, xpath) if e.is_displayed()]
+
+    def button(self, label: str, *, prefix: bool = False, within=None):
+        test = f"starts-with(normalize-space(.), '{label}')" if prefix else f"normalize-space(.)='{label}'"
+        found = self.visible(f".//button[{test}]", within)
+        return found[0] if found else None
+
+    def text_shown(self, text: str) -> bool:
+        return bool(self.visible(f"//*[normalize-space(text())='{text}']"))
+
+    def dismiss_community_dialog(self) -> bool:
+        """The first visit's "Join the Dagster community" dialog: press Skip. True if it was there."""
+        if not self.visible("//*[contains(text(), 'Join the Dagster community')]"):
+            return False
+        self.click(lambda: self.button("Skip"), "the dialog's Skip button")
+        self.wait(lambda: not self.visible("//*[contains(text(), 'Join the Dagster community')]"),
+                  "the community dialog to close")
+        return True
+
+    def launch_dialog(self, asset: str, dates: str, site: str) -> None:
+        """Open `asset`'s partitions view, press Materialize and select `dates` x `site` in the dialog."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.common.keys import Keys
+
+        self.open(f"/assets/{asset}?view=partitions")
+        self.click(lambda: self.button("Materialize", prefix=True), "the Materialize button")
+        self.wait(lambda: self.visible(f"{DIALOG}"), "the launch dialog")
+        self.dismiss_community_dialog()
+
+        def type_dates():
+            field = self.visible(f"{DIALOG}//input[starts-with(@placeholder, 'ex: ')]")[0]
+            field.click()
+            field.send_keys(dates, Keys.TAB)
+            return True
+
+        self.wait(type_dates, "the date field")
+        self.click(lambda: self.visible(f"{DIALOG}//*[contains(text(), 'Select a partition')]"), "the site selector")
+        self.click(lambda: [i for i in self.driver.find_elements(
+            By.CSS_SELECTOR, "[data-radix-popper-content-wrapper] [role=menuitem]") if i.text.strip() == site],
+            f"{site} in the site list")
+        self.driver.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
+
+    def launched_link(self, pattern: str) -> str:
+        """The link of the "Launched run" / "Created backfill" toast."""
+        from selenium.webdriver.common.by import By
+
+        def link():
+            for anchor in self.driver.find_elements(By.TAG_NAME, "a"):
+                href = anchor.get_attribute("href") or ""
+                if re.search(pattern, href):
+                    return href
+            return None
+
+        return self.wait(link, f"a link matching {pattern}")
+
+
+TERMINAL_RUN = ("SUCCESS", "FAILURE", "CANCELED")
+
+
+def run_status(ui: UI, run_id: str) -> str:
+    return graphql(ui.server.url, "query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }",
+                   {"id": run_id})["runOrError"]["status"]
+
+
+def backfill_status(ui: UI, backfill_id: str) -> str:
+    return graphql(ui.server.url, """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
+        ... on PartitionBackfill { status } } }""", {"id": backfill_id})["partitionBackfillOrError"]["status"]
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory, request):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    from synth import generate_hospital
+
+    root = tmp_path_factory.mktemp("ui")
+    generate_hospital(root / "landing", seed=3, sites=SITES, dates=DATES, patients_per_site=2)
+    env = platform_env(root, sites=SITES, start_date=DATES[0], key="ui-test-key-not-secret")
+    shots = Path(os.environ.get("UI_SCREENSHOTS") or REPO / "build" / "ui-screenshots")
+    shutil.rmtree(shots, ignore_errors=True)
+    shots.mkdir(parents=True)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter:
+        reporter.write_line(f"\nUI screenshots: {shots}")
+
+    server = DagsterProcess.start("dev", env, root / "dagster-dev.log")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROME_FLAGS:
+        options.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=root)
+    options.add_argument(f"--user-data-dir={profile}")
+    driver = None
+    try:
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        driver.set_page_load_timeout(UI_WAIT)
+        yield UI(driver, server, shots)
+    finally:
+        if driver:
+            driver.quit()
+        server.stop()
+
+
+def test_asset_graph_shows_the_four_assets(ui):
+    from selenium.webdriver.common.by import By
+
+    ui.open("/asset-groups")
+    ui.wait(lambda: ui.visible("//*[contains(text(), 'Join the Dagster community')]"),
+            "the first visit's community dialog")
+    ui.shot("first-visit-community-dialog")
+    assert ui.dismiss_community_dialog()
+
+    shown = set(ASSETS) | {"landing_zone"}  # the four assets and the observed landing zone upstream
+
+    def matches(label: str, name: str) -> bool:
+        # Zoomed out, the graph truncates long names in the middle: "linked_p…_metadata".
+        head, ellipsis, tail = label.partition("…")
+        return label == name or bool(ellipsis and name.startswith(head) and name.endswith(tail))
+
+    def graph_nodes():
+        # Asset nodes of the lineage graph are drawn inside SVG foreignObjects.
+        # A node's first line is its name (zoomed in, the lines below are its status).
+        labels = {(e.text.strip().splitlines() or [""])[0].strip()
+                  for e in ui.driver.find_elements(By.XPATH, "//*[local-name()='foreignObject']")}
+        names = {name for name in shown if any(matches(label, name) for label in labels)}
+        return names if names == shown and len(labels) == len(shown) else None
+
+    assert ui.wait(graph_nodes, "the four assets in the lineage graph") == shown
+    ui.shot("asset-graph")
+
+
+def test_materialize_one_site_day_from_the_ui(ui):
+    date, site = SITE_DAY.split("|")
+    ui.launch_dialog("raw_image_index", date, site)
+    ui.wait(lambda: ui.visible(f"{DIALOG}//*[normalize-space(text())='1 partition']"), "'1 partition' selected")
+    ui.wait(lambda: ui.button("Launch 1 run"), "the 'Launch 1 run' button")
+    ui.shot("launch-one-site-day")
+    ui.click(lambda: ui.button("Launch 1 run"), "the 'Launch 1 run' button")
+    run_url = ui.launched_link(r"/runs/[0-9a-f]{8}-[0-9a-f-]{27}$")
+    run_id = run_url.rsplit("/", 1)[1]
+    ui.driver.get(run_url)
+    status = ui.wait(lambda: run_status(ui, run_id) in TERMINAL_RUN and run_status(ui, run_id), "the run to finish",
+                     timeout=RUN_WAIT, poll=3)
+    # The run page follows the run live; its header tag says how it ended.
+    ui.wait(lambda: ui.text_shown("Success") or ui.text_shown("Failure"), "the run page's status")
+    ui.shot("site-day-run-succeeded")
+    assert status == "SUCCESS" and ui.text_shown("Success"), f"run {run_id} ended {status}: {ui.server.log_tail()}"
+    # The run's log carries the step's progress lines (files done of total, MB/s, ETA), then its closing line.
+    log_filter = ui.wait(lambda: ui.visible("//input[contains(@placeholder, 'Filter')]"), "the run log filter")[0]
+    log_filter.click()
+    log_filter.send_keys("raw_image_index:")
+    ui.wait(lambda: ui.visible("//*[contains(text(), 'raw_image_index: ') and contains(text(), ' MB in ')]"),
+            "the step's closing progress line")
+    ui.shot("site-day-run-progress-lines")
+    run = graphql(ui.server.url, """query($id: ID!) { runOrError(runId: $id) { ... on Run {
+        status tags { key value } assetMaterializations { partition } } } }""", {"id": run_id})["runOrError"]
+    assert run["status"] == "SUCCESS"
+    assert {t["key"]: t["value"] for t in run["tags"]}["dagster/partition"] == SITE_DAY
+    assert [m["partition"] for m in run["assetMaterializations"]] == [SITE_DAY]
+    ui.facts["site_day_run"] = run_id
+
+
+def test_backfill_one_site_over_two_dates_is_one_run(ui):
+    ui.launch_dialog("raw_image_index", f"[{DATES[0]}...{DATES[1]}]", BACKFILL_SITE)
+    ui.wait(lambda: ui.visible(f"{DIALOG}//*[normalize-space(text())='2 partitions']"), "'2 partitions' selected")
+    assert ui.visible(f"{DIALOG}//*[contains(text(), 'in a single run')]"), "the single-run backfill policy shows"
+    ui.wait(lambda: ui.button("Launch backfill"), "the 'Launch backfill' button")
+    ui.shot("launch-backfill-one-site-two-dates")
+    ui.click(lambda: ui.button("Launch backfill"), "the 'Launch backfill' button")
+    backfill_url = ui.launched_link(r"/runs/b/[a-z]+$")
+    backfill_id = backfill_url.rsplit("/", 1)[1]
+    ui.driver.get(backfill_url)
+    ui.shot("backfill-in-progress")
+    ui.wait(lambda: backfill_status(ui, backfill_id).startswith(("COMPLETED", "FAILED", "CANCELED")),
+            "the backfill to finish", timeout=RUN_WAIT, poll=3)
+    ui.driver.refresh()
+
+    def status_badge():  # the "Status" field of the backfill's overview (not the "Succeeded" column)
+        fields = ui.visible("//*[normalize-space(text())='Status']/..")
+        return fields and fields[0].text.replace("Status", "").strip()
+
+    assert ui.wait(status_badge, "the backfill's status") == "Succeeded"
+    ui.shot("backfill-succeeded")
+    ui.click(lambda: ui.visible("//*[@role='tab'][normalize-space(.)='Runs']"), "the backfill's Runs tab")
+
+    def run_links():
+        found = {a.get_attribute("href") for a in ui.visible("//a[contains(@href, '/runs/')]")}
+        return {h for h in found if re.search(r"/runs/[0-9a-f]{8}-[0-9a-f-]{27}$", h)}
+
+    links = ui.wait(run_links, "the backfill's runs")
+    ui.wait(lambda: ui.text_shown("Success"), "the backfill run's status")
+    ui.shot("backfill-is-one-run")
+    assert len(links) == 1, links
+    backfill = graphql(ui.server.url, """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
+        ... on PartitionBackfill { status numPartitions runs(limit: 10) { status tags { key value } } } } }""",
+                       {"id": backfill_id})["partitionBackfillOrError"]
+    assert backfill["status"] == "COMPLETED_SUCCESS" and backfill["numPartitions"] == 2
+    assert len(backfill["runs"]) == 1 and backfill["runs"][0]["status"] == "SUCCESS"
+    tags = {t["key"]: t["value"] for t in backfill["runs"][0]["tags"]}
+    assert (tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]) == (
+        f"{DATES[0]}|{BACKFILL_SITE}", f"{DATES[1]}|{BACKFILL_SITE}")
+
+
+def test_a_materialization_shows_its_metadata(ui):
+    assert "site_day_run" in ui.facts, "needs the site-day materialized in the step before"
+    latest = graphql(ui.server.url, """query($p: [String!]) { assetOrError(assetKey: {path: ["raw_image_index"]}) {
+        ... on Asset { assetMaterializations(partitions: $p, limit: 1) { runId metadataEntries { label } } } } }""",
+                     {"p": [SITE_DAY]})["assetOrError"]["assetMaterializations"][0]
+    assert latest["runId"] == ui.facts["site_day_run"]
+    labels = [e["label"] for e in latest["metadataEntries"]]
+    assert {"dagster/row_count", "files_in", "bytes_in", "files_out", "quarantined", "seconds", "mb_per_second",
+            "path/table", "summary"} <= set(labels), labels
+    ui.open("/assets/raw_image_index?view=partitions&partition=" + urllib.parse.quote(SITE_DAY))
+    ui.wait(lambda: ui.text_shown(SITE_DAY) and ui.text_shown("Metadata"), "the site-day's materialization")
+    ui.wait(lambda: all(ui.text_shown(label) for label in labels), f"metadata rows {labels}")
+    ui.shot("site-day-materialization-metadata")
+    # Further down: the Markdown summary table and the warehouse-relative paths.
+    summary = ui.visible("//*[normalize-space(text())='summary']")[0]
+    ui.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", summary)
+    ui.shot("site-day-materialization-summary")
+
+
+def test_an_asset_check_result_opens(ui):
+    nodes = graphql(ui.server.url, """{ assetNodes { assetKey { path }
+        assetChecksOrError { ... on AssetChecks { checks { name } } } } }""")["assetNodes"]
+    checks = [("/".join(n["assetKey"]["path"]), c["name"]) for n in nodes
+              for c in (n["assetChecksOrError"] or {}).get("checks", [])]
+    checked = [(asset, name) for asset, name in checks if asset == "raw_image_index"]
+    if not checked:
+        pytest.skip("raw_image_index has no asset checks yet (they come with issue 7)")
+    asset, name = checked[0]
+    latest = graphql(ui.server.url, """query($key: AssetKeyInput!, $name: String!) {
+        assetCheckExecutions(assetKey: $key, checkName: $name, limit: 1) { status evaluation { success } } }""",
+                     {"key": {"path": [asset]}, "name": name})["assetCheckExecutions"]
+    assert latest and latest[0]["evaluation"], "step 2's run evaluated the asset's checks"
+    expected = "Passed" if latest[0]["evaluation"]["success"] else "Failed"
+    ui.open(f"/assets/{asset}?view=checks")
+    # The list shows long names truncated in the middle ("listed_equals_i…lus_quarantined"): match the start.
+    ui.click(lambda: ui.visible(f"//*[starts-with(normalize-space(text()), '{name[:12]}')]"), f"check {name} listed")
+    ui.wait(lambda: ui.text_shown(name) and ui.text_shown("Evaluation result"), f"check {name}'s latest execution")
+    ui.wait(lambda: ui.text_shown(expected), f"the result '{expected}' shown")
+    ui.shot("asset-check-result")
