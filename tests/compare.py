@@ -52,11 +52,15 @@ def batches_of(root: str, pairs: Iterable[tuple[str, str]]) -> set[str]:
     return found
 
 
-def collect(root: str, pairs: Sequence[tuple[str, str]], cohorts: bool = False) -> dict[str, Output]:
-    """Every output of `root` (a path or URL) that belongs to the site-days `pairs` (and cohorts if asked)."""
+def collect(root: str, pairs: Sequence[tuple[str, str]], cohorts: bool = False,
+            tables_root: str | None = None) -> dict[str, Output]:
+    """Every output of `root` (a path or URL) that belongs to the site-days `pairs` (and cohorts if asked).
+
+    `tables_root` holds the ledger when Spark's tables live apart from the files (default: `root`).
+    """
     fs, base = url_to_fs(root)
     base = base.rstrip("/")
-    batches = batches_of(root, pairs)
+    batches = batches_of(tables_root or root, pairs)
     tables: dict[str, list[str]] = {}
     outputs: dict[str, Output] = {}
     for path in sorted(fs.find(base)):
@@ -89,13 +93,16 @@ def _sums_but_parquet(text: str) -> list[str]:
 
 
 def assert_same_outputs(candidate: str, reference: str, pairs: Sequence[tuple[str, str]],
-                        cohorts: bool = False, rewrite: dict[str, str] | None = None) -> dict[str, Output]:
+                        cohorts: bool = False, rewrite: dict[str, str] | None = None,
+                        candidate_tables: str | None = None, reference_tables: str | None = None,
+                        ) -> dict[str, Output]:
     """The outputs of `candidate` for `pairs` equal `reference`'s; returns them (non-empty).
 
     `rewrite` maps text in the candidate's rows to the reference's (a landing root on gs:// against a
     local one: the identifiable tables record where each source file was).
     """
-    got, want = collect(candidate, pairs, cohorts), collect(reference, pairs, cohorts)
+    got = collect(candidate, pairs, cohorts, candidate_tables)
+    want = collect(reference, pairs, cohorts, reference_tables)
     if rewrite:
         got = {k: _rewritten(v, rewrite) for k, v in got.items()}
     assert got, f"no outputs at all for {list(pairs)} under {candidate}"

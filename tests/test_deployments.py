@@ -72,7 +72,8 @@ def local_run(tiny_landing, tmp_path_factory) -> PipelineRun:
 
 def assert_equal_to_local(run: PipelineRun, local: PipelineRun) -> None:
     rewrite = {run.landing: local.landing} if run.landing != local.landing else None
-    files = assert_same_outputs(run.warehouse, local.warehouse, PAIRS, cohorts=True, rewrite=rewrite)
+    files = assert_same_outputs(run.warehouse, local.warehouse, PAIRS, cohorts=True, rewrite=rewrite,
+                                candidate_tables=run.tables, reference_tables=local.tables)
     assert any(k.endswith(".dcm") and "files" in k.split("/") for k in files), "no de-identified image"
     assert any(k.endswith("SHA256SUMS") for k in files), "no cohort release"
     if run.tables != run.warehouse:
@@ -83,4 +84,23 @@ def assert_equal_to_local(run: PipelineRun, local: PipelineRun) -> None:
 def test_standalone_cluster_equals_local(spark_cluster, tiny_landing, local_run, tmp_path):  # noqa: F811
     run = run_pipeline(tmp_path, str(tiny_landing), spark_cluster.master_url)
     assert ".zip" in run.executor_imaging, run.executor_imaging  # the shipped code, not the driver's tree
+    assert_equal_to_local(run, local_run)
+
+
+def test_spark_connect_equals_local(spark_connect, tiny_landing, local_run, tmp_path):  # noqa: F811
+    run = run_pipeline(tmp_path, str(tiny_landing), spark_connect.remote)
+    assert ".zip" in run.executor_imaging, run.executor_imaging  # shipped with addArtifacts
+    assert_equal_to_local(run, local_run)
+
+
+def test_gcs_landing_and_images_equal_local(gcs, tiny_landing, local_run, tmp_path, monkeypatch):  # noqa: F811
+    """Landing in one bucket, output files in another; Spark's tables on a local root (no GCS connector)."""
+    for key, value in gcs.environment().items():
+        monkeypatch.setenv(key, value)  # the comparison below reads the buckets too
+    landing, warehouse = gcs.make_bucket("hospital-landing") + "/landing", gcs.make_bucket("research-warehouse")
+    gcs.filesystem().put(str(tiny_landing), landing.removeprefix("gs://"), recursive=True)
+    run = run_pipeline(tmp_path, landing, "local[2]", warehouse=f"{warehouse}/warehouse",
+                       tables=str(tmp_path / "tables"), extra_env=gcs.environment())
+    published = gcs.filesystem().find(f"{warehouse.removeprefix('gs://')}/warehouse/deidentified")
+    assert any(p.endswith(".dcm") for p in published), "no de-identified image in the bucket"
     assert_equal_to_local(run, local_run)
