@@ -104,7 +104,7 @@ def assert_same_outputs(candidate: str, reference: str, pairs: Sequence[tuple[st
     got = collect(candidate, pairs, cohorts, candidate_tables)
     want = collect(reference, pairs, cohorts, reference_tables)
     if rewrite:
-        got = {k: _rewritten(v, rewrite) for k, v in got.items()}
+        got = {k: rewritten(v, rewrite) for k, v in got.items()}
     assert got, f"no outputs at all for {list(pairs)} under {candidate}"
     assert sorted(got) == sorted(want), (sorted(set(got) ^ set(want)))[:10]
     differing = [name for name in got if got[name] != want[name]]
@@ -112,7 +112,7 @@ def assert_same_outputs(candidate: str, reference: str, pairs: Sequence[tuple[st
     return got
 
 
-def _rewritten(output: Output, rewrite: dict[str, str]) -> Output:
+def rewritten(output: Output, rewrite: dict[str, str]) -> Output:
     if output.kind != "rows":
         return output
     rows = []
