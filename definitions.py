@@ -23,7 +23,7 @@ defs = Definitions(
     resources={
         "spark": SparkResource(spark_config=spark_config(SETTINGS.spark_master)),
         "landing": LandingZone(root=SETTINGS.landing, files_per_task=SETTINGS.files_per_task),
-        "warehouse": Warehouse(root=SETTINGS.warehouse),
+        "warehouse": Warehouse(root=SETTINGS.warehouse, tables=SETTINGS.tables),
         "deid": Deidentifier(pseudonym_key=EnvVar("IMAGING_PSEUDONYM_KEY"), default_issuer=SETTINGS.default_issuer,
                              options=list(SETTINGS.deid_options)),
     },

@@ -3,10 +3,11 @@
 Environment variables (all optional but the key; defaults in brackets):
   IMAGING_LANDING        landing zone root [./data/landing]
   IMAGING_WAREHOUSE      output root [./data/warehouse]
+  IMAGING_TABLES         root of Spark's Parquet tables, when apart from the files [IMAGING_WAREHOUSE]
   IMAGING_SITES          comma-separated site partition keys [platform/platform.yaml: sites]
   IMAGING_START_DATE     first date partition, YYYY-MM-DD [platform/platform.yaml: start_date]
   IMAGING_PSEUDONYM_KEY  secret for keyed pseudonyms [required]
-  IMAGING_SPARK_MASTER   Spark master URL [local[*]]
+  IMAGING_SPARK_MASTER   Spark master: local[N], spark://..., k8s://... or sc://... (Spark Connect) [local[*]]
 
 Every other setting lives in `platform/platform.yaml` and nowhere else: code reads it from
 `Settings`, never restates a default.
@@ -52,6 +53,8 @@ class Settings:
     default_issuer: str
     deid_options: tuple[str, ...]
     files_per_task: int
+    # Spark's tables; the warehouse root unless IMAGING_TABLES puts them apart (docs/deployment.md).
+    tables: str = ""
 
 
 def _required(base: Mapping, key: str):
@@ -74,9 +77,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     files_per_task = int(_required(base, "files_per_task"))
     if files_per_task < 1:
         raise ValueError("platform/platform.yaml: `files_per_task` must be at least 1")
+    warehouse = _root(env.get("IMAGING_WAREHOUSE") or DEFAULT_WAREHOUSE)
     return Settings(
         landing=_root(env.get("IMAGING_LANDING") or DEFAULT_LANDING),
-        warehouse=_root(env.get("IMAGING_WAREHOUSE") or DEFAULT_WAREHOUSE),
+        warehouse=warehouse,
+        tables=_root(env["IMAGING_TABLES"]) if env.get("IMAGING_TABLES") else warehouse,
         sites=sites,
         start_date=start_date,
         spark_master=env.get("IMAGING_SPARK_MASTER") or DEFAULT_SPARK_MASTER,

@@ -108,3 +108,16 @@ def test_gcs_landing_and_images_equal_local(gcs, tiny_landing, local_run, tmp_pa
     published = gcs.filesystem().find(f"{warehouse.removeprefix('gs://')}/warehouse/deidentified")
     assert any(p.endswith(".dcm") for p in published), "no de-identified image in the bucket"
     assert_equal_to_local(run, local_run)
+
+
+def test_missing_bucket_fails_at_the_start_with_its_name(gcs, monkeypatch):  # noqa: F811
+    from dagster import Failure
+
+    from resources.gcs import check_buckets
+
+    for key, value in gcs.environment().items():
+        monkeypatch.setenv(key, value)
+    gcs.make_bucket("present-bucket")
+    check_buckets(["gs://present-bucket/warehouse", "/local/path"])
+    with pytest.raises(Failure, match="absent-bucket"):
+        check_buckets(["gs://present-bucket/x", "gs://absent-bucket/landing"])

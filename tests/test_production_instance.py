@@ -88,8 +88,10 @@ def test_runs_and_materializations_are_recorded_in_postgres(production, postgres
         assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
         assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
-        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
-        assert {"key": "dagster/code_location", "value": {"applyLimitPerUniqueValue": True}, "limit": 2} in limits
+        concurrency = instance.get_concurrency_config()
+        assert concurrency.pool_config.pool_granularity.value == "run"
+        assert concurrency.pool_config.default_pool_limit == 1  # one Spark run (warehouse writer) at a time
+        assert {"key": "dagster/backfill", "limit": 1} in concurrency.run_queue_config.tag_concurrency_limits
         runs = instance.get_runs()
         assert len(runs) == 2 and all(r.status == DagsterRunStatus.SUCCESS for r in runs)
 
