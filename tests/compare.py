@@ -15,6 +15,8 @@ import fsspec
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
+from imaging.catalogue import LEDGER, partition_dir
+
 
 @dataclass(frozen=True)
 class Output:
@@ -42,10 +44,10 @@ def _covered(relative: str, pairs: Iterable[tuple[str, str]], batches: set[str])
 
 def batches_of(root: str, pairs: Iterable[tuple[str, str]]) -> set[str]:
     """The opaque batch folders of the site-days `pairs`, from the warehouse's own ledger."""
-    fs, base = url_to_fs(f"{root}/identifiable/anonymization_ledger")
+    fs, base = url_to_fs(f"{root}/{LEDGER.path}")
     found: set[str] = set()
     for date, site in pairs:
-        folder = f"{base}/date={date}/site={site}"
+        folder = f"{base}/{partition_dir(LEDGER, (date, site))}"
         if fs.exists(folder):
             files = [p for p in fs.find(folder) if p.endswith(".parquet")]
             found |= {row["batch"] for row in _rows(fs, files)}

@@ -49,14 +49,17 @@ def executor_imaging_origin(defs) -> str:
 
 
 def _session(defs):
-    """The run's Spark session: a classic session is still active; Connect's is the default remote one."""
+    """The runs' Spark session, from the same settings (getOrCreate returns it; nothing is shipped here)."""
+    import os
+
     from pyspark.sql import SparkSession
 
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    resource = defs.resources["spark"]
-    return resource.spark_session if hasattr(resource, "spark_session") else SparkSession.builder.getOrCreate()
+    from resources.spark import spark_config
+
+    builder = SparkSession.builder
+    for key, value in spark_config(os.environ["IMAGING_SPARK_MASTER"]).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 if __name__ == "__main__":

@@ -86,7 +86,10 @@ def assert_equal_to_local(run: PipelineRun, local: PipelineRun) -> None:
 
 
 def test_standalone_cluster_equals_local(spark_cluster, tiny_landing, local_run, tmp_path):  # noqa: F811
-    run = run_pipeline(tmp_path, str(tiny_landing), spark_cluster.master_url)
+    # The operator names the executors' interpreter (the project's environment on the workers); the
+    # driver no longer lends its own to a cluster. Here the workers share this machine's venv.
+    run = run_pipeline(tmp_path, str(tiny_landing), spark_cluster.master_url,
+                       extra_env={"PYSPARK_PYTHON": sys.executable})
     assert ".zip" in run.executor_imaging, run.executor_imaging  # the shipped code, not the driver's tree
     assert_equal_to_local(run, local_run)
 
