@@ -140,4 +140,4 @@ def _rename_parts(folder: str, suffix: str) -> None:
             fs.rm(entry)
     parts = sorted(e for e in fs.ls(path, detail=False) if e.rsplit("/", 1)[-1].startswith("part-"))
     for number, entry in enumerate(parts):
-        fs.mv(entry, f"{path}/part-{number:05d}.{suffix}")
+        fsx.relocate(fs, entry, f"{path}/part-{number:05d}.{suffix}")
