@@ -24,8 +24,8 @@ defs = Definitions(
         "spark": SparkResource(spark_config=spark_config(SETTINGS.spark_master)),
         "landing": LandingZone(root=SETTINGS.landing, files_per_task=SETTINGS.files_per_task),
         "warehouse": Warehouse(root=SETTINGS.warehouse, tables=SETTINGS.tables),
-        "deid": Deidentifier(pseudonym_key=EnvVar("IMAGING_PSEUDONYM_KEY"), default_issuer=SETTINGS.default_issuer,
-                             options=list(SETTINGS.deid_options)),
+        "deid": Deidentifier(pseudonym_key=EnvVar("IMAGING_PSEUDONYM_KEY"), options=list(SETTINGS.deid_options),
+                             issuers=SETTINGS.issuers, pixel_text=SETTINGS.pixel_text),
     },
     # One process per run, so every asset in it shares one Spark session (see ARCHITECTURE.md).
     executor=in_process_executor,

@@ -9,11 +9,22 @@ from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.anonymize import AnonymizeJob, batch_name
 from imaging.catalogue import ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, DEIDENTIFIED, LEDGER, LINKED, manifest
 from imaging.clinical import load_policy
+from imaging.issuers import SUSPECT, IssuerPolicy
 from imaging.records import QUARANTINED
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.spark import SparkResource, map_batches
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
+
+
+def issuer_statuses(policy: IssuerPolicy, counted) -> dict[str, int]:
+    """{status: images} from (site, issuer_of_patient_id, count) rows; every status present."""
+    from imaging.issuers import STATUSES
+
+    totals = dict.fromkeys(STATUSES, 0)
+    for row in counted:
+        totals[policy.resolve(row["site"], row["issuer_of_patient_id"]).status] += row["count"]
+    return totals
 
 
 @asset(
@@ -35,8 +46,8 @@ def anonymized_images(context: AssetExecutionContext, spark: SparkResource, land
     linked = warehouse.read(session, LINKED, keys)
 
     commit = warehouse.begin("anonymized_images")
-    job = AnonymizeJob(deid.pseudonym_key, deid.default_issuer, tuple(deid.options), policy,
-                       staging=commit.staging(warehouse.zone(DEIDENTIFIED)))
+    job = AnonymizeJob(deid.pseudonym_key, tuple(deid.options), policy, deid.issuer_policy(),
+                       deid.pixel_text_settings(), staging=commit.staging(warehouse.zone(DEIDENTIFIED)))
     images = linked.count()
     tasks = max(1, math.ceil(images / landing.files_per_task))
     outcomes = map_batches(linked.repartition(tasks), job.step()).persist()
@@ -51,16 +62,25 @@ def anonymized_images(context: AssetExecutionContext, spark: SparkResource, land
     warehouse.stage(commit, outcomes.where(QUARANTINED), ANONYMIZE_QUARANTINE, keys)
     commit.build().apply()
 
-    # One pass: the reasons are a handful of fixed phrases whatever the input size.
+    # One pass each: reasons are a handful of fixed phrases, and a site's devices write a handful of
+    # IssuerOfPatientID values, whatever the input size.
     tally = {r["reason"]: r["count"] for r in outcomes.groupBy("reason").count().collect()}
+    issuers = issuer_statuses(job.issuers, linked.groupBy("site", "issuer_of_patient_id").count().collect())
     outcomes.unpersist()
     done = tally.pop(None, 0)
     held = sum(tally.values())
     if done + held != images:
         raise RuntimeError(f"{images} images in but {done} published + {held} quarantined")
     context.log.info(f"{images} images: {done} published de-identified, {held} quarantined")
+    suspect = sum(issuers[s] for s in SUSPECT)
+    if suspect:
+        context.log.warning(f"{suspect} images name an IssuerOfPatientID that is unknown or names another "
+                            f"namespace; their site's configured namespace was used (platform/issuers.yaml)")
     return MaterializeResult(metadata={
         "images_in": images, "images_published": done, "images_quarantined": held, "quarantine_reasons": tally,
         "deid_options": ", ".join(deid.options) or "basic profile only", "spark_tasks": tasks,
+        # How the files' IssuerOfPatientID compared with the sites' configured namespaces (counts only):
+        # unknown or inconsistent values never split a patient, but an operator should know.
+        "issuer_of_patient_id": issuers,
         "manifest": warehouse.relative(warehouse.url(manifest(policy))),
     })

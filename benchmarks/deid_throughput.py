@@ -5,8 +5,11 @@
 Generates OPT volumes with synth in a temp directory, then times, over the same files and in the same run:
   copy     read the file's bytes and write them to a new file (the floor)
   pydicom  dcmread + encode to Part 10 + write, with no de-identification
-  deid     dcmread + deidentify + to_bytes + write (what a Spark task does per file)
-and prints files/s, MB/s and each one's time relative to the copy.
+  deid     dcmread + deidentify + to_bytes + write (what a Spark task does per file), OCR of the
+           sampled frames on (platform/pixel_text.yaml; the detector is made once, outside the timing)
+  no-ocr   the same with a stand-in detector that reads nothing (what OCR costs: deid - no-ocr)
+and prints files/s, MB/s and each one's time relative to the copy. benchmarks/ocr_cost.py
+breaks the OCR cost down per file for photographs and volumes.
 """
 
 from __future__ import annotations
@@ -23,8 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pydicom import dcmread  # noqa: E402
 
+import yaml  # noqa: E402
+
 from imaging.deid import deidentify, load_profile, quiet, to_bytes  # noqa: E402
+from imaging.deid.pixel_text import PixelTextDetector, load_pixel_text_settings  # noqa: E402
 from imaging.pseudonym import Pseudonymizer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ocr_cost import ReadsNothing  # noqa: E402
 
 
 def synth_files(root: Path, count: int, shape: tuple[int, int, int]) -> list[Path]:
@@ -71,13 +80,20 @@ def main() -> None:
             ds.save_as(buffer, enforce_file_format=True)
             return buffer.getvalue()
 
-        def deid(path: Path) -> bytes:
+        settings = yaml.safe_load((Path(__file__).resolve().parents[1] / "platform/pixel_text.yaml").read_text())
+        detector = PixelTextDetector(load_pixel_text_settings(settings))
+
+        def deid(path: Path, reader=detector) -> bytes:
             with quiet():
                 ds = dcmread(path)
-            return to_bytes(deidentify(ds, pseudonymizer=p, profile=profile))
+            return to_bytes(deidentify(ds, pseudonymizer=p, namespace="NHS", profile=profile, pixel_text=reader))
+
+        def no_ocr(path: Path) -> bytes:
+            return deid(path, ReadsNothing())
 
         results = {}
-        for label, work in (("copy", Path.read_bytes), ("pydicom", pydicom_roundtrip), ("deid", deid)):
+        for label, work in (("copy", Path.read_bytes), ("pydicom", pydicom_roundtrip), ("deid", deid),
+                            ("no-ocr", no_ocr)):
             timed(label, files[:1], out, work)  # warm caches and imports
             results[label] = timed(label, files, out, work)
 

@@ -1,7 +1,9 @@
 """Per-file de-identification on Spark executors: read, de-identify, write to staging, describe.
 
 `AnonymizeJob` is everything a task needs (picklable; the key travels inside the task, never
-into a log). Its set-up (pseudonymizer, profile) happens once per Spark partition. Output
+into a log). Its set-up (pseudonymizer, profile, the OCR detector for burned-in text) happens once
+per Spark partition. Patients are keyed on the namespace their site's configuration names
+(`platform/issuers.yaml`), whatever the file's IssuerOfPatientID says. Output
 names are the new SOP Instance UIDs, so a retried task rewrites the same files, never new ones.
 """
 
@@ -11,7 +13,6 @@ import datetime as dt
 import hashlib
 import io
 from dataclasses import dataclass
-from typing import Callable
 
 import pydicom
 
@@ -19,7 +20,9 @@ from imaging import fs as fsx
 from imaging.catalogue import ANONYMIZED_FILES
 from imaging.clinical import ClinicalPolicy, parse_date
 from imaging.deid import Quarantined as NotPublishable, deidentify, load_profile, to_bytes
+from imaging.deid.pixel_text import PixelTextDetector, PixelTextSettings
 from imaging.index import header_int, header_text, laterality
+from imaging.issuers import IssuerPolicy
 from imaging.pseudonym import Pseudonymizer
 from imaging.records import BatchStep, LinkedImage, PublishedImage, Quarantined, outcome_schema
 
@@ -40,17 +43,19 @@ class AnonymizeJob:
     """The de-identification of one run; `setup` for a `BatchStep` (called once per partition)."""
 
     key: str
-    default_issuer: str
     options: tuple[str, ...]
     policy: ClinicalPolicy
+    issuers: IssuerPolicy
+    pixel_text: PixelTextSettings
     staging: str  # the de-identified zone's staging folder: files are committed from there
 
     def __repr__(self) -> str:  # never show the key
         return f"AnonymizeJob(options={self.options!r})"
 
-    def __call__(self) -> Callable[[LinkedImage], PublishedImage | Quarantined]:
-        anonymizer = _Anonymizer(self, Pseudonymizer(self.key), load_profile(self.options))
-        return anonymizer.publish
+    def __call__(self) -> "_Anonymizer":
+        # Once per partition: the pseudonymizer, the profile and Tesseract's model (the slow part).
+        return _Anonymizer(self, Pseudonymizer(self.key), load_profile(self.options),
+                           PixelTextDetector(self.pixel_text))
 
     def step(self) -> BatchStep:
         extra = outcome_extra(self.policy)
@@ -69,6 +74,13 @@ class _Anonymizer:
     job: AnonymizeJob
     pseudonymizer: Pseudonymizer
     profile: object
+    detector: PixelTextDetector
+
+    def __call__(self, image: LinkedImage) -> PublishedImage | Quarantined:
+        return self.publish(image)
+
+    def close(self) -> None:
+        self.detector.close()
 
     def publish(self, image: LinkedImage) -> PublishedImage | Quarantined:
         """One linked image -> its published description, or a quarantine record with the reason."""
@@ -90,15 +102,16 @@ class _Anonymizer:
         clinical = image.clinical or {}
         ds = pydicom.dcmread(io.BytesIO(data))
         known = job.policy.identifying_values({**clinical, "patient_id": image.patient_id or ""})
-        out = deidentify(ds, pseudonymizer=pseudonymizer, profile=self.profile, issuer_default=job.default_issuer,
-                         extra_identifiers=known)
+        # The patient's namespace comes from the site, never from the file's IssuerOfPatientID.
+        namespace = job.issuers.resolve(image.site, image.issuer_of_patient_id).namespace
+        out = deidentify(ds, pseudonymizer=pseudonymizer, namespace=namespace, profile=self.profile,
+                         extra_identifiers=known, pixel_text=self.detector)
         payload = to_bytes(out)
         batch = batch_name(pseudonymizer, image.date, image.site)
         relative = f"{ANONYMIZED_FILES.name}/{batch}/{out.SOPInstanceUID}.dcm"
         fsx.write_bytes(f"{job.staging}/{relative}", payload)
 
-        issuer = image.issuer_of_patient_id or job.default_issuer
-        shift = pseudonymizer.date_shift_days(issuer, image.patient_id or "")
+        shift = pseudonymizer.date_shift_days(namespace, image.patient_id or "")
         scan = parse_date(image.study_date, ("%Y%m%d",)) or dt.date.fromisoformat(image.date)
         fields = job.policy.apply(clinical, scan_date=scan, shift_days=shift,
                                   token=lambda column, value: pseudonymizer.token("clinical", column, value))

@@ -9,8 +9,8 @@ Environment variables (all optional but the key; defaults in brackets):
   IMAGING_PSEUDONYM_KEY  secret for keyed pseudonyms [required]
   IMAGING_SPARK_MASTER   Spark master: local[N], spark://..., k8s://... or sc://... (Spark Connect) [local[*]]
 
-Every other setting lives in `platform/platform.yaml` and nowhere else: code reads it from
-`Settings`, never restates a default.
+Every other setting lives in `platform/` and nowhere else (`platform.yaml`, `issuers.yaml`,
+`pixel_text.yaml`): code reads it from `Settings`, never restates a default.
 """
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ class Settings:
     sites: tuple[str, ...]
     start_date: str
     spark_master: str
-    default_issuer: str
     deid_options: tuple[str, ...]
     files_per_task: int
+    issuers: dict  # platform/issuers.yaml: each site's patient-id namespace and the alias table
+    pixel_text: dict  # platform/pixel_text.yaml: the OCR check for text burned into pixels
     # Spark's tables; the warehouse root unless IMAGING_TABLES puts them apart (docs/deployment.md).
     tables: str = ""
 
@@ -85,10 +86,30 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         sites=sites,
         start_date=start_date,
         spark_master=env.get("IMAGING_SPARK_MASTER") or DEFAULT_SPARK_MASTER,
-        default_issuer=str(_required(base, "default_issuer")),
         deid_options=tuple(_required(base, "deid_options") or ()),
         files_per_task=files_per_task,
+        issuers=_issuers(sites),
+        pixel_text=_pixel_text(),
     )
+
+
+def _issuers(sites: tuple[str, ...]) -> dict:
+    """platform/issuers.yaml, checked now: every configured site must resolve to a namespace."""
+    from imaging.issuers import IssuerPolicy
+
+    spec = read_yaml("issuers.yaml")
+    policy = IssuerPolicy.from_dict(spec)
+    for site in sites:
+        policy.namespace(site)  # raises, naming the site, when it has none
+    return spec
+
+
+def _pixel_text() -> dict:
+    from imaging.deid.pixel_text import load_pixel_text_settings
+
+    spec = read_yaml("pixel_text.yaml")
+    load_pixel_text_settings(spec)  # fail at load, not on an executor
+    return spec
 
 
 def pseudonym_key(env: Mapping[str, str] | None = None) -> str:

@@ -7,12 +7,43 @@ under its own label, so a patient pseudonym can never collide with a UID or a da
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import hmac
+from dataclasses import dataclass
 
-# The longest shift we apply, in days. Shifts are always backwards and never zero, so a
-# shifted date never equals the real one and intervals between a patient's visits are kept.
+# The longest shift we apply, in days. Shifts are always backwards and at least two days (then the
+# sub-day part, below, is added: the full offset is at least 25 hours), so a shifted date never
+# equals the real one, with or without its time, and intervals between a patient's visits are kept.
 MAX_DATE_SHIFT_DAYS = 3652
+MIN_DATE_SHIFT_DAYS = 2
+# The sub-day part of the offset, in seconds: every time of day moves by 1 to 23 hours, so no time
+# (not even an "HH" one) keeps its hour.
+MIN_TIME_SHIFT_SECONDS = 3600
+MAX_TIME_SHIFT_SECONDS = 86400 - 3600
+
+DAY_SECONDS = 86400
+
+
+@dataclass(frozen=True)
+class DateTimeShift:
+    """A patient's offset: `days` whole days (rounded down) plus `seconds` in [0, 86400).
+
+    `Pseudonymizer.datetime_shift` makes one with days <= -2 and seconds in [3600, 82800], so
+    the offset is always backwards, at least 25 hours, never a whole day, and every time of
+    day moves by at least an hour. How each DICOM value is moved: imaging/deid/timeshift.py.
+    """
+
+    days: int
+    seconds: int
+
+    def __post_init__(self):
+        if not 0 <= self.seconds < DAY_SECONDS:
+            raise ValueError("seconds must be in [0, 86400)")
+
+    @property
+    def offset(self) -> dt.timedelta:
+        return dt.timedelta(days=self.days, seconds=self.seconds)
 
 
 class Pseudonymizer:
@@ -43,9 +74,34 @@ class Pseudonymizer:
         return "2.25." + str(int.from_bytes(raw, "big"))
 
     def date_shift_days(self, issuer: str, patient_id: str) -> int:
-        """Per-patient shift in days, in [-MAX_DATE_SHIFT_DAYS, -1]: never zero, same for all the patient's dates."""
+        """Whole-day part of the patient's offset, in [-MAX_DATE_SHIFT_DAYS, -MIN_DATE_SHIFT_DAYS].
+
+        This is what a date with no time of day moves by (DICOM DA with no paired TM, and every
+        clinical date under the policy's `shift_date`): the date of its midnight after the full
+        offset. A DICOM date-time moves by the full offset (`datetime_shift`), so its date lands
+        on `real + date_shift_days` or, late in the day, the day after.
+        """
+        span = MAX_DATE_SHIFT_DAYS - MIN_DATE_SHIFT_DAYS + 1
         value = int.from_bytes(self.digest("date-shift", issuer.strip(), patient_id.strip())[:8], "big")
-        return -(1 + value % MAX_DATE_SHIFT_DAYS)
+        return -(MIN_DATE_SHIFT_DAYS + value % span)
+
+    def time_shift_seconds(self, issuer: str, patient_id: str) -> int:
+        """Sub-day part of the patient's offset, in [MIN_TIME_SHIFT_SECONDS, MAX_TIME_SHIFT_SECONDS]."""
+        span = MAX_TIME_SHIFT_SECONDS - MIN_TIME_SHIFT_SECONDS + 1
+        value = int.from_bytes(self.digest("time-shift", issuer.strip(), patient_id.strip())[:8], "big")
+        return MIN_TIME_SHIFT_SECONDS + value % span
+
+    def datetime_shift(self, issuer: str, patient_id: str) -> DateTimeShift:
+        """The patient's offset for every date and time: `date_shift_days` days plus `time_shift_seconds`.
+
+        Never a whole number of days, always backwards by at least 25 hours, the same for all
+        of the patient's files. `issuer` is the patient id's namespace (imaging.issuers).
+        """
+        return DateTimeShift(self.date_shift_days(issuer, patient_id), self.time_shift_seconds(issuer, patient_id))
+
+    def datetime_offset(self, issuer: str, patient_id: str) -> dt.timedelta:
+        """`datetime_shift` as a timedelta: `real date-time + offset` is the published date-time."""
+        return self.datetime_shift(issuer, patient_id).offset
 
     def token(self, label: str, *parts: str, length: int = 20) -> str:
         """Opaque lower-case hex token for any other value (for example a partition's folder name)."""

@@ -132,13 +132,18 @@ class BatchStep:
         step = self.setup()
         # Executors handle identifiable files: pydicom's warnings quote header values, so they
         # are silenced for the whole partition, never let into executor logs.
-        with quiet():
-            for batch in batches:
-                out = []
-                for row in batch.to_pylist():
-                    result = step(from_row(self.input_type, row))
-                    out.extend((result,) if dataclasses.is_dataclass(result) else result)
-                yield to_batch(out, self.output)
+        try:
+            with quiet():
+                for batch in batches:
+                    out = []
+                    for row in batch.to_pylist():
+                        result = step(from_row(self.input_type, row))
+                        out.extend((result,) if dataclasses.is_dataclass(result) else result)
+                    yield to_batch(out, self.output)
+        finally:
+            close = getattr(step, "close", None)  # a step holding resources (an OCR model) frees them
+            if close is not None:
+                close()
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import pickle
 
@@ -103,8 +104,11 @@ def test_research_default_output():
     assert out.PatientName == out.PatientID == KEY.patient_id("NHS", "9434765919")
     assert "PatientBirthDate" not in out or out.PatientBirthDate == ""
     assert (out.PatientSex, out.PatientAge) == ("F", "070Y")  # retain_patient_characteristics
-    assert out.StudyDate != "20230304" and out.StudyTime == "101500"
-    assert out.AcquisitionDateTime.endswith("101612.25+0000") and not out.AcquisitionDateTime.startswith("2023")
+    shift = KEY.datetime_shift("NHS", "9434765919")  # modified dates move dates and times together
+    moved = dt.datetime(2023, 3, 4, 10, 15) + shift.offset
+    assert (out.StudyDate, out.StudyTime) == (moved.strftime("%Y%m%d"), moved.strftime("%H%M%S")) != ("20230304", "101500")
+    acquired = dt.datetime(2023, 3, 4, 10, 16, 12) + shift.offset
+    assert out.AcquisitionDateTime == acquired.strftime("%Y%m%d%H%M%S") + ".25+0000"
     assert out.StudyDescription == "Diabetic screening for , seen"  # name and date removed, rest kept
     assert out.DeviceSerialNumber == "ANONYMOUS"  # X/Z/D -> D: present (Type 1 in some IODs), no value
     assert out.InstitutionName == "ANONYMOUS"
@@ -157,9 +161,7 @@ def test_uids_mapped_consistently_registered_uids_kept():
 
 @pytest.mark.parametrize("changes, reason", [
     ({"BurnedInAnnotation": "YES"}, "burned-in annotation"),
-    ({"BurnedInAnnotation": None}, "burned-in annotation not declared"),
-    ({"SOPClassUID": "1.2.840.10008.5.1.4.1.1.7"}, "secondary capture (may carry burned-in text)"),
-    ({"SOPClassUID": "1.2.840.10008.5.1.4.1.1.7.4"}, "secondary capture (may carry burned-in text)"),
+    ({"BurnedInAnnotation": "MAYBE"}, "burned-in annotation not declared NO"),
     ({"SOPClassUID": "1.2.840.10008.5.1.4.1.1.104.1"}, "encapsulated document"),
     ({"RecognizableVisualFeatures": "YES"}, "recognizable visual features"),
     ({"PatientID": None}, "missing PatientID"),
@@ -171,6 +173,18 @@ def test_quarantine_reasons(changes, reason):
     with pytest.raises(Quarantined) as caught:
         run(op_file(**changes))
     assert caught.value.reason == reason
+
+
+@pytest.mark.parametrize("changes", [
+    {"BurnedInAnnotation": None},  # unflagged ophthalmic image: read by OCR, no text (4 x 4 pixels)
+    {"SOPClassUID": "1.2.840.10008.5.1.4.1.1.7"},  # secondary captures are read, not refused wholesale
+    {"SOPClassUID": "1.2.840.10008.5.1.4.1.1.7.4", "BurnedInAnnotation": None},
+])
+def test_files_read_for_text_are_published_when_clean(changes):
+    out = run(op_file(**changes))
+    assert out.BurnedInAnnotation == "NO"  # the output records the check
+    assert any("OCR" in line for line in out.DeidentificationMethod)
+    assert "113101" not in [i.CodeValue for i in out.DeidentificationMethodCodeSequence]  # no pixel was cleaned
 
 
 def test_unexpected_failure_is_quarantined_by_type_only():

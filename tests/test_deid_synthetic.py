@@ -82,9 +82,10 @@ def test_one_pseudonym_per_patient_and_intervals_kept(published):
         assert len({out.PatientID for _s, out in pairs}) == 1
         assert all(out.PatientName == out.PatientID for _s, out in pairs)
         pseudonyms[pid] = pairs[0][1].PatientID
-        day = lambda v: dt.datetime.strptime(v, "%Y%m%d").date()  # noqa: E731
-        shifts = {day(out.StudyDate) - day(src.StudyDate) for src, out in pairs}
-        assert len(shifts) == 1 and shifts != {dt.timedelta(0)}  # same shift for all the patient's dates
+        when = lambda d: dt.datetime.strptime(d.StudyDate + d.StudyTime, "%Y%m%d%H%M%S")  # noqa: E731
+        shifts = {when(out) - when(src) for src, out in pairs}
+        assert len(shifts) == 1  # one offset for all the patient's dates and times
+        assert shifts.pop() % dt.timedelta(days=1) != dt.timedelta(0)  # not whole days: times move too
         for src, out in pairs:
             assert src.PatientID not in out.PatientID
     assert len(set(pseudonyms.values())) == len(pseudonyms)  # two patients, two pseudonyms

@@ -66,7 +66,7 @@ def run(tmp_path_factory, defs):
     key = f"{DATES[0]}|{SITES[0]}"
     run_assets(scoped, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key))
     run_assets(scoped, ["published_cohort"])
-    return root / "warehouse", planter, ds, len(shipped) + 1
+    return root / "warehouse", planter, ds, len(shipped) + 1, source
 
 
 def table(path):
@@ -74,7 +74,7 @@ def table(path):
 
 
 def test_every_file_is_published_or_quarantined(run):
-    warehouse, _, _, files = run
+    warehouse, _, _, files, _ = run
     index = table(warehouse / RAW_IMAGE_INDEX.path)
     held_at_index = table(warehouse / INDEX_QUARANTINE.path)
     published = table(warehouse / MANIFEST.path)
@@ -85,13 +85,13 @@ def test_every_file_is_published_or_quarantined(run):
 
 
 def test_planted_file_reaches_the_release(run):
-    warehouse, _, ds, _ = run
+    warehouse, _, ds, _, _ = run
     rows = table(warehouse / Path(COHORTS.path) / "amd-oct/v1/metadata.parquet")
     assert len(rows) == 1 and rows[0]["age_at_scan"] == 60 and rows[0]["diagnosis_code"] == "H35.31"
 
 
 def test_nothing_planted_survives_under_the_deidentified_zone(run):
-    warehouse, planter, ds, _ = run
+    warehouse, planter, ds, _, source = run
     allowed = _allowed(load_profile())
     zone = warehouse / "deidentified"
     files = [p for p in zone.rglob("*") if p.is_file()]
@@ -102,7 +102,7 @@ def test_nothing_planted_survives_under_the_deidentified_zone(run):
         data = path.read_bytes()
         assert b"LEAKCLIN" not in data and UID_ROOT.encode() not in data, name
         if path.suffix == ".dcm":
-            survivors = _survivors(data, planter)
+            survivors = _survivors(data, planter, source)
             assert survivors - allowed == set(), (name, sorted(hex(t) for t in survivors - allowed))
         text = data.decode("latin-1")
         if path.suffix == ".parquet":

@@ -158,17 +158,23 @@ def test_follow_up_references_name_the_published_baseline(hospital, warehouse):
             published_uid[instance.referenced_sop_instance_uid]
 
 
-def test_published_dates_are_shifted_per_patient(warehouse):
+def test_published_dates_move_with_the_patients_offset(warehouse, defs):
+    """Study date and time move together by the patient's keyed offset (not whole days), keyed on the
+    site's configured namespace whatever the file's IssuerOfPatientID says."""
     import datetime as dt
     import os
 
+    from imaging.deid.timeshift import shift_paired_date
     from imaging.pseudonym import Pseudonymizer
 
     p = Pseudonymizer(os.environ["IMAGING_PSEUDONYM_KEY"])
+    issuers = defs.resources["deid"].issuer_policy()
     index = {r["source_path"]: r for r in table(warehouse / RAW_IMAGE_INDEX.path)}
     manifest = {r["output_path"]: r for r in table(warehouse / MANIFEST.path)}
     for entry in table(warehouse / LEDGER.path):
         source, published = index[entry["source_path"]], manifest[entry["output_path"]]
-        shift = p.date_shift_days(source["issuer_of_patient_id"] or "NHS", source["patient_id"])
+        namespace = issuers.resolve(source["site"], source["issuer_of_patient_id"]).namespace
+        shifted = shift_paired_date(source["study_date"], source["study_time"] or "",
+                                    p.datetime_shift(namespace, source["patient_id"]))
         real = dt.datetime.strptime(source["study_date"], "%Y%m%d").date()
-        assert published["study_date"] == (real + dt.timedelta(days=shift)).isoformat() != real.isoformat()
+        assert published["study_date"] == dt.datetime.strptime(shifted, "%Y%m%d").date().isoformat() != real.isoformat()

@@ -1,10 +1,13 @@
 """De-identification of DICOM files by DICOM PS3.15 Annex E (Table E.1-1, rev 2024b).
 
-    from imaging.deid import load_profile, deidentify, Quarantined, to_bytes
+    from imaging.deid import load_profile, deidentify, Quarantined, to_bytes, PixelTextDetector
     profile = load_profile()                    # the research default; picklable, cached per process
-    out = deidentify(ds, pseudonymizer=p, profile=profile, issuer_default="NHS",
+    detector = PixelTextDetector(settings)      # OCR, once per process / partition (pixel_text.py)
+    out = deidentify(ds, pseudonymizer=p, namespace="NHS", profile=profile, pixel_text=detector,
                      extra_identifiers=("Jane Smith", "9434765919"))
     data = to_bytes(out)                        # deterministic Part 10 bytes
+
+`namespace` comes from imaging.issuers.IssuerPolicy.resolve(site, IssuerOfPatientID).
 
 Pure functions: no Spark, no Dagster, no clock, no randomness. See docs/deidentification.md.
 """
@@ -13,6 +16,7 @@ from .engine import deidentify
 from .errors import Quarantined
 from .options import OPTIONS, RESEARCH_DEFAULT
 from .output import to_bytes
+from .pixel_text import PixelTextDetector, PixelTextSettings, PixelTextStats, load_pixel_text_settings
 from .profile import DeidProfile, load_profile
 from .quiet import quiet
 from .version import ENGINE_VERSION
@@ -20,6 +24,6 @@ from .version import ENGINE_VERSION
 OPTION_NAMES = tuple(o.name for o in OPTIONS)
 
 __all__ = [
-    "DeidProfile", "ENGINE_VERSION", "OPTION_NAMES", "Quarantined", "RESEARCH_DEFAULT",
-    "deidentify", "load_profile", "quiet", "to_bytes",
+    "DeidProfile", "ENGINE_VERSION", "OPTION_NAMES", "PixelTextDetector", "PixelTextSettings", "PixelTextStats",
+    "Quarantined", "RESEARCH_DEFAULT", "deidentify", "load_pixel_text_settings", "load_profile", "quiet", "to_bytes",
 ]

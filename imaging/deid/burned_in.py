@@ -1,4 +1,10 @@
-"""Files whose pixels may show identifying text. No pixel-cleaning rule exists, so they are refused."""
+"""Files whose pixels may show identifying text: refused outright, or read for text by OCR.
+
+The Burned In Annotation flag is only trusted one way: YES (or a value that is not NO) is
+believed and quarantines. NO is not believed for the files where devices are known to burn
+text in and still say NO, nor is a missing flag: those are read by OCR (pixel_text.py), and
+published only if no text is found. No pixels are ever cleaned.
+"""
 
 from __future__ import annotations
 
@@ -18,27 +24,54 @@ OPHTHALMIC_IMAGES = frozenset({
     "1.2.840.10008.5.1.4.1.1.77.1.5.7",  # Ophthalmic Optical Coherence Tomography En Face
     "1.2.840.10008.5.1.4.1.1.77.1.5.8",  # Ophthalmic OCT B-scan Volume Analysis
 })
+# Photographs: cameras burn the patient's name, id and date into them whatever the flag says.
+PHOTOGRAPHS = frozenset({
+    "1.2.840.10008.5.1.4.1.1.77.1.5.1",  # Ophthalmic Photography 8 Bit
+    "1.2.840.10008.5.1.4.1.1.77.1.5.2",  # Ophthalmic Photography 16 Bit
+    "1.2.840.10008.5.1.4.1.1.77.1.5.5",  # Wide Field Ophthalmic Photography Stereographic Projection
+    "1.2.840.10008.5.1.4.1.1.77.1.5.6",  # Wide Field Ophthalmic Photography 3D Coordinates
+    "1.2.840.10008.5.1.4.1.1.77.1.5.7",  # Ophthalmic OCT En Face (a rendered picture, often labelled)
+    "1.2.840.10008.5.1.4.1.1.77.1.4",  # VL Photographic Image (external eye, slit lamp)
+    "1.2.840.10008.5.1.4.1.1.77.1.4.1",  # Video Photographic Image
+})
+PIXEL_DATA = (0x7FE00010, 0x7FE00008, 0x7FE00009)  # Pixel Data, Float and Double Float Pixel Data
 
 
 def _flag(ds: Dataset, keyword: str) -> str:
     return str(ds.get(keyword, "") or "").strip().upper()
 
 
-def check(ds: Dataset, sop_class: str) -> None:
-    """Raise Quarantined if the pixels may carry burned-in text or a recognisable face."""
+def _frames(ds: Dataset) -> int:
+    try:
+        return int(ds.get("NumberOfFrames", 1) or 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def is_secondary_capture(sop_class: str) -> bool:
+    return sop_class == SECONDARY_CAPTURE or sop_class.startswith(SECONDARY_CAPTURE + ".")
+
+
+def check(ds: Dataset, sop_class: str) -> bool:
+    """Raise Quarantined for what no check can clear; else True if the pixels must be read for text.
+
+    Refused whatever the pixels show: encapsulated documents, Burned In Annotation YES or any
+    value other than NO, Recognizable Visual Features YES. Read for text: photographs and
+    secondary captures (whatever the flag), files without the flag, multi-frame images (a
+    sample of frames). A file without pixel data has nothing to read.
+    """
     reason = None
     burned = _flag(ds, "BurnedInAnnotation")
-    if sop_class == SECONDARY_CAPTURE or sop_class.startswith(SECONDARY_CAPTURE + "."):
-        reason = "secondary capture (may carry burned-in text)"
-    elif sop_class.startswith(ENCAPSULATED_DOCUMENTS + "."):
+    if sop_class.startswith(ENCAPSULATED_DOCUMENTS + "."):
         reason = "encapsulated document"
     elif burned == "YES":
         reason = "burned-in annotation"
     elif burned not in ("", "NO"):
         reason = "burned-in annotation not declared NO"
-    elif not burned and sop_class in OPHTHALMIC_IMAGES:
-        reason = "burned-in annotation not declared"
     elif _flag(ds, "RecognizableVisualFeatures") == "YES":
         reason = "recognizable visual features"
     if reason:
         raise Quarantined(reason)
+    if not any(tag in ds for tag in PIXEL_DATA):
+        return False
+    return bool(sop_class in PHOTOGRAPHS or is_secondary_capture(sop_class) or not burned or _frames(ds) > 1)

@@ -12,11 +12,15 @@ from .version import ENGINE_NAME, ENGINE_VERSION
 _LONGITUDINAL = {"modified": "MODIFIED", "full": "UNMODIFIED", None: "REMOVED"}
 
 
-def method_text(profile: DeidProfile) -> list[str]:
-    """(0012,0063) values: profile, options, engine (each fits LO's 64 characters; fixed order)."""
+PIXELS_READ = "Pixel data read by OCR for burned-in text: none found"
+
+
+def method_text(profile: DeidProfile, pixels_read: bool = False) -> list[str]:
+    """(0012,0063) values: profile, options, the pixel check, engine (each fits LO's 64 characters)."""
     return [
         f"DICOM PS3.15 {STANDARD_REVISION} {BASIC.meaning}",
         *(BY_NAME[name].meaning for name in profile.options),
+        *([PIXELS_READ] if pixels_read else []),
         f"{ENGINE_NAME} {ENGINE_VERSION}",
     ]
 
@@ -26,10 +30,14 @@ def method_codes(profile: DeidProfile) -> list[tuple[str, str]]:
     return [(BASIC.code, BASIC.meaning), *((BY_NAME[n].code, BY_NAME[n].meaning) for n in profile.options)]
 
 
-def declare(ds: Dataset, profile: DeidProfile) -> None:
-    """Write the declarations, replacing any left by an earlier de-identification."""
+def declare(ds: Dataset, profile: DeidProfile, pixels_read: bool = False) -> None:
+    """Write the declarations, replacing any left by an earlier de-identification.
+
+    `pixels_read`: the pixels were read by OCR and no text was found; said in the method text.
+    Clean Pixel Data (113101) is never declared: no pixel is changed.
+    """
     ds.PatientIdentityRemoved = "YES"
-    ds.DeidentificationMethod = method_text(profile)
+    ds.DeidentificationMethod = method_text(profile, pixels_read)
     items = []
     for value, meaning in method_codes(profile):
         item = Dataset()

@@ -13,6 +13,7 @@ from imaging.pseudonym import Pseudonymizer
 from . import burned_in, meta, pixels, private, rules
 from .declare import declare
 from .errors import Quarantined
+from .pixel_text import TEXT_FOUND, PixelTextDetector, shared_detector
 from .profile import REMOVE, DeidProfile, load_profile
 from .quiet import quiet
 from .rules import Context
@@ -25,11 +26,24 @@ def deidentify(
     ds: Dataset,
     *,
     pseudonymizer: Pseudonymizer,
+    namespace: str | None = None,
     profile: DeidProfile | None = None,
-    issuer_default: str = "NHS",
     extra_identifiers: Iterable[str] = (),
+    pixel_text: PixelTextDetector | None = None,
+    issuer_default: str = "NHS",
 ) -> Dataset:
     """A new, de-identified dataset (with file meta) for `ds`, or Quarantined.
+
+    `namespace`: the issuer namespace of the file's PatientID, resolved by the caller from
+    the site's configuration (`imaging.issuers.IssuerPolicy.resolve`); the patient's
+    pseudonym and date/time offset are keyed on (namespace, PatientID), and the file's own
+    IssuerOfPatientID is ignored. Transitional: without it the engine falls back to the old
+    rule (IssuerOfPatientID, else `issuer_default`), which can split a patient; callers
+    should always pass it.
+
+    `pixel_text`: the burned-in text detector, made once per process or partition and
+    reused. None uses the process's shared detector with the default settings: the OCR
+    check is never skipped.
 
     `ds` is not modified. Any unexpected error becomes Quarantined naming only the
     exception's type: its message could quote a value from the file.
@@ -37,7 +51,8 @@ def deidentify(
     failure = None
     with quiet():
         try:
-            return _deidentify(ds, pseudonymizer, profile or load_profile(), issuer_default, extra_identifiers)
+            return _deidentify(ds, pseudonymizer, profile or load_profile(), namespace, issuer_default,
+                               extra_identifiers, pixel_text)
         except Quarantined:
             raise
         except Exception as exc:  # noqa: BLE001 - one bad file must never stop a batch
@@ -49,7 +64,7 @@ def _text(ds: Dataset, keyword: str) -> str:
     return str(ds.get(keyword, "") or "").strip().rstrip("\x00")
 
 
-def _deidentify(ds, p, profile, issuer_default, extra_identifiers) -> Dataset:
+def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pixel_text) -> Dataset:
     sop_class, sop_instance = _text(ds, "SOPClassUID"), _text(ds, "SOPInstanceUID")
     reason = None
     if not sop_class:
@@ -62,17 +77,21 @@ def _deidentify(ds, p, profile, issuer_default, extra_identifiers) -> Dataset:
         reason = "missing PatientID"
     if reason:
         raise Quarantined(reason)
-    burned_in.check(ds, sop_class)
+    read_pixels = burned_in.check(ds, sop_class)
     syntax = meta.transfer_syntax(ds)
     pixels.check_length(ds, syntax)
+    if read_pixels:  # before the walk: a file with text costs no more than its OCR
+        detector = pixel_text if pixel_text is not None else shared_detector()
+        if detector.check(ds, syntax).found:
+            raise Quarantined(TEXT_FOUND)
 
     patient_id = _text(ds, "PatientID")
-    issuer = _text(ds, "IssuerOfPatientID") or issuer_default
+    issuer = namespace.strip() if namespace and namespace.strip() else _text(ds, "IssuerOfPatientID") or issuer_default
     pseudonym = p.patient_id(issuer, patient_id)
     ctx = Context(
         profile=profile,
         p=p,
-        shift_days=p.date_shift_days(issuer, patient_id),
+        shift=p.datetime_shift(issuer, patient_id),
         scrubber=Scrubber(collect_terms(ds, extra_identifiers)),
         little_endian=syntax.is_little_endian,
         walk_items=None,
@@ -82,7 +101,9 @@ def _deidentify(ds, p, profile, issuer_default, extra_identifiers) -> Dataset:
     out = _walk(ds, ctx, dummy=False)
     out.PatientID = pseudonym  # replaces the table's Z/D: one stable pseudonym per patient
     out.PatientName = pseudonym
-    declare(out, profile)
+    if read_pixels:
+        out.BurnedInAnnotation = "NO"  # checked by OCR, not taken from the device
+    declare(out, profile, pixels_read=read_pixels)
     out.file_meta = meta.build(out, syntax)
     return out
 
@@ -90,6 +111,15 @@ def _deidentify(ds, p, profile, issuer_default, extra_identifiers) -> Dataset:
 def _walk(src: Dataset, ctx: Context, dummy: bool) -> Dataset:
     """The de-identified copy of one dataset (the top level or a sequence item)."""
     out = Dataset()
+    outer, ctx.dataset = ctx.dataset, src  # a date's paired time is looked up in its own dataset
+    try:
+        _walk_elements(src, out, ctx, dummy)
+    finally:
+        ctx.dataset = outer
+    return out
+
+
+def _walk_elements(src: Dataset, out: Dataset, ctx: Context, dummy: bool) -> None:
     blocks: dict[int, str] = {}  # private creator tag -> creator, for blocks that kept an element
     for tag in sorted(src.keys()):
         group, element = tag >> 16, tag & 0xFFFF
@@ -112,7 +142,6 @@ def _walk(src: Dataset, ctx: Context, dummy: bool) -> Dataset:
                 blocks[(group << 16) | (element >> 8)] = private.creator_of(src, group, element)
     for tag, creator in blocks.items():
         out.add(DataElement(tag, "LO", creator))
-    return out
 
 
 def _raise_unreadable(tag: int) -> None:

@@ -13,16 +13,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 _LOGGER = logging.getLogger("pydicom")
+# Child loggers do not inherit `disabled`: pixel decoders log through "pydicom.pixels.decoders.base".
+_CHILDREN = ("pydicom.pixels", "pydicom.pixels.decoders", "pydicom.pixels.decoders.base")
 
 
 @contextmanager
 def quiet() -> Iterator[None]:
     """Suppress pydicom's warnings and log records for the duration (not thread-safe: per process)."""
-    previous = _LOGGER.disabled
-    _LOGGER.disabled = True
+    loggers = [_LOGGER, *(logging.getLogger(name) for name in _CHILDREN)]
+    loggers += [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
+                if name.startswith("pydicom.") and name not in _CHILDREN]
+    previous = [logger.disabled for logger in loggers]
+    for logger in loggers:
+        logger.disabled = True
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        _LOGGER.disabled = previous
+        for logger, was in zip(loggers, previous):
+            logger.disabled = was

@@ -10,11 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydicom.dataelem import DataElement
+from pydicom.dataset import Dataset
 from pydicom.sequence import Sequence
 
-from imaging.pseudonym import Pseudonymizer
+from imaging.pseudonym import DateTimeShift, Pseudonymizer
 
-from . import uids, values
+from . import timeshift, uids, values
 from .profile import CLEAN, DUMMY, EMPTY, KEEP, REMOVE, UID, DeidProfile
 from .scrub import Scrubber
 from .vr import BINARY_NUMBERS, BYTES, DATES, NUMBER_STRINGS, TEXT, normalise
@@ -24,10 +25,11 @@ from .vr import BINARY_NUMBERS, BYTES, DATES, NUMBER_STRINGS, TEXT, normalise
 class Context:
     profile: DeidProfile
     p: Pseudonymizer
-    shift_days: int
+    shift: DateTimeShift  # the patient's offset for every date and time (modified dates)
     scrubber: Scrubber
     little_endian: bool
     walk_items: Callable  # (items, dummy) -> list[Dataset]
+    dataset: Dataset | None = None  # the source dataset being walked (for a date's paired time)
 
 
 def _new(elem: DataElement, value, vr: str | None = None) -> DataElement:
@@ -54,9 +56,56 @@ def _dates(elem: DataElement, vr: str, ctx: Context) -> DataElement:
     if ctx.profile.dates == "full":
         return _copy(elem)
     if ctx.profile.dates == "modified":
-        shifted = values.shift_all(vr, elem.value, ctx.shift_days)
+        shifted = _shift_values(elem, vr, ctx)
         return _new(elem, values.empty(vr) if shifted is None else shifted, vr)
     return _new(elem, values.empty(vr), vr)
+
+
+def _times(elem: DataElement, ctx: Context, otherwise: Callable[[], DataElement | None]) -> DataElement | None:
+    """Times: moved with the patient's offset (modified dates), kept (full dates), else `otherwise()`."""
+    if ctx.profile.dates == "full":
+        return _copy(elem)
+    if ctx.profile.dates == "modified":
+        shifted = _shift_values(elem, "TM", ctx)
+        return _new(elem, values.empty("TM") if shifted is None else shifted, "TM")
+    return otherwise()
+
+
+def _paired_time(elem: DataElement, ctx: Context, count: int) -> list[str] | None:
+    """The values of a DA's paired TM in the same dataset (StudyTime for StudyDate...), if usable."""
+    partner = timeshift.DATE_TIME_PAIRS.get(int(elem.tag))
+    if partner is None or ctx.dataset is None or partner not in ctx.dataset:
+        return None
+    try:
+        times = [str(v) for v in values.as_list(ctx.dataset[partner].value)]
+    except Exception:  # noqa: BLE001 - an unreadable time: the date is shifted on its own
+        return None
+    return times if len(times) == count else None
+
+
+def _shift_values(elem: DataElement, vr: str, ctx: Context):
+    """Every value of a DA/DT/TM moved by the patient's offset; None if any cannot be (never keep it).
+
+    A DA whose dataset holds its paired TM is shifted as one date-time with it (timeshift.py).
+    """
+    items = [str(v) for v in values.as_list(elem.value) if not isinstance(v, (bytes, bytearray))]
+    if len(items) != len(values.as_list(elem.value)):
+        return None
+    if vr == "DA":
+        times = _paired_time(elem, ctx, len(items))
+        if times is not None:
+            out = [timeshift.shift_paired_date(d, t, ctx.shift) for d, t in zip(items, times)]
+        else:
+            out = [timeshift.shift_date(d, ctx.shift) for d in items]
+    elif vr == "DT":
+        out = [timeshift.shift_datetime(v, ctx.shift) for v in items]
+    else:
+        out = [timeshift.shift_time(v, ctx.shift) for v in items]
+    if not out:
+        return ""
+    if any(v is None for v in out):
+        return None
+    return out[0] if len(out) == 1 else out
 
 
 def _sequence(elem: DataElement, ctx: Context, dummy: bool) -> DataElement:
@@ -97,8 +146,8 @@ def _clean(elem: DataElement, vr: str, ctx: Context) -> DataElement | None:
     """C: keep the meaning, remove what identifies."""
     if vr in DATES:
         return _dates(elem, vr, ctx)
-    if vr == "TM":
-        return _copy(elem)  # whole-day shifts leave times of day unchanged
+    if vr == "TM":  # no date option gives C to a time; if one did, the basic action applies
+        return _times(elem, ctx, lambda: table_action(elem, ctx.profile.basic.get(int(elem.tag), REMOVE), ctx, True))
     if vr == "UI":
         return _new(elem, uids.map_values(elem.value, ctx.p), vr)
     if vr == "AE":  # a consistent token per AE title: which device, not whose
@@ -142,7 +191,7 @@ def not_in_table(elem: DataElement, ctx: Context, dummy: bool) -> DataElement | 
     if vr in DATES:
         return _dates(elem, vr, ctx)
     if vr == "TM":
-        return _copy(elem) if ctx.profile.dates else _new(elem, values.empty(vr), vr)
+        return _times(elem, ctx, lambda: _new(elem, values.empty(vr), vr))
     if vr in TEXT:
         return _new(elem, values.empty(vr), vr)  # emptied, not removed: keeps Type 2 attributes present
     return None  # bytes, UN and anything unknown

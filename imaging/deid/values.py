@@ -1,11 +1,10 @@
-"""Value-level rules: dummy (D) and empty (Z) values per VR, date shifting, number checks.
+"""Value-level rules: dummy (D) and empty (Z) values per VR, number checks (dates and times: timeshift.py).
 
 All pure functions of their arguments; none keeps an input value it does not mean to keep.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import re
 
@@ -23,8 +22,6 @@ DUMMY_BYTES = b"\x00" * 8  # a multiple of every binary VR's unit size
 
 _DS = re.compile(r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$")
 _IS = re.compile(r"^\s*[+-]?\d+\s*$")
-_DA = re.compile(r"^(\d{4})\.?(\d{2})\.?(\d{2})$")  # YYYYMMDD, or ACR-NEMA YYYY.MM.DD
-_DT = re.compile(r"^(\d{4})(\d{2})(\d{2})(\d{0,6}(?:\.\d{1,6})?)([+-]\d{4})?$")
 
 
 def as_list(value) -> list:
@@ -66,38 +63,3 @@ def valid_number_string(vr: str, value) -> bool:
         if vr == "DS" and not math.isfinite(float(text)):
             return False
     return True
-
-
-def shift_date(value: str, days: int) -> str | None:
-    """YYYYMMDD shifted by `days`, or None if `value` is not a full, real calendar date."""
-    match = _DA.match(str(value).strip())
-    if not match:
-        return None
-    try:
-        day = dt.date(*(int(g) for g in match.groups()))
-        return (day + dt.timedelta(days=days)).strftime("%Y%m%d")
-    except (ValueError, OverflowError):
-        return None
-
-
-def shift_datetime(value: str, days: int) -> str | None:
-    """A DT with its date part shifted (time and offset kept), or None if it has no full date."""
-    match = _DT.match(str(value).strip())
-    if not match:
-        return None
-    year, month, day, rest, offset = match.groups()
-    shifted = shift_date(year + month + day, days)
-    if shifted is None or (rest and not re.match(r"^(\d{2}){1,3}(\.\d{1,6})?$", rest)):
-        return None
-    return shifted + rest + (offset or "")
-
-
-def shift_all(vr: str, value, days: int):
-    """Shift every value of a DA/DT element; None if any value cannot be shifted (never keep it)."""
-    shift = shift_date if vr == "DA" else shift_datetime
-    out = [shift(str(v), days) for v in as_list(value)]
-    if not out:
-        return ""
-    if any(v is None for v in out):
-        return None
-    return out[0] if len(out) == 1 else out

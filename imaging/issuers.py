@@ -1,0 +1,119 @@
+"""Issuer namespaces of patient ids, from configuration (platform/issuers.yaml), not from each file.
+
+Pseudonyms, UIDs' patient keys and date/time offsets are keyed on (namespace, patient id). The
+namespace comes from the site: each site names the issuer of its patient ids (both sites of a
+trust issue NHS numbers: namespace `NHS`, so one NHS number seen at two sites is one patient).
+A file's IssuerOfPatientID is only compared with it, through an alias table of the values
+devices write ("NHS", "NHSNUMBER", a trust code, ...). A value that is unknown, or that names
+another namespace, never splits a patient: the site's namespace wins, and the resolution says
+so (`status`), for the run to count. Pure: a dict in, named records out.
+
+    policy = IssuerPolicy.from_dict(yaml.safe_load(open("platform/issuers.yaml")))
+    resolution = policy.resolve("site-a", ds.get("IssuerOfPatientID"))
+    resolution.namespace   # "NHS"
+    resolution.status      # "configured" | "alias" | "absent" | "unknown" | "inconsistent"
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+CONFIGURED = "configured"  # the header names the site's namespace itself
+ALIAS = "alias"  # the header is an alias of the site's namespace
+ABSENT = "absent"  # the header is empty or missing
+UNKNOWN = "unknown"  # the header is in no alias table: counted, the site's namespace used
+INCONSISTENT = "inconsistent"  # the header names another namespace: counted, the site's namespace used
+STATUSES = (CONFIGURED, ALIAS, ABSENT, UNKNOWN, INCONSISTENT)
+SUSPECT = (UNKNOWN, INCONSISTENT)  # the statuses a run reports as a warning
+
+_SPACE = re.compile(r"\s+")
+
+
+def normalise(value: str | None) -> str:
+    """Header values compare case-, padding- and space-insensitively ("nhs  number " == "NHS NUMBER")."""
+    return _SPACE.sub(" ", str(value or "").replace("\x00", " ")).strip().upper()
+
+
+@dataclass(frozen=True)
+class IssuerResolution:
+    """Which namespace a file's patient id is keyed in, and how the header compared."""
+
+    namespace: str
+    status: str
+
+    @property
+    def suspect(self) -> bool:
+        return self.status in SUSPECT
+
+
+@dataclass(frozen=True)
+class IssuerPolicy:
+    """Sites' namespaces and the alias table (normalised header value -> namespace)."""
+
+    sites: Mapping[str, str]
+    aliases: Mapping[str, str]
+    default_namespace: str | None = None  # for sites not listed; None: an unlisted site is an error
+
+    @classmethod
+    def from_dict(cls, spec: Mapping | None) -> "IssuerPolicy":
+        """From parsed YAML: `sites: {site: namespace}`, `aliases: {header value: namespace}`,
+        optional `default_namespace`. Every namespace is also an alias of itself."""
+        spec = dict(spec or {})
+        unknown = sorted(set(spec) - {"sites", "aliases", "default_namespace"})
+        if unknown:
+            raise ValueError(f"issuers: unknown key(s) {unknown}")
+        sites = {str(site): _name(ns, f"site {site!r}") for site, ns in (spec.get("sites") or {}).items()}
+        default = spec.get("default_namespace")
+        default = _name(default, "default_namespace") if default not in (None, "") else None
+        if not sites and default is None:
+            raise ValueError("issuers: no site has a namespace (give `sites` or `default_namespace`)")
+        aliases: dict[str, str] = {}
+        for value, namespace in (spec.get("aliases") or {}).items():
+            namespace = _name(namespace, f"alias {value!r}")
+            key = normalise(value)
+            if not key:
+                raise ValueError("issuers: an empty header value cannot be an alias")
+            if aliases.get(key, namespace) != namespace:
+                raise ValueError(f"issuers: header value {value!r} is given to two namespaces")
+            aliases[key] = namespace
+        for namespace in {*sites.values(), *([default] if default else [])}:
+            if aliases.setdefault(normalise(namespace), namespace) != namespace:
+                raise ValueError(f"issuers: namespace {namespace!r} is an alias of another namespace")
+        return cls(sites=sites, aliases=aliases, default_namespace=default)
+
+    def namespace(self, site: str) -> str:
+        """The namespace of a site's patient ids."""
+        namespace = self.sites.get(site, self.default_namespace)
+        if namespace is None:
+            raise ValueError(f"issuers: site {site!r} has no namespace in platform/issuers.yaml")
+        return namespace
+
+    def resolve(self, site: str, header_value: str | None) -> IssuerResolution:
+        """The namespace for a file of `site` whose IssuerOfPatientID is `header_value`."""
+        namespace = self.namespace(site)
+        key = normalise(header_value)
+        if not key:
+            return IssuerResolution(namespace, ABSENT)
+        named = self.aliases.get(key)
+        if named is None:
+            return IssuerResolution(namespace, UNKNOWN)
+        if named != namespace:
+            return IssuerResolution(namespace, INCONSISTENT)
+        return IssuerResolution(namespace, CONFIGURED if key == normalise(namespace) else ALIAS)
+
+
+def _name(value, what: str) -> str:
+    text = str(value or "").strip()
+    if not text:
+        raise ValueError(f"issuers: {what} has an empty namespace")
+    return text
+
+
+def count_statuses(resolutions: Iterable[IssuerResolution]) -> dict[str, int]:
+    """{status: count} with every status present (zeros included), for a run's metadata."""
+    counts = dict.fromkeys(STATUSES, 0)
+    for resolution in resolutions:
+        counts[resolution.status] += 1
+    return counts
