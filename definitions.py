@@ -31,7 +31,7 @@ defs = Definitions(
     resources={
         "spark": SparkResource(spark_config=spark_config(SETTINGS.spark_master)),
         "landing": LandingZone(root=SETTINGS.landing, files_per_task=SETTINGS.files_per_task),
-        "warehouse": Warehouse(root=SETTINGS.warehouse),
+        "warehouse": Warehouse(root=SETTINGS.warehouse, tables=SETTINGS.tables),
         "deid": Deidentifier(pseudonym_key=EnvVar("IMAGING_PSEUDONYM_KEY"), options=list(SETTINGS.deid_options),
                              issuers=SETTINGS.issuers, pixel_text=SETTINGS.pixel_text),
         "progress": SparkProgress(),

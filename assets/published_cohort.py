@@ -40,8 +40,12 @@ def _single_file(spark_dir: str, target: str, suffix: str) -> None:
 
 
 def stage_release(session, selected, staged: str, source_root: str, files_per_task: int,
-                  release: dict) -> None:
-    """Write one release under `staged`: images (checksums verified), metadata, release.json, SHA256SUMS."""
+                  release: dict, scratch: str) -> None:
+    """Write one release under `staged`: images (checksums verified), metadata, release.json, SHA256SUMS.
+
+    Spark's own writers (CSV, text) write to `scratch`, which Spark can always write (beside the
+    tables); the single file is then moved into the release, which may be on another store.
+    """
     tasks = max(1, math.ceil(release["images"] / files_per_task))
     copied = map_batches(selected.repartition(tasks), CopyJob(source_root, staged).step())
 
@@ -51,15 +55,15 @@ def stage_release(session, selected, staged: str, source_root: str, files_per_ta
                 .select("file", *[c for c in selected.columns if c not in INTERNAL]).orderBy("file").coalesce(1))
     writer = WriteParquet(f"{staged}/metadata.parquet", to_arrow_schema(metadata.schema))
     metadata.mapInArrow(writer, "rows long").collect()  # one row: the count written
-    metadata.write.option("header", True).csv(f"{staged}/_csv")
-    _single_file(f"{staged}/_csv", f"{staged}/metadata.csv", ".csv")
+    metadata.write.option("header", True).csv(f"{scratch}/_csv")
+    _single_file(f"{scratch}/_csv", f"{staged}/metadata.csv", ".csv")
 
     fsx.write_bytes(f"{staged}/release.json", json.dumps(release, indent=2, sort_keys=True).encode() + b"\n")
     extra = [ReleaseFile(name, sha256_file(f"{staged}/{name}"))
              for name in ("metadata.parquet", "metadata.csv", "release.json")]
     sums = copied.unionByName(frame_of(session, extra, schema_of(ReleaseFile))).orderBy("path")
-    sums.select(F.concat_ws("  ", "sha256", "path")).coalesce(1).write.text(f"{staged}/_sums")
-    _single_file(f"{staged}/_sums", f"{staged}/SHA256SUMS", ".txt")
+    sums.select(F.concat_ws("  ", "sha256", "path")).coalesce(1).write.text(f"{scratch}/_sums")
+    _single_file(f"{scratch}/_sums", f"{staged}/SHA256SUMS", ".txt")
 
 
 @asset(
@@ -103,7 +107,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         relative = f"{cohort.name}/{cohort.release}"
         staged = warehouse.staged_url(commit, COHORTS, relative)
         stage_release(session, selected, staged, warehouse.zone(DEIDENTIFIED), landing.files_per_task,
-                      release)
+                      release, warehouse.scratch(commit, relative))
         selected.unpersist()
         target = warehouse.url(COHORTS, relative)
         published = sha256_file(f"{target}/SHA256SUMS") if fsx.exists(f"{target}/SHA256SUMS") else None

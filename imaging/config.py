@@ -3,10 +3,11 @@
 Environment variables (all optional but the key; defaults in brackets):
   IMAGING_LANDING        landing zone root [./data/landing]
   IMAGING_WAREHOUSE      output root [./data/warehouse]
+  IMAGING_TABLES         root of Spark's Parquet tables, when apart from the files [IMAGING_WAREHOUSE]
   IMAGING_SITES          comma-separated site partition keys [platform/platform.yaml: sites]
   IMAGING_START_DATE     first date partition, YYYY-MM-DD [platform/platform.yaml: start_date]
   IMAGING_PSEUDONYM_KEY  secret for keyed pseudonyms [required]
-  IMAGING_SPARK_MASTER   Spark master URL [local[*]]
+  IMAGING_SPARK_MASTER   Spark master: local[N], spark://..., k8s://... or sc://... (Spark Connect) [local[*]]
   IMAGING_LANDING_SENSOR_SECONDS  seconds between landing_sensor ticks [platform/platform.yaml]
 
 Every other setting lives in `platform/` and nowhere else (`platform.yaml`, `issuers.yaml`,
@@ -55,6 +56,8 @@ class Settings:
     landing_sensor_seconds: int
     issuers: dict  # platform/issuers.yaml: each site's patient-id namespace and the alias table
     pixel_text: dict  # platform/pixel_text.yaml: the OCR check for text burned into pixels
+    # Spark's tables; the warehouse root unless IMAGING_TABLES puts them apart (docs/deployment.md).
+    tables: str = ""
 
 
 def _required(base: Mapping, key: str):
@@ -81,9 +84,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
                          or _required(base, "landing_sensor_seconds"))
     if sensor_seconds < 1:
         raise ValueError("landing_sensor_seconds must be at least 1")
+    warehouse = _root(env.get("IMAGING_WAREHOUSE") or DEFAULT_WAREHOUSE)
     return Settings(
         landing=_root(env.get("IMAGING_LANDING") or DEFAULT_LANDING),
-        warehouse=_root(env.get("IMAGING_WAREHOUSE") or DEFAULT_WAREHOUSE),
+        warehouse=warehouse,
+        tables=_root(env["IMAGING_TABLES"]) if env.get("IMAGING_TABLES") else warehouse,
         sites=sites,
         start_date=start_date,
         spark_master=env.get("IMAGING_SPARK_MASTER") or DEFAULT_SPARK_MASTER,

@@ -6,8 +6,19 @@ nothing after the first; callers still take one per partition, never one per rec
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import fsspec
 from fsspec.core import url_to_fs
+
+# Google Cloud Storage (gs://) is gcsfs, with credentials from the environment: application default
+# credentials (a VM's or pod's service account, or GOOGLE_APPLICATION_CREDENTIALS), project from
+# GOOGLE_CLOUD_PROJECT. STORAGE_EMULATOR_HOST points gcsfs at an emulator with no credentials; gcsfs
+# then must not probe each bucket over gRPC first (an emulator never answers: 60 s per call). gcsfs
+# reads this setting when it is imported, which fsspec does lazily, after this module.
+if os.environ.get("STORAGE_EMULATOR_HOST"):
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 
 def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -49,10 +60,23 @@ def remove_empty(url: str) -> None:
 
 
 def move(src: str, dst: str) -> None:
+    """Move a file or folder; between two stores (a local Spark scratch to gs://) by copy and delete."""
     fs, src_path = filesystem(src)
-    _, dst_path = filesystem(dst)
-    fs.makedirs(fs._parent(dst_path), exist_ok=True)
-    fs.mv(src_path, dst_path, recursive=True)
+    dst_fs, dst_path = filesystem(dst)
+    if _same_store(fs, dst_fs) and _is_local(fs):
+        fs.makedirs(fs._parent(dst_path), exist_ok=True)
+        fs.mv(src_path, dst_path, recursive=True)
+        return
+    if _same_store(fs, dst_fs):
+        move_tree(src, dst)
+        return
+    sources = [src_path] if fs.isfile(src_path) else fs.find(src_path)
+    for entry in sources:
+        target = dst_path + entry[len(src_path):]
+        dst_fs.makedirs(dst_fs._parent(target), exist_ok=True)
+        with fs.open(entry, "rb") as reader, dst_fs.open(target, "wb") as writer:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+    fs.rm(src_path, recursive=True)
 
 
 def write_bytes(url: str, data: bytes) -> None:
@@ -103,13 +127,29 @@ def move_tree(src: str, dst: str) -> None:
         return
     if fs.isfile(src_path):
         fs.makedirs(fs._parent(dst_path), exist_ok=True)
-        fs.mv(src_path, dst_path)
+        relocate(fs, src_path, dst_path)
         return
     for entry in fs.find(src_path):
         target = dst_path + entry[len(src_path):]
         fs.makedirs(fs._parent(target), exist_ok=True)
-        fs.mv(entry, target)
+        relocate(fs, entry, target)
     fs.rm(src_path, recursive=True) if fs.exists(src_path) else None
+
+
+def relocate(fs: fsspec.AbstractFileSystem, src_path: str, dst_path: str) -> None:
+    """Move one file within a filesystem: a rename locally, a server-side copy then a delete on an
+    object store. (gcsfs's `mv` first tries GCS's newer move API, which emulators answer with 501
+    after a minute of retries per object; copy + delete is what a move is on a flat bucket anyway.)"""
+    if _is_local(fs):
+        fs.mv(src_path, dst_path)
+    else:
+        fs.copy(src_path, dst_path)
+        fs.rm(src_path)
+
+
+def _same_store(a: fsspec.AbstractFileSystem, b: fsspec.AbstractFileSystem) -> bool:
+    protocol = lambda fs: fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]  # noqa: E731
+    return protocol(a) == protocol(b)
 
 
 def _is_local(fs: fsspec.AbstractFileSystem) -> bool:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, InitResourceContext
 
 from imaging import fs as fsx
+from resources.gcs import check_buckets
 
 
 class LandingZone(ConfigurableResource):
@@ -12,6 +13,9 @@ class LandingZone(ConfigurableResource):
 
     root: str
     files_per_task: int
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        check_buckets([self.root])
 
     def clinical_extracts(self, site: str) -> list[str]:
         """Every file in the site's clinical folder (dated or not: the caller checks names)."""

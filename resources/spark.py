@@ -16,6 +16,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Mapping
 
 import pyarrow as pa
 from dagster import InitResourceContext
@@ -28,10 +29,33 @@ _SHIPPED: set[int] = set()
 PACKAGE = Path(__file__).resolve().parents[1] / "imaging"
 
 
-def spark_config(master: str) -> dict[str, str]:
-    """Spark defaults from `platform/spark.yaml`, with the master from IMAGING_SPARK_MASTER."""
+# Environment the tasks read (imaging/fs.py: gcsfs's endpoint, project and settings). A classic
+# cluster's executors get it as spark.executorEnv.*; a Spark Connect client cannot set executor
+# environment, so a Connect server must be started with it (docs/deployment.md).
+EXECUTOR_ENV = ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")
+
+
+def is_connect(master: str) -> bool:
+    """`sc://host:port` is a Spark Connect server; anything else is a classic master URL."""
+    return master.startswith("sc://")
+
+
+def spark_config(master: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Spark defaults from `platform/spark.yaml`, with the master from IMAGING_SPARK_MASTER.
+
+    `local[...]`, `spark://...` and `k8s://...` are classic masters (`spark.master`); `sc://...` makes
+    the builder connect to a Spark Connect server (`spark.remote`), which applies the `spark.sql.*`
+    settings to the session and ignores the static ones (the server owns them).
+    """
+    env = os.environ if env is None else env
     config = {k: str(v) for k, v in read_yaml("spark.yaml").items()}
+    config.pop("spark.master", None)
+    if is_connect(master):
+        config["spark.remote"] = master
+        return config
     config["spark.master"] = master
+    if not master.startswith("local"):
+        config.update({f"spark.executorEnv.{name}": env[name] for name in EXECUTOR_ENV if env.get(name)})
     return config
 
 
@@ -80,12 +104,13 @@ class SparkResource(PySparkResource):
     """PySparkResource that also ships the platform's code and keeps Spark quiet on loopback."""
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        if self.spark_config.get("spark.master", "").startswith("local"):
+        if str(self.spark_config.get("spark.master", "")).startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             # Local Python workers run the driver's interpreter (read when the session starts), so
             # pydicom and the platform code are the same on both sides. A cluster's executors
             # use their own (PYSPARK_PYTHON there, see README).
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         super().setup_for_execution(context)
-        self.spark_session.sparkContext.setLogLevel("WARN")
+        if "spark.remote" not in self.spark_config:  # a Connect session has no SparkContext
+            self.spark_session.sparkContext.setLogLevel("WARN")
         ship_code(self.spark_session)

@@ -14,9 +14,10 @@ from typing import Sequence
 from dagster import ConfigurableResource, InitResourceContext
 
 from imaging import fs as fsx
-from imaging.catalogue import IDENTIFIABLE, ZONES, Folder, Table, partition_dir
+from imaging.catalogue import DEIDENTIFIED, IDENTIFIABLE, ZONES, Folder, Table, partition_dir
 from imaging.commit import CommitBuilder, Recovery, recover
 from imaging.run_summary import Footprint
+from resources.gcs import check_buckets
 from resources.spark import spark_schema
 
 # The concurrency pool of every asset that writes the warehouse: one writer at a time, which the
@@ -25,36 +26,69 @@ WAREHOUSE_POOL = "imaging_warehouse"
 
 
 class Warehouse(ConfigurableResource):
+    """Files (de-identified DICOM, releases) under `root`; Spark's Parquet tables under `tables`.
+
+    `tables` defaults to `root`. They differ when Spark cannot write the files' store: Spark's
+    Parquet needs the Hadoop GCS connector for gs://, while files go through fsspec (gcsfs), so
+    without the connector `root` may be gs:// and `tables` a cluster path (IMAGING_TABLES).
+    """
+
     root: str
+    tables: str | None = None
+
+    @property
+    def tables_root(self) -> str:
+        return self.tables or self.root
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
+        check_buckets([self.root, self.tables_root])
         done = self.recover()
         if done.rolled_forward or done.staging_removed:
             context.log.warning(f"warehouse recovery: {done.rolled_forward} interrupted commits rolled forward, "
                                 f"{done.staging_removed} abandoned staging folders removed")
 
     def zone(self, zone: str) -> str:
+        """A zone's folder of files."""
         if zone not in ZONES:
             raise ValueError(f"unknown zone {zone!r}")
         return f"{self.root}/{zone}"
 
+    def table_zone(self, zone: str) -> str:
+        """A zone's folder of Spark tables (the files' zone unless `tables` is set)."""
+        if zone not in ZONES:
+            raise ValueError(f"unknown zone {zone!r}")
+        return f"{self.tables_root}/{zone}"
+
     def url(self, entry: Table | Folder, *parts: str) -> str:
-        return "/".join([self.root, entry.path, *parts])
+        base = self.tables_root if isinstance(entry, Table) else self.root
+        return "/".join([base, entry.path, *parts])
 
     def relative(self, url: str) -> str:
-        """A warehouse URL relative to the root: what metadata shows (never a landing path)."""
-        return url[len(self.root) + 1:] if url.startswith(self.root + "/") else url
+        """A warehouse URL relative to its root: what metadata shows (never a landing path)."""
+        for base in (self.root, self.tables_root):
+            if url.startswith(base + "/"):
+                return url[len(base) + 1:]
+        return url
+
+    def _zone_roots(self) -> list[str]:
+        """Every folder a commit swaps within: the zones of the files and, if apart, of the tables."""
+        roots = [self.zone(z) for z in ZONES]
+        return roots + [r for r in (self.table_zone(z) for z in ZONES) if r not in roots]
 
     def recover(self) -> Recovery:
-        return recover(self._journal, [self.zone(z) for z in ZONES])
+        return recover(self._journal, self._zone_roots())
 
     def begin(self, label: str) -> CommitBuilder:
         """Start collecting one asset run's outputs; `commit.build().apply()` makes them visible."""
-        return CommitBuilder.start(label, self._journal, [self.zone(z) for z in ZONES])
+        return CommitBuilder.start(label, self._journal, self._zone_roots())
+
+    def scratch(self, commit: CommitBuilder, name: str) -> str:
+        """A folder Spark may write (beside the tables) for a file that then moves into the files."""
+        return f"{commit.staging(self.table_zone(DEIDENTIFIED))}/_scratch/{name}"
 
     @property
     def _journal(self) -> str:
-        return f"{self.zone(IDENTIFIABLE)}/_journal"
+        return f"{self.table_zone(IDENTIFIABLE)}/_journal"
 
     def stage(self, commit: CommitBuilder, df, table: Table, partitions: Sequence) -> None:
         """Write `df` (outcome rows) as the whole content of `partitions` of `table`, staged in `commit`.
@@ -62,7 +96,7 @@ class Warehouse(ConfigurableResource):
         Rows are projected to the table's columns, clustered by partition and sorted by the
         table's key, so unchanged input gives byte-identical files.
         """
-        zone = self.zone(table.zone)
+        zone = self.table_zone(table.zone)
         staged = f"{commit.staging(zone)}/{table.name}"
         from pyspark.sql import functions as F  # the driver's Spark; kept out of import time
 
@@ -82,7 +116,8 @@ class Warehouse(ConfigurableResource):
             commit.replace(self.zone(folder.zone), f"{folder.name}/{sub}")
 
     def staged_url(self, commit: CommitBuilder, entry: Table | Folder, *parts: str) -> str:
-        return "/".join([commit.staging(self.zone(entry.zone)), entry.name, *parts])
+        zone = self.table_zone(entry.zone) if isinstance(entry, Table) else self.zone(entry.zone)
+        return "/".join([commit.staging(zone), entry.name, *parts])
 
     def footprint(self, table: Table, partitions: Sequence) -> Footprint:
         """Parquet files and bytes of `partitions` of `table` as committed (for the run's metadata)."""
@@ -115,4 +150,4 @@ def _rename_parts(folder: str, suffix: str) -> None:
             fs.rm(entry)
     parts = sorted(e for e in fs.ls(path, detail=False) if e.rsplit("/", 1)[-1].startswith("part-"))
     for number, entry in enumerate(parts):
-        fs.mv(entry, f"{path}/part-{number:05d}.{suffix}")
+        fsx.relocate(fs, entry, f"{path}/part-{number:05d}.{suffix}")

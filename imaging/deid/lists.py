@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
+from importlib.resources import files
 
 import yaml
 from pydicom.datadict import dictionary_VR, tag_for_keyword
 
-DATA = Path(__file__).parent / "data"
+# Through importlib.resources, not __file__: on Spark executors the package runs from a shipped zip.
+DATA = files("imaging.deid") / "data"
 # Only numbers may be kept from a private block: a number cannot spell a name or an address.
 SAFE_PRIVATE_VRS = frozenset({"US", "SS", "UL", "SL", "UV", "SV", "FL", "FD", "DS", "IS"})
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
+from importlib.resources import files
 from pathlib import Path
 
 from .options import OPTIONS
 
-TABLE_FILE = Path(__file__).parent / "data" / "ps3.15-table-e.1-1.json"
+# Through importlib.resources, not __file__: on Spark executors the package runs from a shipped zip.
+TABLE_FILE = files("imaging.deid") / "data" / "ps3.15-table-e.1-1.json"
 
 # Every action code the 2024b table uses. A code outside this set (a newer revision of the
 # standard) stops the loader rather than being guessed at.
@@ -54,7 +56,7 @@ def _row(raw: dict) -> Row:
 @lru_cache(maxsize=None)
 def load_table(path: str | None = None) -> Table:
     """Parse the table. Raises ValueError on anything unexpected, so a bad copy cannot load."""
-    raw_rows = json.loads(Path(path or TABLE_FILE).read_text(encoding="utf-8"))
+    raw_rows = json.loads((Path(path) if path else TABLE_FILE).read_text(encoding="utf-8"))
     rows: dict[int, Row] = {}
     special: dict[str, Row] = {}
     for raw in raw_rows:

@@ -1,0 +1,66 @@
+"""Run the whole pipeline once in a fresh process, configured by environment only, as a deployment runs it.
+
+    python tests/pipeline_runner.py REPO PARTITION_KEY
+
+Materializes the three image assets for one `date|site` partition (one run), then `published_cohort`
+(a second run), with the code location in REPO. The process's working directory is wherever the
+caller puts it (the tests use an empty temporary folder): nothing may depend on it. Prints one JSON
+line: where the executors imported the `imaging` package from (it must be the shipped copy).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def run(repo: str, partition: str) -> dict:
+    sys.path.insert(0, repo)  # like an installed package: not the working directory
+    from dagster import AssetSelection, DagsterInstance, define_asset_job
+
+    from definitions import defs
+
+    image_assets = ("raw_image_index", "linked_patient_metadata", "anonymized_images")
+    jobs = [define_asset_job("images", selection=AssetSelection.assets(*image_assets)),
+            define_asset_job("cohort", selection=AssetSelection.assets("published_cohort"))]
+    resolved = type(defs)(assets=defs.assets, resources=defs.resources, jobs=jobs, executor=defs.executor)
+    tags = {"dagster/asset_partition_range_start": partition, "dagster/asset_partition_range_end": partition}
+    with DagsterInstance.ephemeral() as instance:
+        for name, run_tags in (("images", tags), ("cohort", {})):
+            result = resolved.resolve_job_def(name).execute_in_process(instance=instance, tags=run_tags)
+            if not result.success:
+                raise SystemExit(f"run {name} failed")
+    return {"executor_imaging": executor_imaging_origin(defs)}
+
+
+def executor_imaging_origin(defs) -> str:
+    """`imaging.__file__` as an executor sees it, through the same session the runs used."""
+    import pyarrow as pa
+
+    session = _session(defs)
+
+    def probe(batches):
+        import imaging
+
+        for _ in batches:
+            yield pa.RecordBatch.from_pylist([{"origin": imaging.__file__}])
+
+    return session.range(1).mapInArrow(probe, "origin string").collect()[0]["origin"]
+
+
+def _session(defs):
+    """The runs' Spark session, from the same settings (getOrCreate returns it; nothing is shipped here)."""
+    import os
+
+    from pyspark.sql import SparkSession
+
+    from resources.spark import spark_config
+
+    builder = SparkSession.builder
+    for key, value in spark_config(os.environ["IMAGING_SPARK_MASTER"]).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(sys.argv[1], sys.argv[2])))

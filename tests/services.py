@@ -1,0 +1,434 @@
+"""Real servers for the deployment tests, started and stopped by the tests on loopback.
+
+Each server is a context manager that starts real processes on dynamically chosen free ports,
+waits until it answers, yields a named record describing it, and stops every process it started
+(by the process group it created, never by name). The pytest fixtures at the bottom wrap them;
+each skips with the reason only when the program it needs is absent on this machine (CI installs
+them all: see `.ci/run`).
+
+- `spark_standalone`: a Spark standalone master and one worker, from the installed pyspark's own
+  `bin/spark-class`.
+- `spark_connect_server`: a Spark Connect server, from pyspark's own `sbin/start-connect-server.sh`.
+- `gcs_emulator`: the `gcp-storage-emulator` package's server (the GCS JSON API), in memory.
+- `postgres_server`: Debian's PostgreSQL, `initdb` + `postgres` on a temporary data directory, run
+  as the `postgres` user (both refuse to run as root) when the tests run as root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+LOOPBACK = "127.0.0.1"
+PYTHON_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((LOOPBACK, port)) == 0
+
+
+def wait_until(ready: Callable[[], bool], what: str, timeout: float, logs: list[Path] = (),
+               alive: Callable[[], bool] = lambda: True) -> None:
+    """Poll `ready` until it holds; on timeout or early death, fail with the tail of the logs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        if not alive():
+            break
+        time.sleep(0.3)
+    tails = []
+    for log in logs:
+        if Path(log).exists():
+            tails.append(f"--- {log} ---\n" + "\n".join(Path(log).read_text(errors="replace").splitlines()[-30:]))
+    raise RuntimeError(f"{what} did not come up within {timeout:.0f} s\n" + "\n".join(tails))
+
+
+def spark_home() -> Path:
+    """The installed pyspark package directory: it holds Spark's jars, bin/ and sbin/."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def java_available() -> bool:
+    return shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME"))
+
+
+def spark_env(**extra: str) -> dict[str, str]:
+    """Environment of Spark's own scripts: this interpreter for Python workers, loopback only."""
+    env = dict(os.environ)
+    env.update({
+        "SPARK_HOME": str(spark_home()),
+        "SPARK_LOCAL_IP": LOOPBACK,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    })
+    env.update(extra)
+    return env
+
+
+def start_process(argv: list[str], log: Path, env: dict[str, str] | None = None,
+                  cwd: Path | None = None) -> subprocess.Popen:
+    """Start `argv` in its own process group (so stopping it stops its children), output to `log`."""
+    handle = open(log, "ab")
+    try:
+        return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                start_new_session=True)
+    finally:
+        handle.close()
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """SIGTERM the process group this module created, then SIGKILL it if it lingers."""
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# --- Spark standalone -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SparkStandalone:
+    """A running standalone cluster: `master_url` is what IMAGING_SPARK_MASTER takes."""
+
+    master_url: str
+    master_ui: str
+    worker_cores: int
+    workdir: Path
+
+
+def _alive_workers(master_ui: str) -> int:
+    try:
+        with urllib.request.urlopen(f"{master_ui}/json/", timeout=2) as response:
+            state = json.load(response)
+    except OSError:
+        return 0
+    return int(state.get("aliveworkers", 0))
+
+
+@contextlib.contextmanager
+def spark_standalone(cores: int = 2, memory: str = "2g", timeout: float = 90) -> Iterator[SparkStandalone]:
+    """A master and one worker from pyspark's `bin/spark-class`, on loopback and free ports."""
+    workdir = Path(tempfile.mkdtemp(prefix="spark-standalone-"))
+    spark_class = str(spark_home() / "bin" / "spark-class")
+    master_port, master_ui_port, worker_port, worker_ui_port = (free_port() for _ in range(4))
+    master_url = f"spark://{LOOPBACK}:{master_port}"
+    master_ui = f"http://{LOOPBACK}:{master_ui_port}"
+    env = spark_env(SPARK_LOG_DIR=str(workdir), SPARK_WORKER_DIR=str(workdir / "work"),
+                    # The web UIs would otherwise also bind 0.0.0.0.
+                    SPARK_PUBLIC_DNS=LOOPBACK)
+    procs: list[subprocess.Popen] = []
+    try:
+        master = start_process([spark_class, "org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
+                                "--port", str(master_port), "--webui-port", str(master_ui_port)],
+                               workdir / "master.log", env=env, cwd=workdir)
+        procs.append(master)
+        wait_until(lambda: port_open(master_port), "Spark master", timeout, [workdir / "master.log"],
+                   alive=lambda: master.poll() is None)
+        worker = start_process([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", LOOPBACK,
+                                "--port", str(worker_port), "--webui-port", str(worker_ui_port),
+                                "--cores", str(cores), "--memory", memory,
+                                "--work-dir", str(workdir / "work"), master_url],
+                               workdir / "worker.log", env=env, cwd=workdir)
+        procs.append(worker)
+        wait_until(lambda: _alive_workers(master_ui) >= 1, "Spark worker registration", timeout,
+                   [workdir / "master.log", workdir / "worker.log"], alive=lambda: worker.poll() is None)
+        yield SparkStandalone(master_url=master_url, master_ui=master_ui, worker_cores=cores, workdir=workdir)
+    finally:
+        for proc in reversed(procs):
+            stop_process(proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --- Spark Connect ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SparkConnectServer:
+    """A running Spark Connect server: `remote` (sc://host:port) is what IMAGING_SPARK_MASTER takes."""
+
+    remote: str
+    port: int
+    log_dir: Path
+
+
+@contextlib.contextmanager
+def spark_connect_server(master: str = "local[2]", conf: dict[str, str] | None = None,
+                         timeout: float = 120) -> Iterator[SparkConnectServer]:
+    """pyspark's `sbin/start-connect-server.sh` on a free loopback port; stopped by its own stop script."""
+    workdir = Path(tempfile.mkdtemp(prefix="spark-connect-"))
+    port = free_port()
+    sbin = spark_home() / "sbin"
+    env = spark_env(SPARK_LOG_DIR=str(workdir / "logs"), SPARK_PID_DIR=str(workdir / "pids"),
+                    SPARK_IDENT_STRING=f"connect-{port}")
+    settings = {"spark.connect.grpc.binding.address": LOOPBACK, "spark.connect.grpc.binding.port": str(port),
+                "spark.master": master, "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "4", **(conf or {})}
+    argv = [str(sbin / "start-connect-server.sh")]
+    for key, value in settings.items():
+        argv += ["--conf", f"{key}={value}"]
+    logs = lambda: sorted((workdir / "logs").glob("*.out"))  # noqa: E731 - the name is only known later
+    started = subprocess.run(argv, env=env, cwd=workdir, capture_output=True, text=True, timeout=60)
+    try:
+        if started.returncode != 0:
+            raise RuntimeError(f"start-connect-server.sh failed: {started.stdout}\n{started.stderr}")
+        wait_until(lambda: port_open(port), "Spark Connect server", timeout, logs(),
+                   alive=lambda: _daemon_alive(workdir / "pids"))
+        yield SparkConnectServer(remote=f"sc://{LOOPBACK}:{port}", port=port, log_dir=workdir / "logs")
+    finally:
+        subprocess.run([str(sbin / "stop-connect-server.sh")], env=env, cwd=workdir, capture_output=True,
+                       timeout=60)
+        wait_until(lambda: not port_open(port), "Spark Connect server shutdown", 30)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _daemon_alive(pid_dir: Path) -> bool:
+    """Whether the daemon spark-daemon.sh recorded is still running (or not yet recorded)."""
+    pid_files = list(pid_dir.glob("*.pid"))
+    if not pid_files:
+        return True
+    try:
+        os.kill(int(pid_files[0].read_text().strip()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+# --- GCS emulator -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GcsEmulator:
+    """A running GCS JSON API emulator; `endpoint` is the value of STORAGE_EMULATOR_HOST."""
+
+    endpoint: str
+    port: int
+    project: str
+
+    def environment(self) -> dict[str, str]:
+        """What gcsfs and google-cloud-storage read to talk to the emulator with no credentials."""
+        return {
+            "STORAGE_EMULATOR_HOST": self.endpoint,
+            # gcsfs otherwise probes every bucket over gRPC first (60 s per call against the emulator).
+            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+            "GOOGLE_CLOUD_PROJECT": self.project,
+        }
+
+    def filesystem(self):
+        """A gcsfs filesystem on the emulator (anonymous: the emulator checks no credentials)."""
+        os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+        import gcsfs
+
+        return gcsfs.GCSFileSystem(endpoint_url=self.endpoint, token="anon", project=self.project,
+                                   skip_instance_cache=True)
+
+    def make_bucket(self, name: str) -> str:
+        fs = self.filesystem()
+        if not fs.exists(name):
+            fs.mkdir(name)
+        return f"gs://{name}"
+
+
+def gcs_emulator_program() -> str | None:
+    """The emulator's console script next to this interpreter, or on PATH."""
+    local = PYTHON_BIN / "gcp-storage-emulator"
+    return str(local) if local.exists() else shutil.which("gcp-storage-emulator")
+
+
+@contextlib.contextmanager
+def gcs_emulator(project: str = "imaging-test", timeout: float = 30) -> Iterator[GcsEmulator]:
+    """`gcp-storage-emulator start --in-memory` on a free loopback port."""
+    program = gcs_emulator_program()
+    if program is None:
+        raise RuntimeError("gcp-storage-emulator is not installed (the `test` extra of pyproject.toml)")
+    workdir = Path(tempfile.mkdtemp(prefix="gcs-emulator-"))
+    port = free_port()
+    proc = start_process([program, "start", "--host", LOOPBACK, "--port", str(port), "--in-memory", "--quiet"],
+                         workdir / "emulator.log", cwd=workdir)
+    try:
+        wait_until(lambda: port_open(port), "GCS emulator", timeout, [workdir / "emulator.log"],
+                   alive=lambda: proc.poll() is None)
+        yield GcsEmulator(endpoint=f"http://{LOOPBACK}:{port}", port=port, project=project)
+    finally:
+        stop_process(proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --- PostgreSQL -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    """A running PostgreSQL server with one database; `environment()` is what the instance yaml reads."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+    bin_dir: Path
+
+    def environment(self) -> dict[str, str]:
+        return {
+            "DAGSTER_PG_HOST": self.host,
+            "DAGSTER_PG_PORT": str(self.port),
+            "DAGSTER_PG_USER": self.user,
+            "DAGSTER_PG_PASSWORD": self.password,
+            "DAGSTER_PG_DB": self.database,
+        }
+
+    def url(self) -> str:
+        return f"postgresql://{self.user}:{self.password}@{self.host}:{self.port}/{self.database}"
+
+    def query(self, sql: str) -> list[tuple]:
+        """Rows of `sql`, through psycopg2 (installed with dagster-postgres)."""
+        import psycopg2
+
+        with contextlib.closing(psycopg2.connect(host=self.host, port=self.port, user=self.user,
+                                                 password=self.password, dbname=self.database)) as conn:
+            with conn.cursor() as cursor:
+                cursor.execute(sql)
+                return cursor.fetchall()
+
+
+def postgres_bin_dir() -> Path | None:
+    """Debian installs the server under /usr/lib/postgresql/<major>/bin (newest wins); else PATH."""
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"),
+                        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0)
+    if candidates:
+        return candidates[-1].parent
+    found = shutil.which("postgres")
+    return Path(found).parent if found and shutil.which("initdb") else None
+
+
+def _as_server_user(argv: list[str]) -> tuple[list[str], str | None]:
+    """initdb and postgres refuse to run as root: run them as `postgres` through runuser then."""
+    if os.geteuid() != 0:
+        return argv, None
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        raise RuntimeError("running as root and there is no `postgres` user to run PostgreSQL as") from None
+    return ["runuser", "-u", "postgres", "--", *argv], "postgres"
+
+
+@contextlib.contextmanager
+def postgres_server(database: str = "dagster", timeout: float = 60) -> Iterator[PostgresServer]:
+    """initdb + postgres on a temporary data dir, listening on 127.0.0.1 only, password login."""
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        raise RuntimeError("PostgreSQL server binaries not found (Debian: apt-get install postgresql)")
+    workdir = Path(tempfile.mkdtemp(prefix="postgres-"))
+    data, sockets = workdir / "data", workdir / "sockets"
+    sockets.mkdir()
+    port, user, password = free_port(), "imaging", "test-only-password"
+    password_file = workdir / "pwfile"
+    password_file.write_text(password + "\n")
+    _, run_as = _as_server_user([])
+    if run_as:
+        record = pwd.getpwnam(run_as)
+        for path in (workdir, sockets, password_file):
+            os.chown(path, record.pw_uid, record.pw_gid)
+    initdb, _ = _as_server_user([str(bin_dir / "initdb"), "-D", str(data), "-U", user,
+                                 f"--pwfile={password_file}", "--auth=scram-sha-256", "-E", "UTF8",
+                                 "--no-sync", "--locale=C"])
+    done = subprocess.run(initdb, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise RuntimeError(f"initdb failed: {done.stdout}\n{done.stderr}")
+    serve, _ = _as_server_user([str(bin_dir / "postgres"), "-D", str(data), "-h", LOOPBACK, "-p", str(port),
+                                "-k", str(sockets), "-c", "fsync=off", "-c", "synchronous_commit=off",
+                                "-c", "full_page_writes=off"])
+    log = workdir / "postgres.log"
+    log.touch()
+    if run_as:
+        os.chown(log, pwd.getpwnam(run_as).pw_uid, pwd.getpwnam(run_as).pw_gid)
+    proc = start_process(serve, log, cwd=workdir)
+    server = PostgresServer(host=LOOPBACK, port=port, user=user, password=password, database=database,
+                            bin_dir=bin_dir)
+    try:
+        wait_until(lambda: port_open(port), "PostgreSQL", timeout, [log], alive=lambda: proc.poll() is None)
+        created = subprocess.run([str(bin_dir / "createdb"), "-h", LOOPBACK, "-p", str(port), "-U", user, database],
+                                 env={**os.environ, "PGPASSWORD": password}, capture_output=True, text=True,
+                                 timeout=60)
+        if created.returncode != 0:
+            raise RuntimeError(f"createdb failed: {created.stderr}")
+        yield server
+    finally:
+        # SIGINT is PostgreSQL's "fast shutdown"; runuser passes it on to the server.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            stop_process(proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --- pytest fixtures (import them into a test module: `from services import postgres, ...`) ----
+
+
+def _skip_unless(condition: bool, reason: str) -> None:
+    if not condition:
+        pytest.skip(reason + " (CI installs it: see .ci/run)")
+
+
+@pytest.fixture(scope="session")
+def spark_cluster():
+    _skip_unless(java_available(), "Java is not installed: no Spark standalone cluster")
+    with spark_standalone() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def spark_connect():
+    _skip_unless(java_available(), "Java is not installed: no Spark Connect server")
+    with spark_connect_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def gcs():
+    _skip_unless(gcs_emulator_program() is not None, "gcp-storage-emulator is not installed")
+    with gcs_emulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    _skip_unless(postgres_bin_dir() is not None, "PostgreSQL server is not installed (apt-get install postgresql)")
+    with postgres_server() as server:
+        yield server

@@ -1,0 +1,126 @@
+"""The pipeline on other deployments, configured by environment only, equal to a local run.
+
+One tiny hospital (1 site x 1 day), run once locally (the reference) and once per backend, each in a
+fresh process whose working directory is an empty folder: a Spark standalone cluster (master and
+worker from pyspark's `bin/spark-class`), a Spark Connect server (pyspark's `start-connect-server.sh`),
+and landing plus output files on a GCS emulator. Outputs are compared with the reference: files by
+bytes, tables by rows (tests/compare.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from compare import collect, rewritten
+from services import gcs, spark_cluster, spark_connect  # noqa: F401 - pytest fixtures
+
+REPO = Path(__file__).resolve().parents[1]
+RUNNER = Path(__file__).resolve().parent / "pipeline_runner.py"
+SITE, DATE = "site-a", "2024-03-01"
+PAIRS = [(DATE, SITE)]
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """Where one run of the pipeline left its outputs, and what its executors imported."""
+
+    warehouse: str
+    tables: str
+    landing: str
+    executor_imaging: str
+
+
+def run_pipeline(tmp: Path, landing: str, master: str, warehouse: str | None = None, tables: str | None = None,
+                 extra_env: dict[str, str] | None = None) -> PipelineRun:
+    """The runner in a fresh process, from an empty working directory, configured by environment only."""
+    cwd = tmp / "cwd"
+    cwd.mkdir(parents=True)
+    warehouse = warehouse or str(tmp / "warehouse")
+    env = {**os.environ, **(extra_env or {}),
+           "IMAGING_LANDING": landing, "IMAGING_WAREHOUSE": warehouse, "IMAGING_SITES": SITE,
+           "IMAGING_START_DATE": DATE, "IMAGING_SPARK_MASTER": master}
+    if tables:
+        env["IMAGING_TABLES"] = tables
+    done = subprocess.run([sys.executable, str(RUNNER), str(REPO), f"{DATE}|{SITE}"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return PipelineRun(warehouse=warehouse, tables=tables or warehouse, landing=landing,
+                       executor_imaging=report["executor_imaging"])
+
+
+@pytest.fixture(scope="module")
+def tiny_landing(tmp_path_factory) -> Path:
+    from synth import generate_hospital
+
+    landing = tmp_path_factory.mktemp("tiny") / "landing"
+    generate_hospital(landing, seed=23, sites=(SITE,), dates=(DATE,), patients_per_site=4)
+    return landing
+
+
+@pytest.fixture(scope="module")
+def local_run(tiny_landing, tmp_path_factory) -> PipelineRun:
+    return run_pipeline(tmp_path_factory.mktemp("local"), str(tiny_landing), "local[2]")
+
+
+def assert_equal_to_local(run: PipelineRun, local: PipelineRun) -> None:
+    """Every output of the run's site-day and its cohort releases equals the local run's."""
+    got = collect(run.warehouse, PAIRS, cohorts=True, tables_root=run.tables)
+    if run.tables != run.warehouse:
+        got.update(collect(run.tables, PAIRS))
+    if run.landing != local.landing:  # the identifiable tables record where each source file was
+        got = {name: rewritten(output, {run.landing: local.landing}) for name, output in got.items()}
+    want = collect(local.warehouse, PAIRS, cohorts=True)
+    assert sorted(got) == sorted(want), sorted(set(got) ^ set(want))[:10]
+    assert [name for name in got if got[name] != want[name]] == []
+    assert any(k.endswith(".dcm") and "files" in k.split("/") for k in got), "no de-identified image"
+    assert any(k.endswith("SHA256SUMS") for k in got), "no cohort release"
+    assert any(o.kind == "rows" and o.value for o in got.values()), "no table rows"
+
+
+def test_standalone_cluster_equals_local(spark_cluster, tiny_landing, local_run, tmp_path):  # noqa: F811
+    # The operator names the executors' interpreter (the project's environment on the workers); the
+    # driver no longer lends its own to a cluster. Here the workers share this machine's venv.
+    run = run_pipeline(tmp_path, str(tiny_landing), spark_cluster.master_url,
+                       extra_env={"PYSPARK_PYTHON": sys.executable})
+    assert ".zip" in run.executor_imaging, run.executor_imaging  # the shipped code, not the driver's tree
+    assert_equal_to_local(run, local_run)
+
+
+def test_spark_connect_equals_local(spark_connect, tiny_landing, local_run, tmp_path):  # noqa: F811
+    run = run_pipeline(tmp_path, str(tiny_landing), spark_connect.remote)
+    assert ".zip" in run.executor_imaging, run.executor_imaging  # shipped with addArtifacts
+    assert_equal_to_local(run, local_run)
+
+
+def test_gcs_landing_and_images_equal_local(gcs, tiny_landing, local_run, tmp_path, monkeypatch):  # noqa: F811
+    """Landing in one bucket, output files in another; Spark's tables on a local root (no GCS connector)."""
+    for key, value in gcs.environment().items():
+        monkeypatch.setenv(key, value)  # the comparison below reads the buckets too
+    landing, warehouse = gcs.make_bucket("hospital-landing") + "/landing", gcs.make_bucket("research-warehouse")
+    gcs.filesystem().put(str(tiny_landing), landing.removeprefix("gs://"), recursive=True)
+    run = run_pipeline(tmp_path, landing, "local[2]", warehouse=f"{warehouse}/warehouse",
+                       tables=str(tmp_path / "tables"), extra_env=gcs.environment())
+    published = gcs.filesystem().find(f"{warehouse.removeprefix('gs://')}/warehouse/deidentified")
+    assert any(p.endswith(".dcm") for p in published), "no de-identified image in the bucket"
+    assert_equal_to_local(run, local_run)
+
+
+def test_missing_bucket_fails_at_the_start_with_its_name(gcs, monkeypatch):  # noqa: F811
+    from dagster import Failure
+
+    from resources.gcs import check_buckets
+
+    for key, value in gcs.environment().items():
+        monkeypatch.setenv(key, value)
+    gcs.make_bucket("present-bucket")
+    check_buckets(["gs://present-bucket/warehouse", "/local/path"])
+    with pytest.raises(Failure, match="absent-bucket"):
+        check_buckets(["gs://present-bucket/x", "gs://absent-bucket/landing"])

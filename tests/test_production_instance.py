@@ -1,0 +1,110 @@
+"""The production Dagster instance (platform/dagster-production.yaml) on a real PostgreSQL server.
+
+The instance file is used unchanged: PostgreSQL storage from DAGSTER_PG_* and compute logs to a GCS
+bucket on the GCS emulator. The data contract's two commands (a partition, then a single-run
+backfill over a range) run through the `dagster` CLI with DAGSTER_HOME set, as an operator runs
+them; the runs must be recorded in PostgreSQL and the outputs must equal the local run's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compare import assert_same_outputs
+from conftest import DATES, ROOT, SITES
+from services import gcs, postgres  # noqa: F401 - pytest fixtures
+
+REPO = Path(__file__).resolve().parents[1]
+INSTANCE = REPO / "platform" / "dagster-production.yaml"
+DAGSTER = str(Path(sys.executable).parent / "dagster")
+PARTITIONED = "raw_image_index,linked_patient_metadata,anonymized_images"
+
+
+def dagster_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    done = subprocess.run([DAGSTER, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def production(tmp_path_factory, postgres, gcs, hospital):  # noqa: F811 - fixtures by name
+    """Both contract commands run through the production instance; its DAGSTER_HOME and env."""
+    home = tmp_path_factory.mktemp("dagster-production-home")
+    shutil.copy(INSTANCE, home / "dagster.yaml")
+    bucket = gcs.make_bucket("imaging-compute-logs")
+    env = {**os.environ, **postgres.environment(), **gcs.environment(),
+           "DAGSTER_HOME": str(home), "DAGSTER_COMPUTE_LOG_BUCKET": bucket.removeprefix("gs://"),
+           "DAGSTER_COMPUTE_LOG_PREFIX": "dagster/compute-logs",
+           "IMAGING_WAREHOUSE": str(tmp_path_factory.mktemp("production-warehouse")),
+           "IMAGING_SPARK_MASTER": "local[2]"}
+    site = SITES[0]
+    dagster_cli(["asset", "materialize", "-m", "definitions", "--select", "raw_image_index+",
+                 "--partition", f"{DATES[0]}|{site}"], env)
+    dagster_cli(["asset", "materialize", "-m", "definitions", "--select", PARTITIONED,
+                 "--partition-range", f"{DATES[0]}|{site}...{DATES[1]}|{site}"], env)
+    return env
+
+
+def test_instance_file_declares_postgres_queue_and_gcs_logs():
+    config = yaml.safe_load(INSTANCE.read_text())
+    assert set(config["storage"]["postgres"]["postgres_db"]) >= {"hostname", "username", "password", "db_name"}
+    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+    assert config["compute_logs"]["class"] == "GCSComputeLogManager"
+
+
+def test_runs_and_materializations_are_recorded_in_postgres(production, postgres, monkeypatch):  # noqa: F811
+    from dagster import DagsterInstance, DagsterRunStatus
+
+    runs = postgres.query("SELECT status, run_body FROM runs ORDER BY create_timestamp")
+    assert [status for status, _ in runs] == ["SUCCESS", "SUCCESS"]
+    tags = dict(postgres.query("SELECT key, value FROM run_tags"))
+    assert tags["dagster/asset_partition_range_start"] == f"{DATES[0]}|{SITES[0]}"
+    assert tags["dagster/asset_partition_range_end"] == f"{DATES[1]}|{SITES[0]}"
+    materialized = postgres.query(
+        "SELECT asset_key, partition, count(*) FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION' "
+        "GROUP BY asset_key, partition ORDER BY asset_key, partition")
+    recorded = {(key, partition) for key, partition, _ in materialized}
+    for asset in PARTITIONED.split(","):
+        for date in DATES[:2]:
+            assert (f'["{asset}"]', f"{date}|{SITES[0]}") in recorded, (asset, date)
+
+    # `raw_image_index+` is the index and its children: the first command materialized two assets.
+    first = {key for key, partition in recorded if partition == f"{DATES[0]}|{SITES[0]}"}
+    assert {'["raw_image_index"]', '["linked_patient_metadata"]'} <= first
+
+    # The instance loaded from DAGSTER_HOME sees the same records, through the production yaml.
+    for key in ("DAGSTER_HOME", *postgres.environment(), "STORAGE_EMULATOR_HOST", "DAGSTER_COMPUTE_LOG_BUCKET",
+                "DAGSTER_COMPUTE_LOG_PREFIX", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"):
+        monkeypatch.setenv(key, production[key])
+    with DagsterInstance.get() as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+        assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
+        assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+        concurrency = instance.get_concurrency_config()
+        assert concurrency.pool_config.pool_granularity.value == "run"
+        assert concurrency.pool_config.default_pool_limit == 1  # one Spark run (warehouse writer) at a time
+        assert {"key": "dagster/backfill", "limit": 1} in concurrency.run_queue_config.tag_concurrency_limits
+        runs = instance.get_runs()
+        assert len(runs) == 2 and all(r.status == DagsterRunStatus.SUCCESS for r in runs)
+
+
+def test_compute_logs_are_in_the_gcs_bucket(production, gcs):  # noqa: F811
+    fs = gcs.filesystem()
+    logs = fs.find(f"{production['DAGSTER_COMPUTE_LOG_BUCKET']}/{production['DAGSTER_COMPUTE_LOG_PREFIX']}")
+    assert logs, "no compute log was uploaded to the bucket"
+    assert any(path.endswith((".out", ".err", ".complete")) for path in logs), logs[:5]
+
+
+def test_outputs_equal_the_local_run(production, warehouse):
+    pairs = [(date, SITES[0]) for date in DATES[:2]]
+    outputs = assert_same_outputs(production["IMAGING_WAREHOUSE"], str(warehouse), pairs)
+    assert any(o.kind == "bytes" and k.endswith(".dcm") for k, o in outputs.items())
+    assert any(o.kind == "rows" and o.value for o in outputs.values())
