@@ -200,3 +200,37 @@ def approval_copy(root: str) -> Approval | None:
     url = f"{root}/{APPROVAL}"
     return Approval.from_json(_read(url)) if fsx.exists(url) else None
 
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one cohort version in a run: counts and paths only, for the run's metadata."""
+
+    action: str
+    reason: str
+    release_id: str
+    path: str | None  # where the release now is (held or published); None when blocked or in conflict
+
+
+def apply_decision(decision: Decision, *, staging: str, warehouse: str, cohort: str, version: int,
+                   release_id: str, approval: Approval | None) -> Outcome:
+    """Carry out `decide`'s answer for a release built in `staging` (which is always consumed).
+
+    held: moved to identifiable/held/<cohort>/<id>/ (kept as is when already held). publish: the
+    freshly built bundle, whose id is the approved one, is published with its approval copy and the
+    held copy removed. unchanged, conflict, blocked: the staging folder is removed; the published
+    release is never touched.
+    """
+    if decision.action == HOLD:
+        return Outcome(HOLD, decision.reason, release_id, hold(staging, warehouse, cohort, release_id))
+    if decision.action == PUBLISH:
+        if approval is None or approval.release_id != release_id or (approval.cohort, approval.version) != (
+                cohort, version):
+            fsx.remove(staging)
+            raise ApprovalError("publication needs the approval of this exact release")
+        target = publish(staging, warehouse, approval)
+        fsx.remove(held_path(warehouse, cohort, release_id))
+        return Outcome(PUBLISH, decision.reason, release_id, target)
+    fsx.remove(staging)
+    path = published_path(warehouse, cohort, version) if decision.action == UNCHANGED else None
+    return Outcome(decision.action, decision.reason, release_id, path)

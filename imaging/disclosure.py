@@ -104,6 +104,16 @@ class DisclosurePolicy:
     def by_column(self) -> dict[str, QuasiIdentifier]:
         return {q.column: q for q in self.quasi_identifiers}
 
+    def class_sizes_sql(self, table: str, person: str = "patient_pseudonym") -> str:
+        """Spark SQL giving one row per equivalence class of `table` (a manifest selection), its size only.
+
+        Aggregates on the executors: the driver receives one small integer per class, never a row.
+        """
+        keys = [f"{q.release_sql()} AS `q{i}`" for i, q in enumerate(self.quasi_identifiers)]
+        groups = ", ".join(f"`q{i}`" for i in range(len(keys))) or "1"
+        return (f"SELECT count(DISTINCT `{person}`) AS size FROM "
+                f"(SELECT `{person}`{''.join(', ' + k for k in keys)} FROM {table}) GROUP BY {groups}")
+
 
 @dataclass(frozen=True)
 class KAnonymity:

@@ -178,3 +178,31 @@ def test_cli_runs_as_a_program(published, tmp_path):
     done = subprocess.run([sys.executable, "-m", "imaging.review", str(tmp_path)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "no SHA256SUMS" in done.stderr
+
+
+def test_apply_decision_holds_then_publishes_then_leaves_alone(tmp_path):
+    hospital = make_hospital(tmp_path)
+    warehouse = str(hospital.warehouse)
+
+    def run(n):
+        """One materialization of the gate for the small cohort: build, decide, act."""
+        staging = hospital.warehouse / "identifiable" / "_staging" / f"run{n}"
+        built = build_release(hospital, staging)
+        published = gate.manifest_id(gate.published_path(warehouse, "small-test", 1))
+        approval = gate.load_approval(warehouse, built.release_id)
+        decision = gate.decide(built.release_id, published_id=published, approval=approval, k_passed=True)
+        outcome = gate.apply_decision(decision, staging=str(staging), warehouse=warehouse, cohort="small-test",
+                                      version=1, release_id=built.release_id, approval=approval)
+        assert not staging.exists()
+        return outcome
+
+    first, second = run(1), run(2)
+    assert first.action == second.action == gate.HOLD and first.path == second.path
+    assert [h.path for h in gate.list_held(warehouse)] == [first.path]
+    gate.record_approval(first.path, "demo", "approved by the demo itself")
+    third = run(3)
+    assert third.action == gate.PUBLISH and third.path == gate.published_path(warehouse, "small-test", 1)
+    assert not Path(first.path).exists() and gate.list_held(warehouse) == []
+    assert review(third.path, warehouse).ok
+    fourth = run(4)
+    assert fourth.action == gate.UNCHANGED and fourth.release_id == third.release_id
