@@ -19,7 +19,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from imaging import fs as fsx
-from imaging.bundle import APPROVAL, MANIFEST, bundle_files, sha256_url, verify_bundle
+from imaging.bundle import APPROVAL, MANIFEST, sha256_url, verify_bundle
 
 HELD = "identifiable/held"
 APPROVALS = "identifiable/approvals"
@@ -158,10 +158,12 @@ def record_approval(path: str, approved_by: str, note: str | None = None, now: d
 
 def list_held(warehouse: str) -> list[HeldRelease]:
     """Held releases not published yet, oldest cohort name first."""
-    root = f"{warehouse}/{HELD}"
+    fs, root = fsx.filesystem(f"{warehouse}/{HELD}")
     out = []
-    for path in sorted({f.rsplit("/", 1)[0] for f in bundle_files(root) if f.endswith("/" + MANIFEST)}):
-        folder = f"{root}/{path}"
+    # <cohort>/<release id>/SHA256SUMS: a glob two levels deep, not a listing of every held image.
+    for manifest in sorted(fs.glob(f"{root}/*/*/{MANIFEST}")):
+        folder = fsx.qualify(fs, manifest.rsplit("/", 1)[0])
+        path = folder[len(fsx.qualify(fs, root)) + 1:]
         rid = manifest_id(folder)
         info = read_release_json(folder) if fsx.exists(f"{folder}/release.json") else {}
         cohort, version = str(info.get("cohort", path.split("/")[0])), int(str(info.get("release", "v0")).lstrip("v"))

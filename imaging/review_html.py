@@ -80,7 +80,7 @@ def render_html(review) -> str:
            f"<title>Release review: {escape(str(card.get('cohort', '')))} {status}</title>",
            "<style>body{font:14px system-ui,sans-serif;margin:24px;color:#1b2733}"
            "table{border-collapse:collapse;margin:6px 0 16px}td,th{border:1px solid #ccd5df;padding:3px 8px;"
-           "text-align:left;font-size:13px}th{background:#eef2f6}.ok{color:#1e7d34}.bad{color:#b3261e}"
+           "text-align:left;font-size:13px;overflow-wrap:anywhere}th{background:#eef2f6}.ok{color:#1e7d34}.bad{color:#b3261e}"
            "code{font-size:12px}svg text{font:12px system-ui,sans-serif}svg .title{font-weight:600}"
            ".legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:18px;height:4px;"
            "margin-right:4px;vertical-align:middle}</style></head><body>",
