@@ -55,6 +55,23 @@ class ReleaseCounts:
     breakdowns: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
+BREAKDOWN_COLUMNS = ("modality", "laterality", "sex")  # released columns with a handful of values each
+MISSING = "(missing)"
+
+
+def counts_sql(table: str) -> str:
+    """One row of release counts over a selection (a Spark view of release rows): aggregated on executors."""
+    return ("SELECT count(*) AS images, count(DISTINCT patient_pseudonym) AS patients, "
+            "count(DISTINCT study_instance_uid) AS studies, count(DISTINCT series_instance_uid) AS series "
+            f"FROM {table}")
+
+
+def breakdown_sql(table: str, column: str) -> str:
+    """Images per value of one low-cardinality released column (a handful of rows reach the driver)."""
+    return (f"SELECT coalesce(CAST(`{column}` AS STRING), '{MISSING}') AS value, count(*) AS images "
+            f"FROM {table} GROUP BY 1")
+
+
 @dataclass(frozen=True)
 class DeidSummary:
     standard: str
