@@ -23,7 +23,7 @@ from imaging.clinical import ClinicalPolicy
 from imaging.code_version import code_version, module_files
 from imaging.cohort import CohortDefinition
 from imaging.config import read_yaml
-from imaging.datacard import (CheckResult, CodeVersion, DataCardInputs, DeidSummary, InputPartition,
+from imaging.datacard import (MISSING, CheckResult, CodeVersion, DataCardInputs, DeidSummary, InputPartition,
                               ReleaseCounts, Selection)
 from imaging.deid import RESEARCH_DEFAULT
 from imaging.disclosure import DisclosurePolicy, class_sizes, k_anonymity
@@ -123,7 +123,8 @@ def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | N
     breakdowns = {c: {} for c in ("modality", "laterality", "sex")}
     for r in released:
         for c in breakdowns:
-            breakdowns[c][str(r[c])] = breakdowns[c].get(str(r[c]), 0) + 1
+            value = MISSING if r[c] is None else str(r[c])
+            breakdowns[c][value] = breakdowns[c].get(value, 0) + 1
     counts = ReleaseCounts(len(rows), len({r["patient_pseudonym"] for r in rows}),
                            len({r["study_instance_uid"] for r in rows}), len({r["series_instance_uid"] for r in rows}),
                            breakdowns)
