@@ -124,12 +124,11 @@ def review(path: str, warehouse: str | None = None) -> Review:
 
     # Approval: a published release must carry one naming its exact content.
     carried = approval_copy(root)
-    if result.state == "published":
-        if carried is None:
-            result.problems.append("published without an approval (no APPROVAL.json)")
-        elif carried.release_id != check.release_id:
-            result.problems.append("APPROVAL.json approves other content than this release")
-        result.approval = carried
+    if result.state == "published" and carried is None:
+        result.problems.append("published without an approval (no APPROVAL.json)")
+    if carried is not None and carried.release_id != check.release_id:
+        result.problems.append("APPROVAL.json approves other content than this release")
+    result.approval = carried
     if warehouse and check.release_id:
         result.approval_record = load_approval(warehouse, check.release_id)
         if result.state == "published" and result.approval_record is None:
