@@ -8,6 +8,7 @@ from dagster import (AssetExecutionContext, BackfillPolicy, BetaWarning, DailyPa
                      MultiPartitionKey, MultiPartitionsDefinition, StaticPartitionsDefinition)
 
 from imaging.config import Settings, load_settings
+from imaging.records import SiteDay
 
 
 def build_partitions(settings: Settings) -> MultiPartitionsDefinition:
@@ -25,11 +26,11 @@ SINGLE_RUN = BackfillPolicy.single_run()
 warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=BetaWarning)
 
 
-def partition_pairs(context: AssetExecutionContext) -> list[tuple[str, str]]:
-    """The (date, site) pairs this run covers: one for a single partition, many for a backfill."""
-    pairs = []
+def site_days(context: AssetExecutionContext) -> list[SiteDay]:
+    """The site-days this run covers: one for a single partition, many for a backfill."""
+    keys = set()
     for key in context.partition_keys:
         dims = key.keys_by_dimension if isinstance(key, MultiPartitionKey) else dict(
             zip(("date", "site"), key.split("|")))
-        pairs.append((dims["date"], dims["site"]))
-    return sorted(set(pairs))
+        keys.add(SiteDay(dims["date"], dims["site"]))
+    return sorted(keys, key=lambda k: (k.date, k.site))

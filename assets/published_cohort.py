@@ -5,20 +5,21 @@ import math
 
 from dagster import AssetExecutionContext, Failure, MaterializeResult, asset
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.pandas.types import to_arrow_schema
 
-from assets.anonymized_images import MANIFEST, load_policy, manifest_schema
 from imaging import fs as fsx
-from imaging.clinical import ClinicalPolicy
-from imaging.cohort import CohortDefinition, load_cohorts
+from imaging.catalogue import COHORTS, DEIDENTIFIED, manifest
+from imaging.clinical import load_policy
+from imaging.cohort import load_cohorts
 from imaging.config import PLATFORM_DIR
-from imaging.release import copy_partition, sha256_file
+from imaging.deid.options import STANDARD_REVISION
+from imaging.records import ReleaseFile, schema_of
+from imaging.release import CONFLICT, PUBLISH, CopyJob, WriteParquet, release_verdict, sha256_file
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
-from resources.spark import SparkResource
-from resources.warehouse import DEIDENTIFIED, Warehouse
+from resources.spark import SparkResource, frame_of, map_batches
+from resources.warehouse import WAREHOUSE_POOL, Warehouse
 
-SUMS = StructType([StructField("path", StringType(), False), StructField("sha256", StringType(), False)])
 # Manifest columns that describe the warehouse, not the research data: left out of a release.
 INTERNAL = ("batch", "output_path", "size_bytes")
 
@@ -30,66 +31,39 @@ def _single_file(spark_dir: str, target: str, suffix: str) -> None:
                    and p.endswith(suffix))
     if len(parts) != 1:
         raise RuntimeError(f"expected one {suffix} part in {spark_dir}, found {len(parts)}")
-    fsx.move(fsx.qualify(fs, parts[0]), target)
+    (part,) = parts
+    fsx.move(fsx.qualify(fs, part), target)
     fsx.remove(spark_dir)
 
 
-def build_release(session, cohort: CohortDefinition, manifest, policy: ClinicalPolicy, warehouse: Warehouse,
-                  deid: Deidentifier, files_per_task: int) -> dict:
-    """Stage one cohort's release, then publish it, or confirm the published one is identical."""
-    staging = warehouse.staging(DEIDENTIFIED)
-    selected = manifest.where(cohort.sql_predicate()).persist()
-    images = selected.count()
-    source = warehouse.url(DEIDENTIFIED)
-    tasks = max(1, math.ceil(images / files_per_task))
-    copied = session.createDataFrame(
-        selected.repartition(tasks).rdd.mapPartitions(lambda rows: copy_partition(source, staging, rows)), SUMS)
+def stage_release(session, selected, staged: str, source_root: str, files_per_task: int,
+                  release: dict) -> None:
+    """Write one release under `staged`: images (checksums verified), metadata, release.json, SHA256SUMS."""
+    tasks = max(1, math.ceil(release["images"] / files_per_task))
+    copied = map_batches(selected.repartition(tasks), CopyJob(source_root, staged).step())
 
     file_col = F.concat_ws("/", F.lit("images"), "patient_pseudonym", "study_instance_uid",
                            F.concat("sop_instance_uid", F.lit(".dcm")))
     metadata = (selected.withColumn("file", file_col).drop(*INTERNAL)
                 .select("file", *[c for c in selected.columns if c not in INTERNAL]).orderBy("file").coalesce(1))
-    metadata.write.parquet(f"{staging}/_parquet")
-    _single_file(f"{staging}/_parquet", f"{staging}/metadata.parquet", ".parquet")
-    metadata.write.option("header", True).csv(f"{staging}/_csv")
-    _single_file(f"{staging}/_csv", f"{staging}/metadata.csv", ".csv")
+    writer = WriteParquet(f"{staged}/metadata.parquet", to_arrow_schema(metadata.schema))
+    metadata.mapInArrow(writer, "rows long").collect()  # one row: the count written
+    metadata.write.option("header", True).csv(f"{staged}/_csv")
+    _single_file(f"{staged}/_csv", f"{staged}/metadata.csv", ".csv")
 
-    patients = selected.select("patient_pseudonym").distinct().count()
-    release = {
-        "cohort": cohort.name, "release": cohort.release, "description": cohort.description,
-        "selection": cohort.sql_predicate(), "images": images, "patients": patients,
-        "deidentification": {"standard": "DICOM PS3.15 Annex E (Table E.1-1, 2024b)",
-                             "options": sorted(deid.options)},
-        "clinical_fields": list(policy.output_columns),
-        "files": {"images": "images/<patient>/<study>/<instance>.dcm", "metadata": ["metadata.parquet", "metadata.csv"],
-                  "checksums": "SHA256SUMS (sha256sum -c)"},
-    }
-    fsx.write_bytes(f"{staging}/release.json", json.dumps(release, indent=2, sort_keys=True).encode() + b"\n")
-    extra = [(name, sha256_file(f"{staging}/{name}")) for name in ("metadata.parquet", "metadata.csv", "release.json")]
-    sums = copied.unionByName(session.createDataFrame(extra, SUMS)).orderBy("path")
-    sums.select(F.concat_ws("  ", "sha256", "path")).coalesce(1).write.text(f"{staging}/_sums")
-    _single_file(f"{staging}/_sums", f"{staging}/SHA256SUMS", ".txt")
-    selected.unpersist()
-
-    target = warehouse.url(DEIDENTIFIED, "cohorts", cohort.name, cohort.release)
-    try:
-        if fsx.exists(target):
-            if sha256_file(f"{target}/SHA256SUMS") != sha256_file(f"{staging}/SHA256SUMS"):
-                raise Failure(f"cohort {cohort.name} release {cohort.release} is already published with other "
-                              f"content; releases are immutable: raise `version` in its definition to publish anew")
-            state = "unchanged"
-        else:
-            fsx.move(staging, target)
-            state = "published"
-    finally:
-        fsx.remove(staging)
-    return {"release": target, "state": state, "images": images, "patients": patients}
+    fsx.write_bytes(f"{staged}/release.json", json.dumps(release, indent=2, sort_keys=True).encode() + b"\n")
+    extra = [ReleaseFile(name, sha256_file(f"{staged}/{name}"))
+             for name in ("metadata.parquet", "metadata.csv", "release.json")]
+    sums = copied.unionByName(frame_of(session, extra, schema_of(ReleaseFile))).orderBy("path")
+    sums.select(F.concat_ws("  ", "sha256", "path")).coalesce(1).write.text(f"{staged}/_sums")
+    _single_file(f"{staged}/_sums", f"{staged}/SHA256SUMS", ".txt")
 
 
 @asset(
     deps=["anonymized_images"],
     kinds={"spark", "dicom", "parquet"},
     group_name="imaging",
+    pool=WAREHOUSE_POOL,
     description="De-identified zone. For each cohort definition in platform/cohorts/: "
                 "deidentified/cohorts/<name>/v<version>/ with images, metadata.parquet, metadata.csv, "
                 "release.json and SHA256SUMS. Published releases are immutable.",
@@ -98,13 +72,43 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
                      warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
     session = spark.spark_session
     policy = load_policy()
-    manifest = warehouse.read_partitions(session, DEIDENTIFIED, MANIFEST, manifest_schema(policy), ("batch",))
+    table = manifest(policy)
+    rows = warehouse.read(session, table)
+    commit = warehouse.begin("published_cohort")
     releases = {}
     for cohort in load_cohorts(PLATFORM_DIR / "cohorts"):
-        releases[cohort.name] = build_release(session, cohort, manifest, policy, warehouse, deid,
-                                               landing.files_per_task)
-        context.log.info(f"cohort {cohort.name} {cohort.release}: {releases[cohort.name]['state']}, "
-                         f"{releases[cohort.name]['images']} images")
+        selected = rows.where(cohort.sql_predicate()).persist()
+        images = selected.count()
+        patients = selected.select("patient_pseudonym").distinct().count()
+        release = {
+            "cohort": cohort.name, "release": cohort.release, "description": cohort.description,
+            "selection": cohort.sql_predicate(), "images": images, "patients": patients,
+            "deidentification": {"standard": f"DICOM PS3.15 Annex E (Table E.1-1, {STANDARD_REVISION})",
+                                 "options": sorted(deid.options)},
+            "clinical_fields": list(policy.output_columns),
+            "files": {"images": "images/<patient>/<study>/<instance>.dcm",
+                      "metadata": ["metadata.parquet", "metadata.csv"], "checksums": "SHA256SUMS (sha256sum -c)"},
+        }
+        relative = f"{cohort.name}/{cohort.release}"
+        staged = warehouse.staged_url(commit, COHORTS, relative)
+        stage_release(session, selected, staged, warehouse.zone(DEIDENTIFIED), landing.files_per_task,
+                      release)
+        selected.unpersist()
+        target = warehouse.url(COHORTS, relative)
+        published = sha256_file(f"{target}/SHA256SUMS") if fsx.exists(f"{target}/SHA256SUMS") else None
+        state = release_verdict(published, sha256_file(f"{staged}/SHA256SUMS"))
+        releases[cohort.name] = {"release": warehouse.relative(target), "folder": relative, "state": state,
+                                 "images": images, "patients": patients}
+        context.log.info(f"cohort {cohort.name} {cohort.release}: {state}, {images} images")
+
+    conflicts = sorted(name for name, r in releases.items() if r["state"] == CONFLICT)
+    if conflicts:  # nothing of this run is published: releases go out together or not at all
+        raise Failure(f"cohort releases already published with other content: {', '.join(conflicts)}; releases "
+                      f"are immutable: raise `version` in their definitions to publish anew")
+    for name, r in releases.items():
+        if r["state"] == PUBLISH:
+            warehouse.stage_folders(commit, COHORTS, [r["folder"]])
+    commit.build().apply()
     return MaterializeResult(metadata={
         "releases": {name: r["release"] for name, r in releases.items()},
         "images": {name: r["images"] for name, r in releases.items()},

@@ -1,7 +1,8 @@
-"""Per-file de-identification on Spark executors: read, de-identify, write, describe.
+"""Per-file de-identification on Spark executors: read, de-identify, write to staging, describe.
 
-Set-up (pseudonymizer, profile, clinical policy) happens once per partition. Output names are
-the new SOP Instance UIDs, so a retried task rewrites the same files, never new ones.
+`AnonymizeJob` is everything a task needs (picklable; the key travels inside the task, never
+into a log). Its set-up (pseudonymizer, profile) happens once per Spark partition. Output
+names are the new SOP Instance UIDs, so a retried task rewrites the same files, never new ones.
 """
 
 from __future__ import annotations
@@ -10,37 +11,22 @@ import datetime as dt
 import hashlib
 import io
 from dataclasses import dataclass
+from typing import Callable
 
 import pydicom
 
 from imaging import fs as fsx
+from imaging.catalogue import ANONYMIZED_FILES
 from imaging.clinical import ClinicalPolicy, parse_date
-from imaging.deid import Quarantined, deidentify, load_profile, quiet, to_bytes
+from imaging.deid import Quarantined as NotPublishable, deidentify, load_profile, to_bytes
 from imaging.index import header_int, header_text, laterality
 from imaging.pseudonym import Pseudonymizer
-
-# Manifest columns before the clinical ones; all published values are de-identified.
-MANIFEST_FIELDS = (
-    "output_path", "sha256", "size_bytes", "patient_pseudonym", "study_instance_uid", "series_instance_uid",
-    "sop_instance_uid", "sop_class_uid", "modality", "laterality", "study_date", "manufacturer", "model",
-    "rows", "columns", "number_of_frames", "has_clinical_record",
-)
-FILES = "anonymized_images/files"
+from imaging.records import BatchStep, LinkedImage, PublishedImage, Quarantined, outcome_schema
 
 
-@dataclass(frozen=True)
-class AnonymizeJob:
-    """Everything a task needs; picklable. The key travels inside the task, never into a log."""
-
-    key: str
-    default_issuer: str
-    options: tuple[str, ...]
-    policy: ClinicalPolicy
-    staging: str  # where output files are written before the driver swaps them into place
-
-    def batch(self, pseudonymizer: Pseudonymizer, date: str, site: str) -> str:
-        """An opaque folder name for a site-day: real dates and sites never name de-identified files."""
-        return pseudonymizer.token("batch", date, site)
+def batch_name(pseudonymizer: Pseudonymizer, date: str, site: str) -> str:
+    """An opaque folder name for a site-day: real dates and sites never name de-identified files."""
+    return pseudonymizer.token("batch", date, site)
 
 
 def _iso(dicom_date):
@@ -49,47 +35,90 @@ def _iso(dicom_date):
     return day.isoformat() if day else None
 
 
-def anonymize_partition(job: AnonymizeJob, rows):
-    """Linked rows -> ('published', ...) or ('quarantined', ...) tuples (see assets/anonymized_images)."""
-    pseudonymizer = Pseudonymizer(job.key)
-    profile = load_profile(job.options)
-    with quiet():  # pydicom's warnings quote header values: keep them out of executor logs
-        for row in rows:
-            base = (row["date"], row["site"], row["source_path"], row["sha256"])
-            try:
-                yield ("published", *base, *_publish(job, pseudonymizer, profile, row))
-            except Quarantined as reason:
-                yield ("quarantined", *base, str(reason))
-            except Exception as error:  # noqa: BLE001 - one bad file never stops the partition
-                yield ("quarantined", *base, f"de-identification failed ({type(error).__name__})")
+@dataclass(frozen=True)
+class AnonymizeJob:
+    """The de-identification of one run; `setup` for a `BatchStep` (called once per partition)."""
+
+    key: str
+    default_issuer: str
+    options: tuple[str, ...]
+    policy: ClinicalPolicy
+    staging: str  # the de-identified zone's staging folder: files are committed from there
+
+    def __repr__(self) -> str:  # never show the key
+        return f"AnonymizeJob(options={self.options!r})"
+
+    def __call__(self) -> Callable[[LinkedImage], PublishedImage | Quarantined]:
+        anonymizer = _Anonymizer(self, Pseudonymizer(self.key), load_profile(self.options))
+        return anonymizer.publish
+
+    def step(self) -> BatchStep:
+        extra = outcome_extra(self.policy)
+        return BatchStep(self, LinkedImage, outcome_schema(PublishedImage, extra))
 
 
-def _publish(job, pseudonymizer, profile, row):
-    fs, path = fsx.filesystem(row["source_path"])
-    with fs.open(path, "rb") as handle:
-        data = handle.read()
-    if hashlib.sha256(data).hexdigest() != row["sha256"]:
-        raise Quarantined("source file changed since it was indexed")
-    clinical = row["clinical"] or {}
-    ds = pydicom.dcmread(io.BytesIO(data))
-    known = job.policy.identifying_values({**clinical, "patient_id": row["patient_id"] or ""})
-    out = deidentify(ds, pseudonymizer=pseudonymizer, profile=profile, issuer_default=job.default_issuer,
-                     extra_identifiers=known)
-    payload = to_bytes(out)
-    batch = job.batch(pseudonymizer, row["date"], row["site"])
-    relative = f"{FILES}/{batch}/{out.SOPInstanceUID}.dcm"
-    fsx.write_bytes(f"{job.staging}/{relative}", payload)
+def outcome_extra(policy: ClinicalPolicy):
+    """The released clinical fields as extra columns (their types from the catalogue's manifest)."""
+    from imaging.catalogue import manifest
 
-    issuer = row["issuer_of_patient_id"] or job.default_issuer
-    shift = pseudonymizer.date_shift_days(issuer, row["patient_id"] or "")
-    scan = parse_date(row["study_date"], ("%Y%m%d",)) or dt.date.fromisoformat(row["date"])
-    text = lambda keyword: header_text(out, keyword)  # noqa: E731
-    described = (
-        relative, hashlib.sha256(payload).hexdigest(), len(payload), text("PatientID"), text("StudyInstanceUID"),
-        text("SeriesInstanceUID"), text("SOPInstanceUID"), text("SOPClassUID"), text("Modality"), laterality(out),
-        _iso(text("StudyDate")), text("Manufacturer"), text("ManufacturerModelName"), header_int(out, "Rows"),
-        header_int(out, "Columns"), header_int(out, "NumberOfFrames") or 1, bool(row["has_clinical_record"]),
-    )
-    fields = job.policy.apply(clinical, scan_date=scan, shift_days=shift,
-                              token=lambda column, value: pseudonymizer.token("clinical", column, value))
-    return (batch, *described, *(fields[c] for c in job.policy.output_columns))
+    return manifest(policy).extra
+
+
+@dataclass(frozen=True)
+class _Anonymizer:
+    job: AnonymizeJob
+    pseudonymizer: Pseudonymizer
+    profile: object
+
+    def publish(self, image: LinkedImage) -> PublishedImage | Quarantined:
+        """One linked image -> its published description, or a quarantine record with the reason."""
+        try:
+            return self._publish(image)
+        except NotPublishable as reason:
+            return self._held(image, str(reason))
+        except Exception as error:  # noqa: BLE001 - one bad file never stops the partition
+            return self._held(image, f"de-identification failed ({type(error).__name__})")
+
+    def _held(self, image: LinkedImage, reason: str) -> Quarantined:
+        return Quarantined(image.date, image.site, image.source_path, None, image.sha256, reason)
+
+    def _publish(self, image: LinkedImage) -> PublishedImage:
+        job, pseudonymizer = self.job, self.pseudonymizer
+        data = fsx.read_bytes(image.source_path)
+        if hashlib.sha256(data).hexdigest() != image.sha256:
+            raise NotPublishable("source file changed since it was indexed")
+        clinical = image.clinical or {}
+        ds = pydicom.dcmread(io.BytesIO(data))
+        known = job.policy.identifying_values({**clinical, "patient_id": image.patient_id or ""})
+        out = deidentify(ds, pseudonymizer=pseudonymizer, profile=self.profile, issuer_default=job.default_issuer,
+                         extra_identifiers=known)
+        payload = to_bytes(out)
+        batch = batch_name(pseudonymizer, image.date, image.site)
+        relative = f"{ANONYMIZED_FILES.name}/{batch}/{out.SOPInstanceUID}.dcm"
+        fsx.write_bytes(f"{job.staging}/{relative}", payload)
+
+        issuer = image.issuer_of_patient_id or job.default_issuer
+        shift = pseudonymizer.date_shift_days(issuer, image.patient_id or "")
+        scan = parse_date(image.study_date, ("%Y%m%d",)) or dt.date.fromisoformat(image.date)
+        fields = job.policy.apply(clinical, scan_date=scan, shift_days=shift,
+                                  token=lambda column, value: pseudonymizer.token("clinical", column, value))
+        return PublishedImage(
+            date=image.date, site=image.site, source_path=image.source_path, source_sha256=image.sha256,
+            batch=batch, output_path=relative, output_sha256=hashlib.sha256(payload).hexdigest(),
+            output_size_bytes=len(payload),
+            patient_pseudonym=header_text(out, "PatientID"),
+            study_instance_uid=header_text(out, "StudyInstanceUID"),
+            series_instance_uid=header_text(out, "SeriesInstanceUID"),
+            sop_instance_uid=header_text(out, "SOPInstanceUID"),
+            sop_class_uid=header_text(out, "SOPClassUID"),
+            modality=header_text(out, "Modality"),
+            laterality=laterality(out),
+            study_date=_iso(header_text(out, "StudyDate")),
+            manufacturer=header_text(out, "Manufacturer"),
+            model=header_text(out, "ManufacturerModelName"),
+            rows=header_int(out, "Rows"),
+            columns=header_int(out, "Columns"),
+            number_of_frames=header_int(out, "NumberOfFrames") or 1,
+            has_clinical_record=bool(image.has_clinical_record),
+            clinical={c: fields[c] for c in job.policy.output_columns},
+        )

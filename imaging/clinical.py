@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
+from imaging.records import BatchStep, ClinicalExtract, ClinicalRow, Quarantined, Stateless, outcome_schema
+
 ACTIONS = {"keep", "generalise", "age_at_scan", "shift_date", "pseudonymise", "drop"}
 
 
@@ -151,6 +153,13 @@ class ClinicalPolicy:
         return age_in_years(day, scan_date, rule.top_code)
 
 
+def load_policy() -> ClinicalPolicy:
+    """The deployment's clinical policy, `platform/clinical_policy.yaml`."""
+    from imaging.config import read_yaml
+
+    return ClinicalPolicy.from_dict(read_yaml("clinical_policy.yaml"))
+
+
 def age_in_years(birth: dt.date, on: dt.date | None, top_code: int = 90) -> int | None:
     """Whole years between birth and `on`, capped at `top_code` (ages above it identify)."""
     if on is None or birth > on:
@@ -170,24 +179,38 @@ def extract_date(url: str) -> str | None:
         return None
 
 
-def extract_partition(extracts):
-    """Spark mapPartitions body: (site, extract_date, url) -> parsed rows or one failure each.
+def extracts_needed(site_days, list_extracts) -> list[ClinicalExtract]:
+    """The dated extracts a run reads: each site's extracts dated on or before its last date.
 
-    Yields ('row', site, date, row_number, patient_id, columns) per record, or
-    ('quarantined', site, date, url, reason) for an extract that cannot be used.
+    `list_extracts(site)` lists a site's clinical folder (any names: undated ones are ignored).
     """
+    last: dict[str, str] = {}
+    for key in site_days:
+        last[key.site] = max(last.get(key.site, key.date), key.date)
+    found = []
+    for site, until in sorted(last.items()):
+        for url in list_extracts(site):
+            day = extract_date(url)
+            if day is not None and day <= until:
+                found.append(ClinicalExtract(site, day, url))
+    return found
+
+
+def read_extract(extract: ClinicalExtract) -> Iterator[ClinicalRow | Quarantined]:
+    """The rows of one extract, or one quarantine record (accounted to the extract's own day)."""
     from imaging import fs as fsx  # executor-side import keeps this module light for the driver
 
-    for site, date, url in extracts:
-        try:
-            fs, path = fsx.filesystem(url)
-            with fs.open(path, "rb") as handle:
-                rows = list(parse_extract(handle.read()))
-        except ExtractError as error:
-            yield ("quarantined", site, date, url, str(error))
-            continue
-        except Exception as error:  # noqa: BLE001 - a broken extract is quarantined, not fatal
-            yield ("quarantined", site, date, url, f"unreadable extract ({type(error).__name__})")
-            continue
-        for number, patient_id, columns in rows:
-            yield ("row", site, date, number, patient_id, columns)
+    try:
+        rows = list(parse_extract(fsx.read_bytes(extract.url)))
+    except ExtractError as error:
+        yield Quarantined(extract.extract_date, extract.site, extract.url, None, None, str(error))
+        return
+    except Exception as error:  # noqa: BLE001 - a broken extract is quarantined, not fatal
+        yield Quarantined(extract.extract_date, extract.site, extract.url, None, None,
+                          f"unreadable extract ({type(error).__name__})")
+        return
+    for number, patient_id, columns in rows:
+        yield ClinicalRow(extract.site, extract.extract_date, number, patient_id, columns)
+
+
+READ_EXTRACTS = BatchStep(Stateless(read_extract), ClinicalExtract, outcome_schema(ClinicalRow))

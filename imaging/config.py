@@ -1,12 +1,15 @@
-"""Settings: the data contract's environment variables over the defaults in `platform/`.
+"""Settings: the data contract's environment variables over the defaults in `platform/`, in one place.
 
-Environment variables (all optional; defaults in brackets):
+Environment variables (all optional but the key; defaults in brackets):
   IMAGING_LANDING        landing zone root [./data/landing]
   IMAGING_WAREHOUSE      output root [./data/warehouse]
-  IMAGING_SITES          comma-separated site partition keys [platform/platform.yaml]
-  IMAGING_START_DATE     first date partition, YYYY-MM-DD [platform/platform.yaml]
+  IMAGING_SITES          comma-separated site partition keys [platform/platform.yaml: sites]
+  IMAGING_START_DATE     first date partition, YYYY-MM-DD [platform/platform.yaml: start_date]
   IMAGING_PSEUDONYM_KEY  secret for keyed pseudonyms [required]
   IMAGING_SPARK_MASTER   Spark master URL [local[*]]
+
+Every other setting lives in `platform/platform.yaml` and nowhere else: code reads it from
+`Settings`, never restates a default.
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # `platform/` holds configuration only; IMAGING_PLATFORM_DIR lets a deployment keep it elsewhere.
 PLATFORM_DIR = Path(os.environ.get("IMAGING_PLATFORM_DIR", REPO_ROOT / "platform"))
+
+# The contract's defaults for the environment variables that have one.
+DEFAULT_LANDING = "./data/landing"
+DEFAULT_WAREHOUSE = "./data/warehouse"
+DEFAULT_SPARK_MASTER = "local[*]"
 
 
 def _root(value: str) -> str:
@@ -45,34 +53,36 @@ class Settings:
     deid_options: tuple[str, ...]
     files_per_task: int
 
-    @property
-    def identifiable(self) -> str:
-        return f"{self.warehouse}/identifiable"
 
-    @property
-    def deidentified(self) -> str:
-        return f"{self.warehouse}/deidentified"
+def _required(base: Mapping, key: str):
+    if key not in base:
+        raise ValueError(f"platform/platform.yaml: `{key}` is required")
+    return base[key]
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     base = read_yaml("platform.yaml")
     sites_env = env.get("IMAGING_SITES", "").strip()
-    sites = tuple(s.strip() for s in sites_env.split(",") if s.strip()) if sites_env else tuple(base["sites"])
-    start_date = env.get("IMAGING_START_DATE", "").strip() or str(base["start_date"])
+    sites = (tuple(s.strip() for s in sites_env.split(",") if s.strip()) if sites_env
+             else tuple(_required(base, "sites")))
+    start_date = env.get("IMAGING_START_DATE", "").strip() or str(_required(base, "start_date"))
     dt.date.fromisoformat(start_date)  # fail early and clearly on a malformed date
     for site in sites:
         if not site.replace("-", "").replace("_", "").isalnum():
             raise ValueError(f"site key {site!r} must be letters, digits, '-' or '_'")
+    files_per_task = int(_required(base, "files_per_task"))
+    if files_per_task < 1:
+        raise ValueError("platform/platform.yaml: `files_per_task` must be at least 1")
     return Settings(
-        landing=_root(env.get("IMAGING_LANDING") or "./data/landing"),
-        warehouse=_root(env.get("IMAGING_WAREHOUSE") or "./data/warehouse"),
+        landing=_root(env.get("IMAGING_LANDING") or DEFAULT_LANDING),
+        warehouse=_root(env.get("IMAGING_WAREHOUSE") or DEFAULT_WAREHOUSE),
         sites=sites,
         start_date=start_date,
-        spark_master=env.get("IMAGING_SPARK_MASTER") or "local[*]",
-        default_issuer=str(base.get("default_issuer", "")),
-        deid_options=tuple(base.get("deid_options") or ()),
-        files_per_task=int(base.get("files_per_task", 64)),
+        spark_master=env.get("IMAGING_SPARK_MASTER") or DEFAULT_SPARK_MASTER,
+        default_issuer=str(_required(base, "default_issuer")),
+        deid_options=tuple(_required(base, "deid_options") or ()),
+        files_per_task=files_per_task,
     )
 
 

@@ -1,45 +1,35 @@
-"""Header-only indexing of landing-zone DICOM files (runs on Spark executors).
+"""Header-only indexing of landing-zone DICOM files (the executor side of raw_image_index).
 
-One record per file: an index row for a readable DICOM Part 10 instance, or a quarantine
-row with the reason. The file is streamed once for its sha256, then parsed up to (not
-including) the pixel data.
+`list_folder` finds a site-day's files; `index_file` turns one into an `IndexedImage` or a
+`Quarantined` record with the reason. The file is streamed once for its sha256, then parsed up
+to (not including) the pixel data. `DUPLICATES` is the rule for two files holding one instance.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Iterator
 
 import pydicom
 from pydicom.errors import InvalidDicomError
 
 from imaging import fs as fsx
-from imaging.deid.quiet import quiet
+from imaging.records import (BatchStep, IndexedImage, ListedFile, Quarantined, SiteDayFolder, Stateless,
+                             outcome_schema, schema_of)
 
 CHUNK = 1 << 20
 
-# Index columns, in order; every value a string or int so the Spark schema stays simple.
-INDEX_FIELDS = (
-    "source_path", "size_bytes", "sha256", "sop_instance_uid", "study_instance_uid",
-    "series_instance_uid", "sop_class_uid", "modality", "laterality", "patient_id",
-    "issuer_of_patient_id", "study_date", "study_time", "manufacturer", "model",
-    "rows", "columns", "number_of_frames", "transfer_syntax_uid",
-)
-
-
-# What index_partition yields, in order: the partition, the outcome, then the index fields.
-RECORD_FIELDS = ("date", "site", "status", "reason") + INDEX_FIELDS
-
 
 def site_day_url(landing: str, site: str, date: str) -> str:
+    """The data contract: `<landing>/images/<site>/<YYYY-MM-DD>/<any depth>/<file>`."""
     return f"{landing}/images/{site}/{date}"
 
 
-def list_site_days(keys: Iterable[tuple[str, str, str]]) -> Iterator[tuple[str, str, str, int]]:
-    """(date, site, landing) -> (date, site, file url, size) for every file of each site-day."""
-    for date, site, landing in keys:
-        for url, size in fsx.list_files(site_day_url(landing, site, date)):
-            yield date, site, url, size
+def list_folder(folder: SiteDayFolder) -> Iterator[ListedFile]:
+    """Every file of a site-day, at any depth (none if the folder does not exist)."""
+    for url, size in fsx.list_files(folder.url):
+        yield ListedFile(folder.date, folder.site, url, size)
 
 
 class NotAnInstance(ValueError):
@@ -70,8 +60,8 @@ def laterality(ds: pydicom.Dataset) -> str | None:
     return header_text(ds, "ImageLaterality") or header_text(ds, "Laterality")
 
 
-def header_row(handle, url: str, size: int) -> dict:
-    """Index row for one open file; raises on anything that is not a usable Part 10 instance."""
+def read_header(handle, listed: ListedFile) -> IndexedImage:
+    """Index record of one open file; raises on anything that is not a usable Part 10 instance."""
     digest = hashlib.sha256()
     for chunk in iter(lambda: handle.read(CHUNK), b""):
         digest.update(chunk)
@@ -80,27 +70,26 @@ def header_row(handle, url: str, size: int) -> dict:
     if not header_text(ds, "SOPInstanceUID") or not header_text(ds, "SOPClassUID"):
         raise NotAnInstance("no SOP Instance UID or SOP Class UID")
     meta = getattr(ds, "file_meta", None)
-    return {
-        "source_path": url,
-        "size_bytes": size,
-        "sha256": digest.hexdigest(),
-        "sop_instance_uid": header_text(ds, "SOPInstanceUID"),
-        "study_instance_uid": header_text(ds, "StudyInstanceUID"),
-        "series_instance_uid": header_text(ds, "SeriesInstanceUID"),
-        "sop_class_uid": header_text(ds, "SOPClassUID"),
-        "modality": header_text(ds, "Modality"),
-        "laterality": laterality(ds),
-        "patient_id": header_text(ds, "PatientID"),
-        "issuer_of_patient_id": header_text(ds, "IssuerOfPatientID"),
-        "study_date": header_text(ds, "StudyDate"),
-        "study_time": header_text(ds, "StudyTime"),
-        "manufacturer": header_text(ds, "Manufacturer"),
-        "model": header_text(ds, "ManufacturerModelName"),
-        "rows": header_int(ds, "Rows"),
-        "columns": header_int(ds, "Columns"),
-        "number_of_frames": header_int(ds, "NumberOfFrames") or 1,
-        "transfer_syntax_uid": header_text(meta, "TransferSyntaxUID") if meta is not None else None,
-    }
+    return IndexedImage(
+        date=listed.date, site=listed.site, source_path=listed.source_path, size_bytes=listed.size_bytes,
+        sha256=digest.hexdigest(),
+        sop_instance_uid=header_text(ds, "SOPInstanceUID"),
+        study_instance_uid=header_text(ds, "StudyInstanceUID"),
+        series_instance_uid=header_text(ds, "SeriesInstanceUID"),
+        sop_class_uid=header_text(ds, "SOPClassUID"),
+        modality=header_text(ds, "Modality"),
+        laterality=laterality(ds),
+        patient_id=header_text(ds, "PatientID"),
+        issuer_of_patient_id=header_text(ds, "IssuerOfPatientID"),
+        study_date=header_text(ds, "StudyDate"),
+        study_time=header_text(ds, "StudyTime"),
+        manufacturer=header_text(ds, "Manufacturer"),
+        model=header_text(ds, "ManufacturerModelName"),
+        rows=header_int(ds, "Rows"),
+        columns=header_int(ds, "Columns"),
+        number_of_frames=header_int(ds, "NumberOfFrames") or 1,
+        transfer_syntax_uid=header_text(meta, "TransferSyntaxUID") if meta is not None else None,
+    )
 
 
 def reason_for(error: Exception) -> str:
@@ -114,27 +103,44 @@ def reason_for(error: Exception) -> str:
     return f"unreadable DICOM header ({type(error).__name__})"
 
 
-def index_partition(rows: Iterable) -> Iterator[tuple]:
-    """Spark mapPartitions body: rows of (date, site, source_path, size_bytes) -> records.
-
-    Each record is a tuple of RECORD_FIELDS; `status` is 'indexed' or 'quarantined' with a
-    `reason`. Errors stay with their file; the partition goes on.
-    """
-    with quiet():  # pydicom's warnings quote header values: keep them out of executor logs
-        for row in rows:
-            yield _index_one(row[0], row[1], row[2], int(row[3]))
-
-
-def _index_one(date: str, site: str, url: str, size: int) -> tuple:
-    record = {"date": date, "site": site, "status": "indexed", "reason": None}
+def index_file(listed: ListedFile) -> IndexedImage | Quarantined:
+    """One landing file -> its index record, or a quarantine record; errors stay with their file."""
     try:
-        if size == 0:
+        if listed.size_bytes == 0:
             raise NotAnInstance("empty file")
-        fs, path = fsx.filesystem(url)  # cached per process by fsspec: no per-record setup
+        fs, path = fsx.filesystem(listed.source_path)  # cached per process by fsspec: no per-record setup
         with fs.open(path, "rb") as handle:
-            record.update(header_row(handle, url, size))
+            return read_header(handle, listed)
     except Exception as error:  # noqa: BLE001 - every failure becomes a quarantine record
-        record.update({f: None for f in INDEX_FIELDS})
-        record.update(status="quarantined", source_path=url, size_bytes=size,
-                      reason=reason_for(error))
-    return tuple(record[f] for f in RECORD_FIELDS)
+        return Quarantined(listed.date, listed.site, listed.source_path, listed.size_bytes, None,
+                           reason_for(error))
+
+
+@dataclass(frozen=True)
+class DuplicateRule:
+    """Two files holding one instance in one site-day: the first by `keep_first_by` is indexed,
+    the others are quarantined with `reason` (so output names, the new UIDs, stay unique)."""
+
+    key: tuple[str, ...]
+    keep_first_by: tuple[str, ...]
+    reason: str
+
+    def apply(self, records: list[IndexedImage]) -> list[IndexedImage | Quarantined]:
+        """The rule on a list of records, for readers and tests; Spark applies it as a window."""
+        seen, out = set(), []
+        for record in sorted(records, key=lambda r: tuple(getattr(r, c) for c in self.keep_first_by)):
+            key = tuple(getattr(record, c) for c in self.key)
+            if key in seen:
+                out.append(Quarantined(record.date, record.site, record.source_path, record.size_bytes,
+                                       record.sha256, self.reason))
+            else:
+                seen.add(key)
+                out.append(record)
+        return out
+
+
+DUPLICATES = DuplicateRule(("date", "site", "sop_instance_uid"), ("source_path",),
+                           "duplicate SOP Instance UID in this site-day")
+
+LIST = BatchStep(Stateless(list_folder), SiteDayFolder, schema_of(ListedFile))
+INDEX = BatchStep(Stateless(index_file), ListedFile, outcome_schema(IndexedImage))

@@ -11,8 +11,8 @@ class Deidentifier(ConfigurableResource):
     """Configured from IMAGING_PSEUDONYM_KEY through `EnvVar`, so the UI shows the name, never the key."""
 
     pseudonym_key: str
-    default_issuer: str = "NHS"
-    options: list[str] = []
+    default_issuer: str
+    options: list[str]
 
     def pseudonymizer(self) -> Pseudonymizer:
         return Pseudonymizer(self.pseudonym_key)

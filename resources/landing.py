@@ -11,7 +11,7 @@ class LandingZone(ConfigurableResource):
     """`<root>/images/<site>/<date>/...` DICOM files and `<root>/clinical/<site>/<date>.csv` extracts."""
 
     root: str
-    files_per_task: int = 64
+    files_per_task: int
 
     def clinical_extracts(self, site: str) -> list[str]:
         """Every file in the site's clinical folder (dated or not: the caller checks names)."""

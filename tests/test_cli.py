@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pyarrow.dataset as pads
 
+from imaging.catalogue import LINKED, RAW_IMAGE_INDEX, partition_dir
+from imaging.records import SiteDay
 from synth import generate_hospital
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,11 +27,11 @@ def test_materialize_command_for_a_partition_of_env_configured_sites(tmp_path):
                              "--partition", f"{dates[1]}|south"], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    for table in ("raw_image_index", "linked_patient_metadata"):
-        folder = tmp_path / "warehouse/identifiable" / table / f"date={dates[1]}" / "site=south"
+    for table in (RAW_IMAGE_INDEX, LINKED):
+        folder = tmp_path / "warehouse" / table.path / partition_dir(table, SiteDay(dates[1], "south"))
         rows = pads.dataset(folder, format="parquet").count_rows()
         assert rows == len(hospital.dicom_files[(dates[1], "south")]) > 0
     # Only the asked partition was touched.
-    assert [p.name for p in (tmp_path / "warehouse/identifiable/raw_image_index").iterdir()] == [f"date={dates[1]}"]
+    assert [p.name for p in (tmp_path / "warehouse" / RAW_IMAGE_INDEX.path).iterdir()] == [f"date={dates[1]}"]
     # The secret never reaches the run's output.
     assert "cli-test-key" not in result.stdout + result.stderr

@@ -4,7 +4,8 @@ import hashlib
 
 import pytest
 
-from imaging.index import RECORD_FIELDS, index_partition
+from imaging.index import DUPLICATES, index_file
+from imaging.records import IndexedImage, ListedFile, Quarantined
 from synth import generate_hospital
 
 
@@ -15,8 +16,8 @@ def landing(tmp_path_factory):
 
 
 def records(root, paths):
-    rows = [("2024-03-01", "site-a", str(root / p), (root / p).stat().st_size) for p in paths]
-    return [dict(zip(RECORD_FIELDS, r)) for r in index_partition(rows)]
+    return [index_file(ListedFile("2024-03-01", "site-a", str(root / p), (root / p).stat().st_size))
+            for p in paths]
 
 
 def test_dicom_files_are_indexed_from_headers(landing):
@@ -24,20 +25,32 @@ def test_dicom_files_are_indexed_from_headers(landing):
     paths = hospital.dicom_files[("2024-03-01", "site-a")]
     truth = {i.rel_path: i for i in hospital.instances}
     for record, path in zip(records(root, paths), paths):
-        assert record["status"] == "indexed"
-        assert record["sha256"] == hashlib.sha256((root / path).read_bytes()).hexdigest()
-        assert record["sop_instance_uid"] == truth[path].sop_instance_uid
-        assert record["modality"] == truth[path].modality and record["laterality"] == truth[path].laterality
-        assert record["number_of_frames"] == truth[path].frames
-        assert record["transfer_syntax_uid"] and record["rows"] and record["columns"]
+        assert isinstance(record, IndexedImage)
+        assert record.sha256 == hashlib.sha256((root / path).read_bytes()).hexdigest()
+        assert record.sop_instance_uid == truth[path].sop_instance_uid
+        assert record.modality == truth[path].modality and record.laterality == truth[path].laterality
+        assert record.number_of_frames == truth[path].frames
+        assert record.transfer_syntax_uid and record.rows and record.columns
 
 
 def test_broken_files_are_quarantined_with_a_reason(landing):
     root, hospital = landing
     paths = hospital.broken_files[("2024-03-01", "site-a")]
     got = {hospital.broken_kinds[p]: r for p, r in zip(paths, records(root, paths))}
-    assert all(r["status"] == "quarantined" and r["sop_instance_uid"] is None for r in got.values())
-    assert got["empty"]["reason"] == "empty file"
-    assert got["notes"]["reason"] == "not a DICOM Part 10 file"
-    assert got["truncated"]["reason"].startswith(("truncated", "unreadable"))
-    assert got["garbage"]["reason"]
+    assert all(isinstance(r, Quarantined) and r.sha256 is None for r in got.values())
+    assert got["empty"].reason == "empty file"
+    assert got["notes"].reason == "not a DICOM Part 10 file"
+    assert got["truncated"].reason.startswith(("truncated", "unreadable"))
+    assert got["garbage"].reason
+
+
+def test_a_second_copy_of_an_instance_is_quarantined_and_the_first_path_kept(landing):
+    root, hospital = landing
+    path = hospital.dicom_files[("2024-03-01", "site-a")][0]
+    first, second = (index_file(ListedFile("2024-03-01", "site-a", str(root / p), (root / path).stat().st_size))
+                     for p in (path, path))
+    copy = IndexedImage(**{**first.__dict__, "source_path": first.source_path + ".copy"})
+    kept, held = DUPLICATES.apply([copy, first])
+    assert kept == first
+    assert isinstance(held, Quarantined) and held.source_path == copy.source_path
+    assert held.reason == DUPLICATES.reason and held.sha256 == first.sha256

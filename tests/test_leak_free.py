@@ -14,14 +14,22 @@ import os
 import re
 import shutil
 
+from pathlib import Path
+
 import pyarrow.dataset as pads
 import pydicom
 import pytest
 from pydicom.data import get_testdata_files
 
+from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINKED,
+                                RAW_IMAGE_INDEX, manifest)
+from imaging.clinical import load_policy
+
 from conftest import DATES, SITES, run_assets
 from imaging.deid import load_profile, quiet
 from test_deid_planted import TOKEN, UID_ROOT, _allowed, _survivors, planted
+
+MANIFEST = manifest(load_policy())
 
 CLINICAL_LEAKS = {"full_name": "Zebedee LEAKCLIN01", "nhs_number": "LEAKCLIN02", "address": "1 LEAKCLIN03 Road",
                   "notes": "seen by LEAKCLIN04", "favourite_colour": "LEAKCLIN05", "postcode": "LEAKCLIN06"}
@@ -51,7 +59,8 @@ def run(tmp_path_factory, defs):
     extract.parent.mkdir(parents=True)
     extract.write_text(",".join(clinical) + "\n" + ",".join(clinical.values()) + "\n")
 
-    resources = {**defs.resources, "landing": LandingZone(root=str(root / "landing")),
+    resources = {**defs.resources, "landing": LandingZone(root=str(root / "landing"),
+                                                          files_per_task=defs.resources["landing"].files_per_task),
                  "warehouse": Warehouse(root=str(root / "warehouse"))}
     scoped = type(defs)(assets=defs.assets, resources=resources, executor=defs.executor)
     key = f"{DATES[0]}|{SITES[0]}"
@@ -66,10 +75,10 @@ def table(path):
 
 def test_every_file_is_published_or_quarantined(run):
     warehouse, _, _, files = run
-    index = table(warehouse / "identifiable/raw_image_index")
-    held_at_index = table(warehouse / "identifiable/quarantine/raw_image_index")
-    published = table(warehouse / "deidentified/anonymized_images/manifest")
-    held = table(warehouse / "identifiable/quarantine/anonymized_images")
+    index = table(warehouse / RAW_IMAGE_INDEX.path)
+    held_at_index = table(warehouse / INDEX_QUARANTINE.path)
+    published = table(warehouse / MANIFEST.path)
+    held = table(warehouse / ANONYMIZE_QUARANTINE.path)
     assert len(index) + len(held_at_index) == files
     assert len(published) + len(held) == len(index) and len(published) > 50
     assert all(r["reason"] for r in held + held_at_index)
@@ -77,7 +86,7 @@ def test_every_file_is_published_or_quarantined(run):
 
 def test_planted_file_reaches_the_release(run):
     warehouse, _, ds, _ = run
-    rows = table(warehouse / "deidentified/cohorts/amd-oct/v1/metadata.parquet")
+    rows = table(warehouse / Path(COHORTS.path) / "amd-oct/v1/metadata.parquet")
     assert len(rows) == 1 and rows[0]["age_at_scan"] == 60 and rows[0]["diagnosis_code"] == "H35.31"
 
 

@@ -5,8 +5,14 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pydicom
 
+from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINKED,
+                                RAW_IMAGE_INDEX, manifest)
+from imaging.clinical import load_policy
+
 from conftest import DATES, ROOT, SITES, run_assets
 from imaging.release import verify_release
+
+MANIFEST = manifest(load_policy())
 
 LANDING = ROOT / "landing"
 
@@ -29,8 +35,8 @@ def expected(hospital, attr) -> set:
 
 
 def test_index_has_every_readable_file_and_quarantine_every_broken_one(hospital, warehouse):
-    index = table(warehouse / "identifiable/raw_image_index")
-    quarantine = table(warehouse / "identifiable/quarantine/raw_image_index")
+    index = table(warehouse / RAW_IMAGE_INDEX.path)
+    quarantine = table(warehouse / INDEX_QUARANTINE.path)
     assert len(index) == sum(map(len, hospital.dicom_files.values()))
     assert keyed(index) == expected(hospital, "dicom_files")
     assert len(quarantine) == sum(map(len, hospital.broken_files.values()))
@@ -44,7 +50,7 @@ def test_index_has_every_readable_file_and_quarantine_every_broken_one(hospital,
 
 
 def test_linked_rows_carry_the_as_of_clinical_record(hospital, warehouse):
-    linked = table(warehouse / "identifiable/linked_patient_metadata")
+    linked = table(warehouse / LINKED.path)
     assert len(linked) == sum(map(len, hospital.dicom_files.values()))
     seen_without, seen_earlier = False, False
     for row in linked:
@@ -67,14 +73,14 @@ def deidentified_files(warehouse):
 
 
 def test_anonymized_images_parse_and_leak_nothing(hospital, warehouse):
-    manifest = table(warehouse / "deidentified/anonymized_images/manifest")
-    ledger = table(warehouse / "identifiable/anonymization_ledger")
-    held = table(warehouse / "identifiable/quarantine/anonymized_images")
+    manifest = table(warehouse / MANIFEST.path)
+    ledger = table(warehouse / LEDGER.path)
+    held = table(warehouse / ANONYMIZE_QUARANTINE.path)
     indexed = sum(map(len, hospital.dicom_files.values()))
     assert len(manifest) + len(held) == indexed and len(ledger) == len(manifest) and manifest
     source_uids = {i.sop_instance_uid for i in hospital.instances} | {i.study_uid for i in hospital.instances}
     for row in manifest:
-        path = warehouse / "deidentified" / row["output_path"]
+        path = warehouse / DEIDENTIFIED / row["output_path"]
         ds = pydicom.dcmread(path)
         assert ds.SOPInstanceUID == row["sop_instance_uid"] == ds.file_meta.MediaStorageSOPInstanceUID
         assert ds.PatientIdentityRemoved == "YES" and ds.SOPInstanceUID not in source_uids
@@ -95,16 +101,16 @@ def test_anonymized_images_parse_and_leak_nothing(hospital, warehouse):
 
 
 def test_one_pseudonym_per_patient_across_sites(hospital, warehouse):
-    ledger = table(warehouse / "identifiable/anonymization_ledger")
-    manifest = {r["output_path"]: r for r in table(warehouse / "deidentified/anonymized_images/manifest")}
-    index = {r["source_path"]: r["patient_id"] for r in table(warehouse / "identifiable/raw_image_index")}
+    ledger = table(warehouse / LEDGER.path)
+    manifest = {r["output_path"]: r for r in table(warehouse / MANIFEST.path)}
+    index = {r["source_path"]: r["patient_id"] for r in table(warehouse / RAW_IMAGE_INDEX.path)}
     pairs = {(index[r["source_path"]], manifest[r["output_path"]]["patient_pseudonym"]) for r in ledger}
     patients = {p for p, _ in pairs}
     assert len(pairs) == len(patients) == len({q for _, q in pairs}) > 1
 
 
 def test_release_verifies_and_holds_only_the_cohort(warehouse):
-    release = warehouse / "deidentified/cohorts/amd-oct/v1"
+    release = warehouse / Path(COHORTS.path) / "amd-oct/v1"
     assert verify_release(str(release)) == []
     rows = table(release / "metadata.parquet")
     assert rows and all(r["modality"] == "OPT" and r["diagnosis_code"].startswith("H35.3")
@@ -117,7 +123,7 @@ def test_tampered_release_is_detected(warehouse, tmp_path):
     import shutil
 
     copy = tmp_path / "release"
-    shutil.copytree(warehouse / "deidentified/cohorts/amd-oct/v1", copy)
+    shutil.copytree(warehouse / Path(COHORTS.path) / "amd-oct/v1", copy)
     victim = next((copy / "images").rglob("*.dcm"))
     victim.write_bytes(victim.read_bytes() + b"x")
     (copy / "stray.txt").write_text("x")
@@ -140,8 +146,8 @@ def test_rerun_of_one_partition_is_byte_identical(defs, warehouse):
 
 
 def test_follow_up_references_name_the_published_baseline(hospital, warehouse):
-    ledger = table(warehouse / "identifiable/anonymization_ledger")
-    by_source = {rel(r["source_path"]): warehouse / "deidentified" / r["output_path"] for r in ledger}
+    ledger = table(warehouse / LEDGER.path)
+    by_source = {rel(r["source_path"]): warehouse / DEIDENTIFIED / r["output_path"] for r in ledger}
     published_uid = {i.sop_instance_uid: pydicom.dcmread(by_source[i.rel_path], stop_before_pixels=True).SOPInstanceUID
                      for i in hospital.instances}
     follow_ups = [i for i in hospital.instances if i.referenced_sop_instance_uid]
@@ -159,9 +165,9 @@ def test_published_dates_are_shifted_per_patient(warehouse):
     from imaging.pseudonym import Pseudonymizer
 
     p = Pseudonymizer(os.environ["IMAGING_PSEUDONYM_KEY"])
-    index = {r["source_path"]: r for r in table(warehouse / "identifiable/raw_image_index")}
-    manifest = {r["output_path"]: r for r in table(warehouse / "deidentified/anonymized_images/manifest")}
-    for entry in table(warehouse / "identifiable/anonymization_ledger"):
+    index = {r["source_path"]: r for r in table(warehouse / RAW_IMAGE_INDEX.path)}
+    manifest = {r["output_path"]: r for r in table(warehouse / MANIFEST.path)}
+    for entry in table(warehouse / LEDGER.path):
         source, published = index[entry["source_path"]], manifest[entry["output_path"]]
         shift = p.date_shift_days(source["issuer_of_patient_id"] or "NHS", source["patient_id"])
         real = dt.datetime.strptime(source["study_date"], "%Y%m%d").date()

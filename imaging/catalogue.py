@@ -1,0 +1,142 @@
+"""The table catalogue: every table and folder the platform writes, in one place.
+
+Each table says its zone, its path below the zone, the record its rows come from, its partition
+columns and its sort key. Warehouse reads and writes, the report command and the tests all go
+through these entries; nothing else spells a table's path or columns.
+
+Zones: `identifiable/` is restricted (real paths, dates, sites, ids); `deidentified/` must be safe
+to publish. The manifest is the one table whose columns depend on configuration (the clinical
+fields the policy releases), so it is made by `manifest(policy)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import pyarrow as pa
+
+from imaging.records import (IndexedImage, LinkedImage, PublishedImage, Quarantined, fields_of)
+
+IDENTIFIABLE = "identifiable"
+DEIDENTIFIED = "deidentified"
+ZONES = (IDENTIFIABLE, DEIDENTIFIED)
+SITE_DAY = ("date", "site")
+
+# Clinical policy output types -> Arrow types of the manifest's clinical columns.
+CLINICAL_TYPES = {"int": pa.int32(), "double": pa.float64(), "string": pa.string()}
+
+
+@dataclass(frozen=True)
+class Table:
+    """A hive-partitioned Parquet table; rows are projections of `record`."""
+
+    zone: str
+    name: str
+    record: type
+    partition_by: tuple[str, ...]
+    sort_by: tuple[str, ...]
+    description: str
+    # Table column -> record field, for the few columns named differently from their field.
+    renamed: Mapping[str, str] = field(default_factory=dict)
+    # The record fields kept (as table column names); None keeps them all.
+    keep: tuple[str, ...] | None = None
+    # Columns beyond the record's fields (the manifest's clinical fields).
+    extra: pa.Schema | None = None
+
+    @property
+    def path(self) -> str:
+        """Path below the warehouse root."""
+        return f"{self.zone}/{self.name}"
+
+    @property
+    def schema(self) -> pa.Schema:
+        """Columns in file order, partition columns last (where hive partitioning keeps them)."""
+        by_field = {f.name: f for f in fields_of(self.record)}
+        source = {v: k for k, v in self.renamed.items()}
+        names = self.keep or tuple(source.get(f, f) for f in by_field)
+        columns = [by_field[self.renamed.get(n, n)].with_name(n) for n in names] + list(self.extra or [])
+        data = [c for c in columns if c.name not in self.partition_by]
+        parts = {c.name: c for c in columns if c.name in self.partition_by}
+        return pa.schema(data + [parts[p] for p in self.partition_by])
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self.schema.names)
+
+    def source_of(self, column: str) -> str:
+        """The outcome column a table column is read from."""
+        return self.renamed.get(column, column)
+
+
+@dataclass(frozen=True)
+class Folder:
+    """A folder of files (not a table), below a zone."""
+
+    zone: str
+    name: str
+    description: str
+
+    @property
+    def path(self) -> str:
+        return f"{self.zone}/{self.name}"
+
+
+RAW_IMAGE_INDEX = Table(
+    IDENTIFIABLE, "raw_image_index", IndexedImage, SITE_DAY, ("source_path",),
+    "one row per DICOM instance, from its header; sha256 of the whole file")
+INDEX_QUARANTINE = Table(
+    IDENTIFIABLE, "quarantine/raw_image_index", Quarantined, SITE_DAY, ("source_path",),
+    "landing files that are not usable DICOM instances, and second copies of an instance, with the reason")
+CLINICAL_QUARANTINE = Table(
+    IDENTIFIABLE, "quarantine/clinical_extracts", Quarantined, SITE_DAY, ("source_path",),
+    "clinical extracts that cannot be read, accounted to their own day")
+LINKED = Table(
+    IDENTIFIABLE, "linked_patient_metadata", LinkedImage, SITE_DAY, ("source_path",),
+    "each indexed image with its patient's latest clinical record dated on or before the image's day")
+LEDGER = Table(
+    IDENTIFIABLE, "anonymization_ledger", PublishedImage, SITE_DAY, ("source_path",),
+    "source file -> de-identified output file, with both checksums",
+    keep=("source_path", "source_sha256", "batch", "output_path", "output_sha256", "date", "site"))
+ANONYMIZE_QUARANTINE = Table(
+    IDENTIFIABLE, "quarantine/anonymized_images", Quarantined, SITE_DAY, ("source_path",),
+    "linked images that could not be published, with the reason")
+
+ANONYMIZED_FILES = Folder(
+    DEIDENTIFIED, "anonymized_images/files",
+    "de-identified DICOM files, <batch>/<new SOP Instance UID>.dcm; a batch is a keyed token of a site-day")
+COHORTS = Folder(DEIDENTIFIED, "cohorts", "published releases, <cohort>/v<version>/")
+
+_MANIFEST_FIELDS = (
+    "output_path", "sha256", "size_bytes", "patient_pseudonym", "study_instance_uid", "series_instance_uid",
+    "sop_instance_uid", "sop_class_uid", "modality", "laterality", "study_date", "manufacturer", "model",
+    "rows", "columns", "number_of_frames", "has_clinical_record", "batch",
+)
+
+
+def manifest(policy) -> Table:
+    """The de-identified manifest: file facts, pseudonymous ids and the policy's clinical fields."""
+    extra = pa.schema([pa.field(c, CLINICAL_TYPES[t]) for c, t in policy.output_types.items()])
+    return Table(
+        DEIDENTIFIED, "anonymized_images/manifest", PublishedImage, ("batch",), ("output_path",),
+        "one row per de-identified file: pseudonymous ids, de-identified header facts, released clinical fields",
+        renamed={"sha256": "output_sha256", "size_bytes": "output_size_bytes"}, keep=_MANIFEST_FIELDS,
+        extra=extra)
+
+
+# Every table whose shape does not depend on configuration, in data-flow order.
+TABLES = (RAW_IMAGE_INDEX, INDEX_QUARANTINE, CLINICAL_QUARANTINE, LINKED, LEDGER, ANONYMIZE_QUARANTINE)
+FOLDERS = (ANONYMIZED_FILES, COHORTS)
+
+
+def partition_dir(table: Table, values) -> str:
+    """The hive folder of one partition, e.g. `date=2024-03-01/site=north`.
+
+    `values` is a record with the partition fields (a `SiteDay`), a mapping or a tuple in order.
+    """
+    if dataclasses.is_dataclass(values):
+        values = dataclasses.asdict(values)
+    elif not isinstance(values, Mapping):
+        values = dict(zip(table.partition_by, values))
+    return "/".join(f"{c}={values[c]}" for c in table.partition_by)
