@@ -20,6 +20,7 @@ from imaging.catalogue import ANONYMIZED_FILES
 from imaging.clinical import ClinicalPolicy, parse_date
 from imaging.deid import Quarantined as NotPublishable, deidentify, load_profile, to_bytes
 from imaging.index import header_int, header_text, laterality
+from imaging.provenance import source_uid_hash
 from imaging.pseudonym import Pseudonymizer
 from imaging.records import BatchStep, LinkedImage, PublishedImage, Quarantined, outcome_schema
 
@@ -104,7 +105,7 @@ class _Anonymizer:
                                   token=lambda column, value: pseudonymizer.token("clinical", column, value))
         return PublishedImage(
             date=image.date, site=image.site, source_path=image.source_path, source_sha256=image.sha256,
-            batch=batch, output_path=relative, output_sha256=hashlib.sha256(payload).hexdigest(),
+            source_uid_hash=source_uid_hash(pseudonymizer, image.sop_instance_uid or ""), batch=batch, output_path=relative, output_sha256=hashlib.sha256(payload).hexdigest(),
             output_size_bytes=len(payload),
             patient_pseudonym=header_text(out, "PatientID"),
             study_instance_uid=header_text(out, "StudyInstanceUID"),

@@ -17,13 +17,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import asdict, dataclass
+from typing import Sequence
 
 from imaging import fs as fsx
-from imaging.bundle import APPROVAL, MANIFEST, sha256_url, verify_bundle
+from imaging.catalogue import APPROVALS as _APPROVALS, COHORTS as _COHORTS, HELD as _HELD
+from imaging.bundle import APPROVAL, MANIFEST, content_key_of, sha256_url, verify_bundle
 
-HELD = "identifiable/held"
-APPROVALS = "identifiable/approvals"
-COHORTS = "deidentified/cohorts"
+HELD, APPROVALS, COHORTS = _HELD.path, _APPROVALS.path, _COHORTS.path  # below the warehouse root
 
 HOLD, PUBLISH, UNCHANGED, CONFLICT, BLOCKED = "held", "publish", "unchanged", "conflict", "blocked"
 
@@ -57,6 +57,7 @@ class HeldRelease:
     cohort: str
     version: int
     release_id: str  # recomputed from the held SHA256SUMS, not taken from the folder name
+    content_key: str | None  # see imaging.bundle.content_key_of
     approval: Approval | None
 
     @property
@@ -65,29 +66,53 @@ class HeldRelease:
 
 
 @dataclass(frozen=True)
+class ReleaseKey:
+    """A release's two names: its id (every byte) and its content key (data, selection, code; no run facts)."""
+
+    release_id: str
+    content_key: str | None
+
+
+@dataclass(frozen=True)
 class Decision:
     action: str  # held | publish | unchanged | conflict | blocked
     reason: str
+    release_id: str  # the release acted on: the one just built, or a held or published one of the same content
+    from_held: bool = False  # act on the held release of that id rather than the one just built
 
 
-def decide(built_id: str, *, published_id: str | None, approval: Approval | None, k_passed: bool,
-           k_reason: str = "") -> Decision:
-    """What to do with a freshly built release of a cohort version.
+def decide(built: ReleaseKey, *, published: ReleaseKey | None, held: Sequence[HeldRelease] = (),
+           approval: Approval | None = None, k_passed: bool, k_reason: str = "") -> Decision:
+    """What to do with a freshly built release of a cohort version (the whole rule; pure).
 
-    A published version is immutable: the same content is `unchanged`, other content a `conflict`
-    (raise the version). Otherwise a release that fails k-anonymity is `blocked`, one approved for
-    exactly this content is published, and anything else is held for approval.
+    A published version is immutable: the same content (data, selection, code) is `unchanged`,
+    other content a `conflict` (raise the version). Otherwise a release below the minimum k is
+    `blocked`. An approval names exact bytes, so what is published is what was approved: the
+    build itself when its id was approved, or the approved held release of the same content (a
+    rebuild after an input was re-materialized names other runs, hence other bytes). Anything
+    else is held, once per content: an identical-content release already held stays the one to
+    review.
     """
-    if published_id is not None:
-        if published_id == built_id:
-            return Decision(UNCHANGED, "already published with this exact content")
+    if published is not None:
+        if published.content_key == built.content_key:
+            return Decision(UNCHANGED, "already published with this content", published.release_id)
         return Decision(CONFLICT, "this version is published with other content; releases are immutable: "
-                                  "raise `version` in the cohort definition to publish anew")
+                                  "raise `version` in the cohort definition to publish anew", built.release_id)
     if not k_passed:
-        return Decision(BLOCKED, f"below the minimum k: {k_reason}" if k_reason else "below the minimum k")
-    if approval is not None and approval.release_id == built_id:
-        return Decision(PUBLISH, f"approved by {approval.approved_by} at {approval.approved_at}")
-    return Decision(HOLD, "no approval of this exact content yet: held for review (imaging-review pending)")
+        return Decision(BLOCKED, f"below the minimum k: {k_reason}" if k_reason else "below the minimum k",
+                        built.release_id)
+    if approval is not None and approval.release_id == built.release_id:
+        return Decision(PUBLISH, f"approved by {approval.approved_by} at {approval.approved_at}", built.release_id)
+    same = [h for h in held if h.content_key is not None and h.content_key == built.content_key]
+    for h in same:
+        if h.approval is not None and h.approval.release_id == h.release_id:
+            return Decision(PUBLISH, f"approved by {h.approval.approved_by} at {h.approval.approved_at}",
+                            h.release_id, from_held=True)
+    if same:
+        return Decision(HOLD, "this content is already held for review (imaging-review pending)",
+                        same[0].release_id, from_held=True)
+    return Decision(HOLD, "no approval of this exact content yet: held for review (imaging-review pending)",
+                    built.release_id)
 
 
 def held_path(warehouse: str, cohort: str, rid: str) -> str:
@@ -156,8 +181,8 @@ def record_approval(path: str, approved_by: str, note: str | None = None, now: d
     return approval
 
 
-def list_held(warehouse: str) -> list[HeldRelease]:
-    """Held releases not published yet, oldest cohort name first."""
+def list_held(warehouse: str, cohort: str | None = None, version: int | None = None) -> list[HeldRelease]:
+    """Held releases not published yet, by cohort name (optionally of one cohort version)."""
     fs, root = fsx.filesystem(f"{warehouse}/{HELD}")
     out = []
     # <cohort>/<release id>/SHA256SUMS: a glob two levels deep, not a listing of every held image.
@@ -166,10 +191,12 @@ def list_held(warehouse: str) -> list[HeldRelease]:
         path = folder[len(fsx.qualify(fs, root)) + 1:]
         rid = manifest_id(folder)
         info = read_release_json(folder) if fsx.exists(f"{folder}/release.json") else {}
-        cohort, version = str(info.get("cohort", path.split("/")[0])), int(str(info.get("release", "v0")).lstrip("v"))
-        if manifest_id(published_path(warehouse, cohort, version)) == rid:
+        name, number = str(info.get("cohort", path.split("/")[0])), int(str(info.get("release", "v0")).lstrip("v"))
+        if (cohort is not None and name != cohort) or (version is not None and number != version):
             continue
-        out.append(HeldRelease(folder, cohort, version, rid, load_approval(warehouse, rid)))
+        if manifest_id(published_path(warehouse, name, number)) == rid:
+            continue
+        out.append(HeldRelease(folder, name, number, rid, content_key_of(folder), load_approval(warehouse, rid)))
     return out
 
 
@@ -215,24 +242,30 @@ class Outcome:
 
 
 def apply_decision(decision: Decision, *, staging: str, warehouse: str, cohort: str, version: int,
-                   release_id: str, approval: Approval | None) -> Outcome:
+                   approval: Approval | None) -> Outcome:
     """Carry out `decide`'s answer for a release built in `staging` (which is always consumed).
 
-    held: moved to identifiable/held/<cohort>/<id>/ (kept as is when already held). publish: the
-    freshly built bundle, whose id is the approved one, is published with its approval copy and the
-    held copy removed. unchanged, conflict, blocked: the staging folder is removed; the published
+    The asset does the same through its crash-safe commit; this direct form serves tools and tests.
+    held: the build moved to identifiable/held/<cohort>/<id>/ (or dropped when that content is held
+    already). publish: the approved bundle (the build, or the held one) published with its approval
+    copy, the held copy removed. unchanged, conflict, blocked: the build is dropped; a published
     release is never touched.
     """
+    rid = decision.release_id
     if decision.action == HOLD:
-        return Outcome(HOLD, decision.reason, release_id, hold(staging, warehouse, cohort, release_id))
+        if decision.from_held:
+            fsx.remove(staging)
+            return Outcome(HOLD, decision.reason, rid, held_path(warehouse, cohort, rid))
+        return Outcome(HOLD, decision.reason, rid, hold(staging, warehouse, cohort, rid))
     if decision.action == PUBLISH:
-        if approval is None or approval.release_id != release_id or (approval.cohort, approval.version) != (
-                cohort, version):
+        if approval is None or approval.release_id != rid or (approval.cohort, approval.version) != (cohort, version):
             fsx.remove(staging)
             raise ApprovalError("publication needs the approval of this exact release")
-        target = publish(staging, warehouse, approval)
-        fsx.remove(held_path(warehouse, cohort, release_id))
-        return Outcome(PUBLISH, decision.reason, release_id, target)
+        source = held_path(warehouse, cohort, rid) if decision.from_held else staging
+        target = publish(source, warehouse, approval)
+        fsx.remove(staging)
+        fsx.remove(held_path(warehouse, cohort, rid))
+        return Outcome(PUBLISH, decision.reason, rid, target)
     fsx.remove(staging)
     path = published_path(warehouse, cohort, version) if decision.action == UNCHANGED else None
-    return Outcome(decision.action, decision.reason, release_id, path)
+    return Outcome(decision.action, decision.reason, rid, path)

@@ -182,3 +182,16 @@ def find_bundle_root(path: str) -> tuple[str, str | None]:
         if parent == current or not parent:
             raise FileNotFoundError(f"no {MANIFEST} in {path} or any folder above it")
         current = parent
+
+
+def content_key_of(root: str) -> str | None:
+    """The content key of a bundle: the checksum its manifest lists for release.json (None if absent).
+
+    release.json holds the data digest, selection, options and code versions but no run facts, so
+    two builds of the same data under the same code share it even when their inputs' runs differ.
+    """
+    try:
+        _, entries = read_manifest(root)
+    except (FileNotFoundError, ValueError):
+        return None
+    return next((e.sha256 for e in entries if e.path == "release.json"), None)

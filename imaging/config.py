@@ -7,6 +7,7 @@ Environment variables (all optional but the key; defaults in brackets):
   IMAGING_START_DATE     first date partition, YYYY-MM-DD [platform/platform.yaml: start_date]
   IMAGING_PSEUDONYM_KEY  secret for keyed pseudonyms [required]
   IMAGING_SPARK_MASTER   Spark master URL [local[*]]
+  IMAGING_MIN_K          minimum k-anonymity of a release [platform/clinical_policy.yaml: disclosure.min_k]
 
 Every other setting lives in `platform/platform.yaml` and nowhere else: code reads it from
 `Settings`, never restates a default.
@@ -52,6 +53,7 @@ class Settings:
     default_issuer: str
     deid_options: tuple[str, ...]
     files_per_task: int
+    min_k: int | None = None  # overrides the clinical policy's disclosure.min_k when set
 
 
 def _required(base: Mapping, key: str):
@@ -83,7 +85,16 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         default_issuer=str(_required(base, "default_issuer")),
         deid_options=tuple(_required(base, "deid_options") or ()),
         files_per_task=files_per_task,
+        min_k=_min_k(env.get("IMAGING_MIN_K", "").strip()),
     )
+
+
+def _min_k(value: str) -> int | None:
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError("IMAGING_MIN_K must be a whole number of at least 1")
+    return int(value)
 
 
 def pseudonym_key(env: Mapping[str, str] | None = None) -> str:

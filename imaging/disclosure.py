@@ -75,8 +75,11 @@ class DisclosurePolicy:
     suppress_below: int = DEFAULT_SUPPRESS_BELOW
 
     @classmethod
-    def from_dict(cls, spec: Mapping) -> "DisclosurePolicy":
-        """From the clinical policy's `quasi_identifiers:` list and `disclosure:` settings."""
+    def from_dict(cls, spec: Mapping, min_k: int | None = None) -> "DisclosurePolicy":
+        """From the clinical policy's `quasi_identifiers:` list and `disclosure:` settings.
+
+        `min_k` (IMAGING_MIN_K, see imaging.config) overrides the policy's minimum when given.
+        """
         columns = spec.get("columns") or {}
         qis = []
         for item in spec.get("quasi_identifiers") or ():
@@ -91,7 +94,7 @@ class DisclosurePolicy:
             qis.append(QuasiIdentifier(column, str(item.get("released_as") or column),
                                        int(band) if band is not None else None, int(top) if top is not None else None))
         settings = spec.get("disclosure") or {}
-        min_k = int(settings.get("min_k", DEFAULT_MIN_K))
+        min_k = int(min_k if min_k is not None else settings.get("min_k", DEFAULT_MIN_K))
         below = int(settings.get("suppress_below", DEFAULT_SUPPRESS_BELOW))
         if min_k < 1 or below < 1:
             raise ValueError("disclosure: min_k and suppress_below must be at least 1")

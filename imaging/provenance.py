@@ -1,7 +1,7 @@
 """The provenance ledger (identifiable zone): one row per published image, from landing file to output.
 
-The anonymisation step writes one `ProvenanceRecord` per de-identified file it publishes, partitioned
-like its input (`date`, `site`), under `<warehouse>/identifiable/provenance_ledger/`. A reviewer with
+The anonymisation step writes one ledger row per de-identified file it publishes, partitioned like its
+input (`date`, `site`), in the catalogue's LEDGER table (identifiable zone). A reviewer with
 access to the identifiable zone walks a released file back through it: the release file's sha256 is
 the output sha256 (a release copies bytes unchanged), which names the landing file, its checksum,
 the run, the partition, the code version and the de-identification options.
@@ -19,26 +19,32 @@ import pyarrow as pa
 
 from imaging.pseudonym import Pseudonymizer
 
-LEDGER = "provenance_ledger"  # table under <warehouse>/identifiable/
+# The run-level columns the anonymising asset adds to every ledger row it writes (constant per run).
+RUN_COLUMNS = pa.schema([pa.field(name, pa.string()) for name in
+                         ("deid_profile", "deid_options", "code_version", "run_id", "run_started_at")])
 
 
 @dataclass(frozen=True)
 class ProvenanceRecord:
-    landing_path: str  # the source file's URL in the landing zone
-    landing_sha256: str
+    """One row of the ledger (`imaging.catalogue.LEDGER`, identifiable zone), as the review reads it."""
+
+    source_path: str  # the landing file's URL
+    source_sha256: str
     source_uid_hash: str  # keyed hash of the source SOP Instance UID (see source_uid_hash)
+    batch: str
     output_path: str  # relative to <warehouse>/deidentified/
     output_sha256: str
-    deid_profile: str  # standard and engine, e.g. "DICOM PS3.15 2024b / imaging.deid 1.0.0"
+    deid_profile: str  # standard and engine, e.g. "DICOM PS3.15 Annex E ... / imaging.deid 1.0.0"
     deid_options: str  # comma-separated option names, in declaration order
     code_version: str  # of the anonymizing asset (imaging.code_version)
     run_id: str  # the Dagster run that wrote the file
+    run_started_at: str  # ISO 8601, UTC
     date: str  # partition: the landing day
     site: str  # partition: the landing site
 
 
-SCHEMA = pa.schema([pa.field(f.name, pa.string(), nullable=False) for f in fields(ProvenanceRecord)])
 PARTITION_COLUMNS = ("date", "site")
+SCHEMA = pa.schema([pa.field(f.name, pa.string()) for f in fields(ProvenanceRecord)])
 
 
 def source_uid_hash(pseudonymizer: Pseudonymizer, sop_instance_uid: str) -> str:
@@ -77,6 +83,7 @@ def lookup(root: str, output_sha256s: Iterable[str]) -> dict[str, list[Provenanc
     table = dataset.to_table(filter=pc.field("output_sha256").isin(wanted))
     found: dict[str, list[ProvenanceRecord]] = {}
     for row in table.to_pylist():
-        record = ProvenanceRecord(**{f.name: str(row[f.name]) for f in fields(ProvenanceRecord)})
+        record = ProvenanceRecord(**{f.name: None if row.get(f.name) is None else str(row[f.name])
+                                     for f in fields(ProvenanceRecord)})
         found.setdefault(record.output_sha256, []).append(record)
     return found

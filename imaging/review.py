@@ -26,7 +26,8 @@ from imaging import fs as fsx
 from imaging.approval import (COHORTS, HELD, Approval, ApprovalError, approval_copy, list_held, load_approval,
                               record_approval)
 from imaging.bundle import BundleCheck, find_bundle_root, read_manifest, sha256_url, verify_bundle
-from imaging.provenance import LEDGER, ProvenanceRecord, lookup
+from imaging.catalogue import LEDGER
+from imaging.provenance import ProvenanceRecord, lookup
 
 
 @dataclass(frozen=True)
@@ -94,9 +95,9 @@ def _metadata_row(root: str, file: str) -> dict | None:
 
 def _landing_state(record: ProvenanceRecord) -> str:
     try:
-        if not fsx.exists(record.landing_path):
+        if not fsx.exists(record.source_path):
             return "absent"
-        return "verified" if sha256_url(record.landing_path) == record.landing_sha256 else "differs"
+        return "verified" if sha256_url(record.source_path) == record.source_sha256 else "differs"
     except OSError:
         return "absent"
 
@@ -144,7 +145,7 @@ def review(path: str, warehouse: str | None = None) -> Review:
     if warehouse and check.release_id:
         _, entries = read_manifest(root)
         images = [e for e in entries if e.path.startswith("images/") and (inner is None or e.path == inner)]
-        found = lookup(f"{warehouse}/identifiable/{LEDGER}", [e.sha256 for e in images])
+        found = lookup(f"{warehouse}/{LEDGER.path}", [e.sha256 for e in images])
         for entry in images:
             records = found.get(entry.sha256) or [None]
             for record in records:
@@ -210,8 +211,9 @@ def render_text(r: Review) -> str:
             p = t.record
             lines += [f"  {t.file}  sha256 {t.sha256}",
                       f"    output   {p.output_path}",
-                      f"    landing  {p.landing_path}  sha256 {p.landing_sha256} ({t.landing})",
-                      f"    run {p.run_id}  partition {p.date}|{p.site}  code {p.code_version}",
+                      f"    landing  {p.source_path}  sha256 {p.source_sha256} ({t.landing})",
+                      f"    run {p.run_id} (started {p.run_started_at})  partition {p.date}|{p.site}  "
+                      f"code {p.code_version}",
                       f"    profile {p.deid_profile}; options {p.deid_options}"]
     if r.notes:
         lines += [""] + [f"Note: {n}" for n in r.notes]

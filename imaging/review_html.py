@@ -124,7 +124,7 @@ def render_html(review) -> str:
     if review.traces:
         out += ["<h2>Provenance</h2><p>Landing paths, dates and sites are in the terminal output only.</p>",
                 _rows(["release file sha256", "landing sha256", "landing file", "run", "code version"],
-                      [[t.sha256, t.record.landing_sha256 if t.record else "NOT TRACED", t.landing,
+                      [[t.sha256, t.record.source_sha256 if t.record else "NOT TRACED", t.landing,
                         t.record.run_id if t.record else "", t.record.code_version if t.record else ""]
                        for t in review.traces])]
     out.append("</body></html>\n")

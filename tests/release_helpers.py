@@ -8,6 +8,7 @@ will write it (one `ProvenanceRecord` per published image).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
 import uuid
@@ -18,7 +19,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from imaging.anonymize import MANIFEST_FIELDS, AnonymizeJob, anonymize_partition
+from imaging.anonymize import AnonymizeJob
+from imaging.bundle import ManifestEntry
+from imaging.catalogue import manifest as manifest_table
 from imaging.clinical import ClinicalPolicy
 from imaging.code_version import code_version, module_files
 from imaging.cohort import CohortDefinition
@@ -27,10 +30,11 @@ from imaging.datacard import (MISSING, CheckResult, CodeVersion, DataCardInputs,
                               ReleaseCounts, Selection)
 from imaging.deid import RESEARCH_DEFAULT
 from imaging.disclosure import DisclosurePolicy, class_sizes, k_anonymity
-from imaging.index import RECORD_FIELDS, index_partition
+from imaging.index import index_file
 from imaging.lineage import column_lineage, release_row
-from imaging.provenance import LEDGER, ProvenanceRecord, source_uid_hash, write_ledger
-from imaging.pseudonym import Pseudonymizer
+from imaging.catalogue import LEDGER
+from imaging.provenance import ProvenanceRecord, write_ledger
+from imaging.records import IndexedImage, LinkedImage, ListedFile
 from imaging.release_bundle import BuiltRelease, finish_release
 from synth import generate_hospital
 
@@ -67,31 +71,27 @@ def make_hospital(root: Path, patients: int = 4, min_k: int = 1) -> Hospital:
                         code_versions=(CodeVersion("anonymized_images", deid_version),
                                        CodeVersion("published_cohort",
                                                    code_version(module_files("imaging.release_bundle"), (), spec))))
-    pseudonymizer = Pseudonymizer(KEY)
     staging = warehouse / "deidentified"
-    job = AnonymizeJob(KEY, "NHS", RESEARCH_DEFAULT, policy, str(staging))
+    publish = AnonymizeJob(KEY, "NHS", RESEARCH_DEFAULT, policy, str(staging))()
+    table = manifest_table(policy)
     for date in DATES:
-        listing = [(date, SITE, str(landing / rel), (landing / rel).stat().st_size)
-                   for rel in summary.dicom_files[(date, SITE)]]
-        linked = []
-        for record in index_partition(listing):
-            row = dict(zip(RECORD_FIELDS, record))
-            assert row["status"] == "indexed"
-            clinical = summary.expected_clinical(date, SITE, row["patient_id"])
-            linked.append({**row, "has_clinical_record": clinical is not None, "clinical": clinical})
-        by_path = {r["source_path"]: r for r in linked}
-        for out in anonymize_partition(job, linked):
-            assert out[0] == "published", out
-            _, d, s, source_path, source_sha, batch, *rest = out
-            row = dict(zip(("batch",) + MANIFEST_FIELDS + policy.output_columns, (batch, *rest)))
-            hospital.manifest.append(row)
+        for rel in summary.dicom_files[(date, SITE)]:
+            image = index_file(ListedFile(date, SITE, str(landing / rel), (landing / rel).stat().st_size))
+            assert isinstance(image, IndexedImage), image
+            clinical = summary.expected_clinical(date, SITE, image.patient_id)
+            linked = LinkedImage(**{f.name: getattr(image, f.name) for f in dataclasses.fields(IndexedImage)},
+                                 has_clinical_record=clinical is not None, clinical=clinical)
+            out = publish(linked)
+            assert out.__class__.__name__ == "PublishedImage", out
+            flat = {f.name: getattr(out, f.name) for f in dataclasses.fields(out) if f.name != "clinical"}
+            flat.update(out.clinical)
+            hospital.manifest.append({c: flat[table.source_of(c)] for c in table.columns})
             hospital.ledger.append(ProvenanceRecord(
-                landing_path=source_path, landing_sha256=source_sha,
-                source_uid_hash=source_uid_hash(pseudonymizer, by_path[source_path]["sop_instance_uid"]),
-                output_path=row["output_path"], output_sha256=row["sha256"],
+                source_path=out.source_path, source_sha256=out.source_sha256, source_uid_hash=out.source_uid_hash,
+                batch=out.batch, output_path=out.output_path, output_sha256=out.output_sha256,
                 deid_profile=DeidSummary.from_options(RESEARCH_DEFAULT).label, deid_options=",".join(RESEARCH_DEFAULT),
-                code_version=deid_version, run_id=RUN_IDS[d], date=d, site=s))
-    write_ledger(str(warehouse / "identifiable" / LEDGER), hospital.ledger)
+                code_version=deid_version, run_id=RUN_IDS[date], run_started_at=TIMES[date], date=date, site=SITE))
+    write_ledger(str(warehouse / LEDGER.path), hospital.ledger)
     return hospital
 
 
@@ -133,4 +133,5 @@ def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | N
         checks=checks, inputs=inputs, code_versions=hospital.code_versions,
         disclosure=k_anonymity(class_sizes(rows, hospital.disclosure), hospital.disclosure),
         lineage=tuple(lineage), data_digest="")
-    return finish_release(str(target), card, known)
+    entries = sorted((ManifestEntry(p, h) for p, h in known.items()), key=lambda e: e.path.encode())
+    return finish_release(str(target), card, images=lambda: iter(entries))

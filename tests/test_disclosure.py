@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from imaging.approval import BLOCKED, HOLD, decide
+from imaging.approval import BLOCKED, HOLD, ReleaseKey, decide
 from imaging.config import read_yaml
 from imaging.disclosure import DisclosurePolicy, class_sizes, k_anonymity, suppress
 from release_helpers import build_release, make_hospital
@@ -77,8 +77,9 @@ def test_a_release_with_a_small_class_is_blocked(tmp_path, policy):
     for value in ("F", "M", "-4", "+"):
         assert f'"{value}' not in text
     result = k_anonymity(class_sizes(hospital.manifest, hospital.disclosure), hospital.disclosure)
-    decision = decide(built.release_id, published_id=None, approval=None, k_passed=result.passed,
+    key = ReleaseKey(built.release_id, built.content_key)
+    decision = decide(key, published=None, k_passed=result.passed,
                       k_reason=result.reason())
     assert decision.action == BLOCKED and "fewer than 5 patients" in decision.reason
     # The same release with a lower configured minimum is only held for approval.
-    assert decide(built.release_id, published_id=None, approval=None, k_passed=True).action == HOLD
+    assert decide(key, published=None, k_passed=True).action == HOLD

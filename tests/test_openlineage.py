@@ -13,7 +13,7 @@ from openlineage.client.generated.job_type_job import JobTypeJobFacet
 from openlineage.client.generated.schema_dataset import SchemaDatasetFacet, SchemaDatasetFacetFields
 from openlineage.client.serde import Serde
 
-from imaging.anonymize import MANIFEST_FIELDS
+from imaging.catalogue import manifest
 from imaging.clinical import ClinicalPolicy
 from imaging.code_version import code_version, module_files
 from imaging.config import read_yaml
@@ -68,7 +68,7 @@ def test_every_manifest_column_has_lineage_and_dagster_deps(spec):
     lineage = _lineage(spec)
     policy = ClinicalPolicy.from_dict(spec)
     deps = dagster_column_deps(lineage, MANIFEST)
-    assert set(deps) == {"batch", *MANIFEST_FIELDS, *policy.output_columns}
+    assert set(deps) == set(manifest(policy).columns)
     assert deps["patient_pseudonym"] == [("linked_patient_metadata", "patient_id"),
                                          ("linked_patient_metadata", "issuer_of_patient_id")]
     assert ("linked_patient_metadata", "clinical.dob") in deps["age_at_scan"]

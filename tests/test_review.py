@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from imaging import approval as gate
-from imaging.bundle import APPROVAL, verify_bundle
+from imaging.bundle import APPROVAL, content_key_of, verify_bundle
 from imaging.review import main, review
 from imaging.review_html import render_html
 from release_helpers import DATES, RUN_IDS, SITE, build_release, make_hospital
@@ -25,11 +25,15 @@ def flow(tmp_path_factory):
     warehouse = str(hospital.warehouse)
     staging = hospital.warehouse / "identifiable" / "_staging" / "r1"
     built = build_release(hospital, staging)
-    first = gate.decide(built.release_id, published_id=None, approval=None, k_passed=True)
+    first = gate.decide(_key(built), published=None, k_passed=True)
     assert first.action == gate.HOLD
     held = gate.hold(str(staging), warehouse, "small-test", built.release_id)
     assert not staging.exists() and held.endswith(f"/identifiable/held/small-test/{built.release_id}")
     return hospital, warehouse, built, held
+
+
+def _key(built):
+    return gate.ReleaseKey(built.release_id, built.content_key)
 
 
 def _flip_last_byte(path: Path) -> None:
@@ -71,7 +75,7 @@ def test_hold_approve_publish(flow, monkeypatch, capsys):
     # The next materialization rebuilds the same content (same id) and publishes exactly that.
     rebuilt = build_release(hospital, hospital.warehouse / "identifiable" / "_staging" / "r2")
     assert rebuilt.release_id == built.release_id
-    decision = gate.decide(rebuilt.release_id, published_id=None, approval=approval, k_passed=True)
+    decision = gate.decide(_key(rebuilt), published=None, approval=approval, k_passed=True)
     assert decision.action == gate.PUBLISH and "Governance Reviewer" in decision.reason
     target = gate.publish(held, warehouse, approval)
     shutil.rmtree(rebuilt.root)
@@ -80,9 +84,9 @@ def test_hold_approve_publish(flow, monkeypatch, capsys):
     assert gate.approval_copy(target) == approval
     assert _cli(["pending"], monkeypatch, capsys, warehouse)[1] == ""
     # Published: the same content again is unchanged; other content is a conflict.
-    assert gate.decide(built.release_id, published_id=gate.manifest_id(target), approval=None,
-                       k_passed=True).action == gate.UNCHANGED
-    assert gate.decide("0" * 64, published_id=gate.manifest_id(target), approval=approval,
+    published = gate.ReleaseKey(gate.manifest_id(target), content_key_of(target))
+    assert gate.decide(_key(built), published=published, k_passed=True).action == gate.UNCHANGED
+    assert gate.decide(gate.ReleaseKey("0" * 64, "1" * 64), published=published, approval=approval,
                        k_passed=True).action == gate.CONFLICT
     with pytest.raises(gate.ApprovalError):
         gate.publish(target, warehouse, approval)
@@ -90,7 +94,7 @@ def test_hold_approve_publish(flow, monkeypatch, capsys):
 
 def test_an_approval_is_of_that_content_only(flow, tmp_path):
     hospital, warehouse, built, held = flow
-    other = gate.decide("f" * 64, published_id=None,
+    other = gate.decide(gate.ReleaseKey("f" * 64, "e" * 64), published=None,
                         approval=gate.Approval(built.release_id, "small-test", 1, "x", "2026-11-22T00:00:00+00:00"),
                         k_passed=True)
     assert other.action == gate.HOLD
@@ -124,8 +128,8 @@ def test_review_traces_a_published_image_to_its_landing_file_and_run(flow, publi
     code, out, _ = _cli([str(image)], monkeypatch, capsys, warehouse)
     assert code == 0, out
     assert f"File      {inner}" in out and built.release_id in out
-    assert f"landing  {record.landing_path}  sha256 {record.landing_sha256} (verified)" in out
-    assert f"run {record.run_id}  partition {record.date}|{SITE}" in out
+    assert f"landing  {record.source_path}  sha256 {record.source_sha256} (verified)" in out
+    assert f"run {record.run_id} (started {record.run_started_at})  partition {record.date}|{SITE}" in out
     assert record.run_id in RUN_IDS.values() and "Approval  by Governance Reviewer" in out
     assert "matches the approval store" in out and "Result    VERIFIED" in out
     assert out.count("landing  ") == 1  # one file reviewed, one trace
@@ -188,11 +192,15 @@ def test_apply_decision_holds_then_publishes_then_leaves_alone(tmp_path):
         """One materialization of the gate for the small cohort: build, decide, act."""
         staging = hospital.warehouse / "identifiable" / "_staging" / f"run{n}"
         built = build_release(hospital, staging)
-        published = gate.manifest_id(gate.published_path(warehouse, "small-test", 1))
-        approval = gate.load_approval(warehouse, built.release_id)
-        decision = gate.decide(built.release_id, published_id=published, approval=approval, k_passed=True)
+        target = gate.published_path(warehouse, "small-test", 1)
+        published = gate.ReleaseKey(gate.manifest_id(target), content_key_of(target)) if Path(target).exists() \
+            else None
+        held = gate.list_held(warehouse, "small-test", 1)
+        decision = gate.decide(_key(built), published=published, held=held,
+                               approval=gate.load_approval(warehouse, built.release_id), k_passed=True)
+        approval = gate.load_approval(warehouse, decision.release_id)
         outcome = gate.apply_decision(decision, staging=str(staging), warehouse=warehouse, cohort="small-test",
-                                      version=1, release_id=built.release_id, approval=approval)
+                                      version=1, approval=approval)
         assert not staging.exists()
         return outcome
 
