@@ -1,19 +1,30 @@
 """anonymized_images: every linked image rewritten de-identified (PS3.15 Annex E), with a manifest."""
 
+import datetime as dt
 import math
 
 from dagster import AssetExecutionContext, MaterializeResult, asset
 from pyspark.sql import functions as F
 
+from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.anonymize import AnonymizeJob, batch_name
 from imaging.catalogue import ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, DEIDENTIFIED, LEDGER, LINKED, manifest
 from imaging.clinical import load_policy
+from imaging.datacard import DeidSummary
 from imaging.records import QUARANTINED
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.spark import SparkResource, map_batches
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
+
+
+def _started(context: AssetExecutionContext) -> str:
+    """When this run started (ISO 8601, UTC), from the instance's run record; now if it has none."""
+    record = context.instance.get_run_record_by_id(context.run.run_id)
+    start = record.start_time if record is not None and record.start_time else None
+    start = start or dt.datetime.now(dt.timezone.utc).timestamp()
+    return dt.datetime.fromtimestamp(start, dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
 @asset(
@@ -22,6 +33,10 @@ from resources.warehouse import WAREHOUSE_POOL, Warehouse
     backfill_policy=SINGLE_RUN,
     kinds={"spark", "dicom", "parquet"},
     group_name="imaging",
+    owners=OWNERS,
+    tags=tags("deidentified"),
+    code_version=CODE_VERSIONS["anonymized_images"],
+    metadata=definition_metadata("anonymized_images"),
     pool=WAREHOUSE_POOL,
     description="De-identified zone. Every linked image de-identified to DICOM PS3.15 Annex E under keyed "
                 "pseudonyms, in an opaque batch folder per site-day, with a manifest; the source-to-output "
@@ -47,7 +62,11 @@ def anonymized_images(context: AssetExecutionContext, spark: SparkResource, land
     batches = [batch_name(pseudonymizer, k.date, k.site) for k in keys]
     warehouse.stage_folders(commit, ANONYMIZED_FILES, batches)
     warehouse.stage(commit, published, manifest(policy), [{"batch": b} for b in batches])
-    warehouse.stage(commit, published, LEDGER, keys)
+    # The provenance ledger: each published image with the run, code and profile that made it.
+    provenance = {"deid_profile": DeidSummary.from_options(deid.options).label,
+                  "deid_options": ",".join(deid.options), "code_version": CODE_VERSIONS["anonymized_images"],
+                  "run_id": context.run.run_id, "run_started_at": _started(context)}
+    warehouse.stage(commit, published.withColumns({k: F.lit(v) for k, v in provenance.items()}), LEDGER, keys)
     warehouse.stage(commit, outcomes.where(QUARANTINED), ANONYMIZE_QUARANTINE, keys)
     commit.build().apply()
 
