@@ -52,20 +52,6 @@ class CopyJob:
         return BatchStep(self, ReleaseSource, schema_of(ReleaseFile))
 
 
-PUBLISH, UNCHANGED, CONFLICT = "published", "unchanged", "conflict"
-
-
-def release_verdict(published_sums: str | None, staged_sums: str) -> str:
-    """What to do with a staged release, given the sha256 of the published SHA256SUMS (None if absent).
-
-    Releases are immutable: the same content again is a no-op, other content under the same
-    version is refused (raise the version to publish anew).
-    """
-    if published_sums is None:
-        return PUBLISH
-    return UNCHANGED if published_sums == staged_sums else CONFLICT
-
-
 def sha256_file(url: str) -> str:
     fs, path = fsx.filesystem(url)
     digest = hashlib.sha256()

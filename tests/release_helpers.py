@@ -96,7 +96,7 @@ def make_hospital(root: Path, patients: int = 4, min_k: int = 1) -> Hospital:
 
 
 def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | None = None,
-                  checks: tuple[CheckResult, ...] | None = None) -> BuiltRelease:
+                  checks: tuple[CheckResult, ...] | None = None, run_ids: dict | None = None) -> BuiltRelease:
     """A release of `cohort` (default: every image) written into `target` as the asset would."""
     cohort = cohort or CohortDefinition.from_dict({"name": "small-test", "version": 1, "description": "all images"})
     rows = [r for r in hospital.manifest if not cohort.modalities or r["modality"] in cohort.modalities]
@@ -116,7 +116,8 @@ def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | N
         batches.setdefault(row["batch"], []).append(row["sha256"])
     date_of = {r.output_path.split("/")[2]: r.date for r in hospital.ledger}
     inputs = tuple(InputPartition("anonymized_images", b, hashlib.sha256("".join(sorted(s)).encode()).hexdigest()[:16],
-                                  RUN_IDS[date_of[b]], TIMES[date_of[b]]) for b, s in sorted(batches.items()))
+                                  (run_ids or RUN_IDS)[date_of[b]], TIMES[date_of[b]])
+                   for b, s in sorted(batches.items()))
     checks = checks if checks is not None else (
         CheckResult("anonymized_images", "every_image_accounted_for", True, run_id=RUN_IDS[DATES[1]],
                     evaluated_at=TIMES[DATES[1]], description="indexed = published + quarantined"),)

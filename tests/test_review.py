@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,27 @@ def test_apply_decision_holds_then_publishes_then_leaves_alone(tmp_path):
     assert review(third.path, warehouse).ok
     fourth = run(4)
     assert fourth.action == gate.UNCHANGED and fourth.release_id == third.release_id
+
+
+def test_a_rebuild_naming_other_runs_publishes_the_approved_held_bytes(tmp_path):
+    """Inputs re-materialized with identical data name new runs, so a rebuild has other bytes (another
+    release id) but the same content key; what gets published is the held release that was approved."""
+    hospital = make_hospital(tmp_path)
+    warehouse = str(hospital.warehouse)
+    staging = hospital.warehouse / "identifiable" / "_staging"
+    first = build_release(hospital, staging / "a")
+    held = gate.hold(str(staging / "a"), warehouse, "small-test", first.release_id)
+    rebuilt = build_release(hospital, staging / "b", run_ids={d: str(uuid.UUID(int=90 + i))
+                                                              for i, d in enumerate(DATES)})
+    assert rebuilt.release_id != first.release_id and rebuilt.content_key == first.content_key
+    assert rebuilt.data_digest == first.data_digest
+    waiting = gate.decide(_key(rebuilt), published=None, held=gate.list_held(warehouse), k_passed=True)
+    assert (waiting.action, waiting.release_id, waiting.from_held) == (gate.HOLD, first.release_id, True)
+    gate.record_approval(held, "Governance Reviewer")
+    decision = gate.decide(_key(rebuilt), published=None, held=gate.list_held(warehouse),
+                           approval=gate.load_approval(warehouse, rebuilt.release_id), k_passed=True)
+    assert (decision.action, decision.release_id, decision.from_held) == (gate.PUBLISH, first.release_id, True)
+    outcome = gate.apply_decision(decision, staging=str(staging / "b"), warehouse=warehouse, cohort="small-test",
+                                  version=1, approval=gate.load_approval(warehouse, first.release_id))
+    assert outcome.action == gate.PUBLISH and gate.manifest_id(outcome.path) == first.release_id
+    assert not (staging / "b").exists() and not Path(held).exists()
