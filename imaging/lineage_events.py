@@ -27,6 +27,7 @@ from openlineage.client.generated.job_type_job import JobTypeJobFacet
 from openlineage.client.generated.schema_dataset import SchemaDatasetFacet, SchemaDatasetFacetFields
 from openlineage.client.serde import Serde
 
+from imaging.catalogue import COHORTS, LINKED as LINKED_TABLE
 from imaging.datacard import CodeVersion, InputPartition
 from imaging.lineage import KEPT, LINKED, MANIFEST, RELEASE, ColumnLineage
 
@@ -38,11 +39,11 @@ EVENTS_FILE = "lineage/openlineage.jsonl"
 def dataset_name(table: str, cohort: str | None = None, version: int | None = None) -> str:
     """Location-independent dataset names: the zone and table, never a machine path."""
     if table == LINKED:
-        return "identifiable/linked_patient_metadata"
+        return LINKED_TABLE.path
     if table == MANIFEST:
         return "deidentified/anonymized_images/manifest"
     if table == RELEASE:
-        return f"deidentified/cohorts/{cohort}/v{version}"
+        return f"{COHORTS.path}/{cohort}/v{version}"
     raise ValueError(f"unknown table {table!r}")
 
 

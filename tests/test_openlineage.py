@@ -19,9 +19,10 @@ from imaging.code_version import code_version, module_files
 from imaging.config import read_yaml
 from imaging.deid import RESEARCH_DEFAULT
 from imaging.disclosure import DisclosurePolicy
-from imaging.lineage import (MANIFEST, PSEUDONYMISED, RELEASE, KEPT, column_lineage, dagster_column_deps,
+from imaging.lineage import (LINKED, MANIFEST, PSEUDONYMISED, RELEASE, KEPT, column_lineage, dagster_column_deps,
                              release_columns)
-from imaging.lineage_events import EVENTS_FILE
+from imaging.catalogue import LINKED as LINKED_TABLE
+from imaging.lineage_events import EVENTS_FILE, dataset_name
 from release_helpers import RUN_IDS, build_release, make_hospital
 
 
@@ -120,7 +121,7 @@ def test_openlineage_file_parses_and_names_inputs_outputs_and_masked_columns(tmp
     assert [d.name for d in release.inputs] == ["deidentified/anonymized_images/manifest"]
     assert [d.name for d in release.outputs] == ["deidentified/cohorts/small-test/v1"]
     assert release.outputs[0].facets["version"].datasetVersion == built.data_digest
-    assert all(e.inputs[0].name == "identifiable/linked_patient_metadata" for e in anonymize)
+    assert all(e.inputs[0].name == dataset_name(LINKED) == LINKED_TABLE.path for e in anonymize)
     manifest = anonymize[0].outputs[0].facets["columnLineage"].fields
     masking = lambda fields, c: {t.masking for i in fields[c].inputFields for t in i.transformations}  # noqa: E731
     for column in ("patient_pseudonym", "sop_instance_uid", "study_date", "age_at_scan", "episode", "sex"):
@@ -128,7 +129,7 @@ def test_openlineage_file_parses_and_names_inputs_outputs_and_masked_columns(tmp
         assert manifest[column].transformationType == "MASKED"
     for column in ("modality", "rows", "diagnosis_code"):
         assert masking(manifest, column) == {False}, column
-    assert manifest["age_at_scan"].inputFields[0].name == "identifiable/linked_patient_metadata"
+    assert manifest["age_at_scan"].inputFields[0].name == LINKED_TABLE.path
     released = release.outputs[0].facets["columnLineage"].fields
     assert masking(released, "age_band") == {True} and masking(released, "modality") == {False}
     assert "age_at_scan" not in released and "notes" not in manifest
