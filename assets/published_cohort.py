@@ -185,6 +185,9 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
             entry = HELD if decision.action == HOLD else COHORTS
             paths[name] = warehouse.relative(warehouse.url(entry, name, rid if entry is HELD else cohort.release))
     commit.build().apply()
+    for name, (_, decision, _, _) in plans.items():
+        if decision.action == PUBLISH:  # the held copy went with the commit; drop its cohort's folder if empty
+            fsx.remove_empty(warehouse.url(HELD, name))
     return MaterializeResult(metadata={
         "states": {name: d.action for name, (_, d, _, _) in plans.items()},
         "reasons": {name: d.reason for name, (_, d, _, _) in plans.items()},

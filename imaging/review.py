@@ -186,8 +186,9 @@ def render_text(r: Review) -> str:
         lines.append("Options   " + ", ".join(f"{o['name']} ({o['code']})" for o in d["options"]))
         lines.append("Code      " + ", ".join(f"{a} {v}" for a, v in card["code_versions"].items()))
         lines += ["", "Checks (latest result of each):"]
-        lines += [f"  {c['result']:7s} {c['asset']}:{c['check']} run {c['run_id']} at {c['evaluated_at']}"
-                  for c in card["checks"]] or ["  (none recorded)"]
+        lines += [f"  {c['result']:7s} {c['asset']}:{c['check']} " + (
+            f"run {c['run_id']} at {c['evaluated_at']}" if c["run_id"] else "(evaluated as the release was built)")
+            for c in card["checks"]] or ["  (none recorded)"]
         lines += ["", "Inputs (partitions by batch token, data version, run):"]
         lines += [f"  {p['asset']} {p['batch']} {p['data_version']} run {p['run_id']} at {p['materialized_at']}"
                   for p in card["inputs"]]

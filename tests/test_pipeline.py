@@ -190,3 +190,23 @@ def test_published_dates_are_shifted_per_patient(warehouse):
         shift = p.date_shift_days(source["issuer_of_patient_id"] or "NHS", source["patient_id"])
         real = dt.datetime.strptime(source["study_date"], "%Y%m%d").date()
         assert published["study_date"] == (real + dt.timedelta(days=shift)).isoformat() != real.isoformat()
+
+
+def test_no_identifier_in_dagster_metadata_or_logs(hospital, defs, warehouse):
+    """What the runs show in the UI (metadata, log messages) holds no value from the generated data."""
+    key = f"{DATES[0]}|{SITES[1]}"
+    results = [run_assets(defs, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key)),
+               run_assets(defs, ["published_cohort"])]
+    shown = []
+    for result in results:
+        for event in result.all_events:
+            shown.append(event.message or "")
+            if event.is_step_materialization:
+                shown += [repr(v.value) for v in event.step_materialization_data.materialization.metadata.values()]
+    text = "\n".join(shown)
+    assert "published_cohort" in text and "unchanged" in text
+    values = set(hospital.identifying_strings()) | {p.patient_id for p in hospital.patients}
+    values |= {p.full_name for p in hospital.patients} | {i.sop_instance_uid for i in hospital.instances}
+    values |= {str(LANDING)}
+    found = sorted(v for v in values if v and len(v) >= 4 and v in text)
+    assert not found, found[:5]
