@@ -83,3 +83,16 @@ def test_a_release_with_a_small_class_is_blocked(tmp_path, policy):
     assert decision.action == BLOCKED and "fewer than 5 patients" in decision.reason
     # The same release with a lower configured minimum is only held for approval.
     assert decide(key, published=None, k_passed=True).action == HOLD
+
+
+def test_the_minimum_k_can_be_set_by_environment():
+    from imaging.config import load_settings
+
+    assert load_settings({"IMAGING_MIN_K": "3"}).min_k == 3
+    assert load_settings({}).min_k is None
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(ValueError, match="IMAGING_MIN_K"):
+            load_settings({"IMAGING_MIN_K": bad})
+    spec = read_yaml("clinical_policy.yaml")
+    assert DisclosurePolicy.from_dict(spec, min_k=3).min_k == 3
+    assert DisclosurePolicy.from_dict(spec).min_k == 5
