@@ -11,7 +11,7 @@ from assets.governance import (CODE_VERSIONS, DISCLOSURE, LINEAGE, OWNERS, colum
 from imaging import fs as fsx
 from imaging.approval import (BLOCKED, CONFLICT, HOLD, PUBLISH, Decision, ReleaseKey, decide, list_held,
                               load_approval, manifest_id)
-from imaging.bundle import APPROVAL, ManifestEntry, content_key_of, parse_manifest, verify_bundle
+from imaging.bundle import APPROVAL, content_key_of, parse_manifest, verify_bundle
 from imaging.catalogue import COHORTS, DEIDENTIFIED, HELD, LEDGER, manifest
 from imaging.clinical import load_policy
 from imaging.cohort import CohortDefinition, load_cohorts

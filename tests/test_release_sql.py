@@ -29,8 +29,9 @@ def selection(spark):
                    sop_instance_uid=f"2.25.{100 + i}", modality="OPT" if i % 3 else "OP",
                    laterality=None if i == 4 else "R" if i % 2 else "L", age_at_scan=age, sex=sex, rows=16)
         rows.append(row)
-    schema = ", ".join(f"`{c}` {'INT' if c in ('age_at_scan', 'rows', 'columns', 'number_of_frames') else 'BIGINT' if c == 'size_bytes' else 'DOUBLE' if c in ('visual_acuity_logmar', 'iop_mmhg') else 'BOOLEAN' if c == 'has_clinical_record' else 'STRING'}"
-                       for c in rows[0])
+    types = {"age_at_scan": "INT", "rows": "INT", "columns": "INT", "number_of_frames": "INT", "size_bytes": "BIGINT",
+             "visual_acuity_logmar": "DOUBLE", "iop_mmhg": "DOUBLE", "has_clinical_record": "BOOLEAN"}
+    schema = ", ".join(f"`{c}` {types.get(c, 'STRING')}" for c in rows[0])
     frame = spark.createDataFrame([tuple(r.values()) for r in rows], schema)
     frame.createOrReplaceTempView("release_sql_selection")
     return rows, lineage, disclosure
