@@ -1,5 +1,6 @@
 """anonymized_images: every linked image rewritten de-identified (PS3.15 Annex E), with a manifest."""
 
+import datetime as dt
 import math
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
@@ -7,12 +8,14 @@ from pyspark.sql import functions as F
 
 from assets import quality as q
 from assets.checks import check_results, check_specs, quality_context, summary
+from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.anonymize import AnonymizeJob, batch_name
 from imaging.catalogue import ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, DEIDENTIFIED, LEDGER, LINKED, manifest
 from imaging.clinical import load_policy
 from imaging.issuers import SUSPECT, IssuerPolicy
 from imaging.quality import covering
+from imaging.datacard import DeidSummary
 from imaging.records import QUARANTINED
 from imaging.run_summary import StageClock, StepSummary
 from automation.downstream import CATCH_UP
@@ -33,6 +36,14 @@ def issuer_statuses(policy: IssuerPolicy, counted) -> dict[str, int]:
     return totals
 
 
+def _started(context: AssetExecutionContext) -> str:
+    """When this run started (ISO 8601, UTC), from the instance's run record; now if it has none."""
+    record = context.instance.get_run_record_by_id(context.run.run_id)
+    start = record.start_time if record is not None and record.start_time else None
+    start = start or dt.datetime.now(dt.timezone.utc).timestamp()
+    return dt.datetime.fromtimestamp(start, dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
 @asset(
     deps=["linked_patient_metadata"],
     automation_condition=CATCH_UP,
@@ -40,6 +51,10 @@ def issuer_statuses(policy: IssuerPolicy, counted) -> dict[str, int]:
     backfill_policy=SINGLE_RUN,
     kinds={"spark", "dicom", "parquet"},
     group_name="imaging",
+    owners=OWNERS,
+    tags=tags("deidentified"),
+    code_version=CODE_VERSIONS["anonymized_images"],
+    metadata=definition_metadata("anonymized_images"),
     pool=WAREHOUSE_POOL,
     check_specs=check_specs("anonymized_images"),
     description="De-identified zone. Every linked image de-identified to DICOM PS3.15 Annex E under keyed "
@@ -68,10 +83,14 @@ def anonymized_images(context: AssetExecutionContext, spark: SparkResource, land
     published = outcomes.where(~F.expr(QUARANTINED))
     pseudonymizer = deid.pseudonymizer()
     batches = [batch_name(pseudonymizer, k.date, k.site) for k in keys]
+    # The provenance ledger: each published image with the run, code and profile that made it.
+    provenance = {"deid_profile": DeidSummary.from_options(deid.options).label,
+                  "deid_options": ",".join(deid.options), "code_version": CODE_VERSIONS["anonymized_images"],
+                  "run_id": context.run.run_id, "run_started_at": _started(context)}
     with clock.stage("commit"):
         warehouse.stage_folders(commit, ANONYMIZED_FILES, batches)
         warehouse.stage(commit, published, manifest(policy), [{"batch": b} for b in batches])
-        warehouse.stage(commit, published, LEDGER, keys)
+        warehouse.stage(commit, published.withColumns({k: F.lit(v) for k, v in provenance.items()}), LEDGER, keys)
         warehouse.stage(commit, outcomes.where(QUARANTINED), ANONYMIZE_QUARANTINE, keys)
         commit.build().apply()
 

@@ -5,6 +5,7 @@ from pyspark.sql import functions as F
 
 from assets import quality as q
 from assets.checks import check_results, check_specs, quality_context, summary
+from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.catalogue import CLINICAL_QUARANTINE, LINKED, RAW_IMAGE_INDEX
 from imaging.clinical import READ_EXTRACTS, extracts_needed, load_policy
@@ -44,6 +45,10 @@ def as_of_join(images, clinical):
     backfill_policy=SINGLE_RUN,
     kinds={"spark", "parquet"},
     group_name="imaging",
+    owners=OWNERS,
+    tags=tags("identifiable"),
+    code_version=CODE_VERSIONS["linked_patient_metadata"],
+    metadata=definition_metadata("linked_patient_metadata"),
     pool=WAREHOUSE_POOL,
     check_specs=check_specs("linked_patient_metadata"),
     description="Identifiable zone. Each indexed image joined to its patient's latest clinical record "

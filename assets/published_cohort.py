@@ -1,6 +1,5 @@
-"""published_cohort: versioned, checksummed research releases chosen by cohort definitions."""
+"""published_cohort: content-addressed research releases, held until approved, published only when approved."""
 
-import json
 import math
 import time
 
@@ -10,21 +9,26 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from assets import quality as q
 from assets.checks import check_results, check_specs, publication_refusal, quality_context
+from assets.governance import (CODE_VERSIONS, DISCLOSURE, LINEAGE, OWNERS, column_lineage, definition_metadata,
+                               tags)
 from imaging import fs as fsx
-from imaging.catalogue import COHORTS, DEIDENTIFIED, manifest
+from imaging.approval import (BLOCKED, CONFLICT, HOLD, PUBLISH, UNCHANGED, Decision, ReleaseKey, decide,
+                              list_held, load_approval, manifest_id)
+from imaging.bundle import APPROVAL, content_key_of, parse_manifest, verify_bundle
+from imaging.catalogue import COHORTS, DEIDENTIFIED, HELD, LEDGER, manifest
 from imaging.clinical import load_policy
-from imaging.cohort import load_cohorts
+from imaging.cohort import CohortDefinition, load_cohorts
 from imaging.config import PLATFORM_DIR
-from imaging.deid.options import STANDARD_REVISION
-from imaging.records import ReleaseFile, schema_of
-from imaging.release import CONFLICT, PUBLISH, CopyJob, WriteParquet, release_verdict, sha256_file
+from imaging.datacard import (BREAKDOWN_COLUMNS, CheckResult, CodeVersion, DataCardInputs, DeidSummary,
+                              InputPartition, ReleaseCounts, Selection, breakdown_sql, counts_sql)
+from imaging.disclosure import k_anonymity
+from imaging.lineage import RELEASE, release_columns
+from imaging.release import CopyJob, WriteParquet
+from imaging.release_bundle import finish_release
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
-from resources.spark import SparkResource, frame_of, map_batches
+from resources.spark import SparkResource, map_batches
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
-
-# Manifest columns that describe the warehouse, not the research data: left out of a release.
-INTERNAL = ("batch", "output_path", "size_bytes")
 
 
 def _single_file(spark_dir: str, target: str, suffix: str) -> None:
@@ -39,43 +43,103 @@ def _single_file(spark_dir: str, target: str, suffix: str) -> None:
     fsx.remove(spark_dir)
 
 
-def stage_release(session, selected, staged: str, source_root: str, files_per_task: int,
-                  release: dict, scratch: str) -> None:
-    """Write one release under `staged`: images (checksums verified), metadata, release.json, SHA256SUMS.
+def _image_entries(url: str):
+    """The images' manifest lines the Spark copy wrote (sorted by path), streamed from its file."""
+    def read():
+        fs, path = fsx.filesystem(url)
+        with fs.open(path, "rb") as handle:
+            for line in handle:
+                yield from parse_manifest(line)
+    return read
 
-    Spark's own writers (CSV, text) write to `scratch`, which Spark can always write (beside the
-    tables); the single file is then moved into the release, which may be on another store.
+
+def _view(frame, name: str) -> str:
+    frame.createOrReplaceTempView(name)
+    return name
+
+
+def stage_data(selected, building: str, work: str, source_root: str, files_per_task: int, images: int):
+    """Copy the images (each checksum verified) and write the metadata; returns the metadata rows' frame.
+
+    The copy's (path, sha256) pairs go to one sorted text file in `work` (outside the bundle), so
+    the manifest is written from a stream and no list of every image reaches the driver.
     """
-    tasks = max(1, math.ceil(release["images"] / files_per_task))
-    copied = map_batches(selected.repartition(tasks), CopyJob(source_root, staged).step())
+    tasks = max(1, math.ceil(images / files_per_task))
+    copied = map_batches(selected.repartition(tasks), CopyJob(source_root, building).step())
+    (copied.orderBy("path").select(F.concat_ws("  ", "sha256", "path")).coalesce(1)
+     .write.text(f"{work}/_sums"))
+    _single_file(f"{work}/_sums", f"{work}/images.sha256", ".txt")
 
-    file_col = F.concat_ws("/", F.lit("images"), "patient_pseudonym", "study_instance_uid",
-                           F.concat("sop_instance_uid", F.lit(".dcm")))
-    metadata = (selected.withColumn("file", file_col).drop(*INTERNAL)
-                .select("file", *[c for c in selected.columns if c not in INTERNAL]).orderBy("file").coalesce(1))
-    writer = WriteParquet(f"{staged}/metadata.parquet", to_arrow_schema(metadata.schema))
+    columns = [c.sql for c in release_columns(list(LINEAGE), DISCLOSURE)]
+    metadata = selected.selectExpr(*columns).orderBy("file").coalesce(1)
+    writer = WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema))
     metadata.mapInArrow(writer, "rows long").collect()  # one row: the count written
-    metadata.write.option("header", True).csv(f"{scratch}/_csv")
-    _single_file(f"{scratch}/_csv", f"{staged}/metadata.csv", ".csv")
+    metadata.write.option("header", True).csv(f"{work}/_csv")
+    _single_file(f"{work}/_csv", f"{building}/metadata.csv", ".csv")
+    return metadata
 
-    fsx.write_bytes(f"{staged}/release.json", json.dumps(release, indent=2, sort_keys=True).encode() + b"\n")
-    extra = [ReleaseFile(name, sha256_file(f"{staged}/{name}"))
-             for name in ("metadata.parquet", "metadata.csv", "release.json")]
-    sums = copied.unionByName(frame_of(session, extra, schema_of(ReleaseFile))).orderBy("path")
-    sums.select(F.concat_ws("  ", "sha256", "path")).coalesce(1).write.text(f"{scratch}/_sums")
-    _single_file(f"{scratch}/_sums", f"{staged}/SHA256SUMS", ".txt")
+
+def input_partitions(selected, ledger) -> tuple[InputPartition, ...]:
+    """The manifest partitions a release read: batch token, a content hash of its rows, the run that wrote it.
+
+    One row per batch reaches the driver (bounded by the number of site-days, not of images).
+    """
+    versions = selected.groupBy("batch").agg(
+        F.substring(F.sha2(F.concat_ws(",", F.array_sort(F.collect_list("sha256"))), 256), 1, 16)
+        .alias("data_version"))
+    runs = ledger.groupBy("batch").agg(F.max("run_id").alias("run_id"), F.max("run_started_at").alias("started"))
+    rows = versions.join(runs, "batch", "left").orderBy("batch").collect()
+    return tuple(InputPartition("anonymized_images", r["batch"], r["data_version"], r["run_id"] or "unknown",
+                                r["started"] or "unknown") for r in rows)
+
+
+def build_release(session, cohort: CohortDefinition, selected, ledger, images: int, building: str, work: str,
+                  source_root: str, files_per_task: int, deid: Deidentifier):
+    """Stage one cohort's release bundle in `building`; returns what `finish_release` made and the k result."""
+    sizes = [r["size"] for r in session.sql(DISCLOSURE.class_sizes_sql(_view(selected, "cohort_selected"))).collect()]
+    k = k_anonymity(sizes, DISCLOSURE)
+    metadata = stage_data(selected, building, work, source_root, files_per_task, images)
+    rows = _view(metadata, "cohort_release")
+    totals = session.sql(counts_sql(rows)).first()
+    breakdowns = {c: {r["value"]: r["images"] for r in session.sql(breakdown_sql(rows, c)).collect()}
+                  for c in BREAKDOWN_COLUMNS}
+    copied = sum(1 for _ in _image_entries(f"{work}/images.sha256")())
+    checks = (
+        CheckResult("published_cohort", "k_anonymity", k.passed,
+                    description=f"every equivalence class has at least {k.min_k} patients"),
+        CheckResult("published_cohort", "images_copied_and_verified", copied == images,
+                    description="every selected image copied, its manifest checksum verified"),
+        CheckResult("published_cohort", "metadata_row_per_image", totals["images"] == images,
+                    description="one metadata row per released image"),
+    )
+    card = DataCardInputs(
+        selection=Selection.from_cohort(cohort),
+        counts=ReleaseCounts(totals["images"], totals["patients"], totals["studies"], totals["series"], breakdowns),
+        deid=DeidSummary.from_options(deid.options), checks=checks,
+        inputs=input_partitions(selected, ledger),
+        code_versions=tuple(CodeVersion(a, v) for a, v in sorted(CODE_VERSIONS.items())),
+        disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below)
+    built = finish_release(building, card, images=_image_entries(f"{work}/images.sha256"))
+    # k-anonymity decides hold or block; the other checks failing means the bundle itself is wrong.
+    return built, k, all(c.passed for c in checks if c.name != "k_anonymity")
 
 
 @asset(
     deps=["anonymized_images"],
     kinds={"spark", "dicom", "parquet"},
     group_name="imaging",
+    owners=OWNERS,
+    tags=tags("deidentified"),
+    code_version=CODE_VERSIONS["published_cohort"],
+    metadata=definition_metadata("published_cohort"),
     pool=WAREHOUSE_POOL,
     check_specs=check_specs("published_cohort"),
-    description="De-identified zone. For each cohort definition in platform/cohorts/: "
-                "deidentified/cohorts/<name>/v<version>/ with images, metadata.parquet, metadata.csv, "
-                "release.json and SHA256SUMS. Published releases are immutable. Refuses while the latest "
-                "evaluation of an ERROR data-quality check of an upstream partition has failed.",
+    description="For each cohort definition in platform/cohorts/: a content-addressed release bundle (images, "
+                "metadata, data card, OpenLineage events, SHA256SUMS; the release id is the sha256 of "
+                "SHA256SUMS), checked for k-anonymity, held in identifiable/held/ until `imaging-review approve` "
+                "records an approval of that exact content, then published to deidentified/cohorts/<name>/"
+                "v<version>/. Published releases are immutable. Refuses while the latest evaluation of an ERROR "
+                "data-quality check of an upstream partition has failed.",
 )
 def published_cohort(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
                      warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
@@ -86,58 +150,98 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     if refusal:
         raise Failure(refusal)
     session = spark.spark_session
-    policy = load_policy()
-    table = manifest(policy)
-    rows = warehouse.read(session, table)
+    rows = warehouse.read(session, manifest(load_policy()))
+    ledger = warehouse.read(session, LEDGER)
     commit = warehouse.begin("published_cohort")
-    releases = {}
+    root = warehouse.root
+    plans: dict[str, tuple[CohortDefinition, Decision, str, int]] = {}
     for cohort in load_cohorts(PLATFORM_DIR / "cohorts"):
         selected = rows.where(cohort.sql_predicate()).persist()
         images = selected.count()
-        patients = selected.select("patient_pseudonym").distinct().count()
-        release = {
-            "cohort": cohort.name, "release": cohort.release, "description": cohort.description,
-            "selection": cohort.sql_predicate(), "images": images, "patients": patients,
-            "deidentification": {"standard": f"DICOM PS3.15 Annex E (Table E.1-1, {STANDARD_REVISION})",
-                                 "options": sorted(deid.options)},
-            "clinical_fields": list(policy.output_columns),
-            "files": {"images": "images/<patient>/<study>/<instance>.dcm",
-                      "metadata": ["metadata.parquet", "metadata.csv"], "checksums": "SHA256SUMS (sha256sum -c)"},
-        }
-        relative = f"{cohort.name}/{cohort.release}"
-        staged = warehouse.staged_url(commit, COHORTS, relative)
-        stage_release(session, selected, staged, warehouse.zone(DEIDENTIFIED), landing.files_per_task,
-                      release, warehouse.scratch(commit, relative))
+        if images == 0:
+            selected.unpersist()
+            context.log.info(f"cohort {cohort.name} {cohort.release}: selects no image, nothing to release")
+            plans[cohort.name] = (cohort, Decision("empty", "selects no image", ""), "", 0)
+            continue
+        building = warehouse.staged_url(commit, HELD, cohort.name, "_building")
+        work = warehouse.staged_url(commit, HELD, cohort.name, "_work")
+        built, k, verified = build_release(session, cohort, selected, ledger, images, building, work,
+                                           warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid)
         selected.unpersist()
-        target = warehouse.url(COHORTS, relative)
-        published = sha256_file(f"{target}/SHA256SUMS") if fsx.exists(f"{target}/SHA256SUMS") else None
-        state = release_verdict(published, sha256_file(f"{staged}/SHA256SUMS"))
-        releases[cohort.name] = {"release": warehouse.relative(target), "folder": relative, "state": state,
-                                 "images": images, "patients": patients}
-        context.log.info(f"cohort {cohort.name} {cohort.release}: {state}, {images} images")
+        if not verified:
+            raise Failure(f"cohort {cohort.name}: the release's own checks failed (see its data card)")
+        target = warehouse.url(COHORTS, cohort.name, cohort.release)
+        published = ReleaseKey(manifest_id(target), content_key_of(target)) if fsx.exists(target) else None
+        decision = decide(ReleaseKey(built.release_id, built.content_key), published=published,
+                          held=list_held(root, cohort.name, cohort.version),
+                          approval=load_approval(root, built.release_id), k_passed=k.passed, k_reason=k.reason())
+        plans[cohort.name] = (cohort, decision, building, images)
+        log = context.log.warning if decision.action in (BLOCKED, CONFLICT) else context.log.info
+        log(f"cohort {cohort.name} {cohort.release}: {decision.action} (release {decision.release_id}, "
+            f"{images} images): {decision.reason}")
 
-    conflicts = sorted(name for name, r in releases.items() if r["state"] == CONFLICT)
+    conflicts = sorted(name for name, (_, d, _, _) in plans.items() if d.action == CONFLICT)
     if conflicts:  # nothing of this run is published: releases go out together or not at all
         raise Failure(f"cohort releases already published with other content: {', '.join(conflicts)}; releases "
                       f"are immutable: raise `version` in their definitions to publish anew")
-    for name, r in releases.items():
-        if r["state"] == PUBLISH:
-            warehouse.stage_folders(commit, COHORTS, [r["folder"]])
+    paths = {}
+    for name, (cohort, decision, building, _) in plans.items():
+        rid = decision.release_id
+        if decision.action == HOLD and not decision.from_held:
+            fsx.move(building, warehouse.staged_url(commit, HELD, name, rid))
+            warehouse.stage_folders(commit, HELD, [f"{name}/{rid}"])
+        if decision.action == PUBLISH:
+            _stage_publication(warehouse, commit, cohort, decision, building)
+        if decision.action in (HOLD, PUBLISH):
+            entry = HELD if decision.action == HOLD else COHORTS
+            paths[name] = warehouse.relative(warehouse.url(entry, name, rid if entry is HELD else cohort.release))
     commit.build().apply()
-    checksums = q.release_checksums({name: warehouse.url(COHORTS, r["folder"]) for name, r in releases.items()},
-                                    quality_context(deid))
-    table_md = ["| cohort | release | state | images | patients | path (warehouse-relative) |",
-                "|---|---|---|---:|---:|---|"]
-    table_md += [f"| {name} | {r['folder'].rsplit('/', 1)[-1]} | {r['state']} | {r['images']} | {r['patients']} | "
-                 f"`{r['release']}` |" for name, r in sorted(releases.items())]
+    for name, (_, decision, _, _) in plans.items():
+        if decision.action == PUBLISH:  # the held copy went with the commit; drop its cohort's folder if empty
+            fsx.remove_empty(warehouse.url(HELD, name))
+
+    # Every published release of these cohorts verifies against its SHA256SUMS (data-quality check).
+    released = {name: warehouse.url(COHORTS, name, cohort.release) for name, (cohort, d, _, _) in plans.items()
+                if d.action in (PUBLISH, UNCHANGED)}
+    checksums = q.release_checksums(released, quality_context(deid))
+    table_md = ["| cohort | state | release id | images | path (warehouse-relative) |", "|---|---|---|---:|---|"]
+    table_md += [f"| {name} | {d.action} | {d.release_id[:16] if d.release_id else ''} | {n} | "
+                 f"{('`' + paths[name] + '`') if name in paths else ''} |"
+                 for name, (_, d, _, n) in sorted(plans.items())]
     return MaterializeResult(check_results=check_results([checksums], context.log), metadata={
-        "dagster/row_count": sum(r["images"] for r in releases.values()),
-        "cohorts": len(releases),
-        "releases_published": sum(r["state"] == PUBLISH for r in releases.values()),
+        "dagster/row_count": sum(n for (_, d, _, n) in plans.values() if d.action in (PUBLISH, UNCHANGED)),
+        "cohorts": len(plans),
+        "releases_published": sum(d.action == PUBLISH for (_, d, _, _) in plans.values()),
+        "releases_held": sum(d.action == HOLD for (_, d, _, _) in plans.values()),
         "seconds": round(time.monotonic() - started, 3),
         "summary": MetadataValue.md("\n".join(table_md)),
-        "releases": {name: r["release"] for name, r in releases.items()},
-        "images": {name: r["images"] for name, r in releases.items()},
-        "patients": {name: r["patients"] for name, r in releases.items()},
-        "states": {name: r["state"] for name, r in releases.items()},
+        "states": {name: d.action for name, (_, d, _, _) in plans.items()},
+        "reasons": {name: d.reason for name, (_, d, _, _) in plans.items()},
+        "release_ids": {name: d.release_id for name, (_, d, _, _) in plans.items() if d.release_id},
+        "paths": paths,
+        "images": {name: n for name, (_, _, _, n) in plans.items()},
+        "min_k": DISCLOSURE.min_k,
+        "dagster/column_lineage": column_lineage(RELEASE),
     })
+
+
+def _stage_publication(warehouse: Warehouse, commit, cohort: CohortDefinition, decision: Decision,
+                       building: str) -> None:
+    """Stage the approved bundle at cohorts/<name>/v<version> with its approval copy; drop the held copy."""
+    rid, root = decision.release_id, warehouse.root
+    approval = load_approval(root, rid)
+    staged = warehouse.staged_url(commit, COHORTS, cohort.name, cohort.release)
+    if decision.from_held:  # copied, not moved: the held copy leaves only when the commit succeeds
+        fs, source = fsx.filesystem(warehouse.url(HELD, cohort.name, rid))
+        _, target = fsx.filesystem(staged)
+        fs.makedirs(fs._parent(target), exist_ok=True)
+        fs.copy(source, target, recursive=True)
+    else:
+        fsx.move(building, staged)
+    fsx.write_bytes(f"{staged}/{APPROVAL}", approval.to_json())
+    check = verify_bundle(staged)
+    if not check.ok or check.release_id != rid or (approval.cohort, approval.version) != (cohort.name, cohort.version):
+        raise Failure(f"cohort {cohort.name}: the bundle to publish does not verify as the approved content")
+    warehouse.stage_folders(commit, COHORTS, [f"{cohort.name}/{cohort.release}"])
+    warehouse.stage_folders(commit, HELD, [f"{cohort.name}/{rid}"])  # nothing staged there: removes the held copy
+

@@ -7,6 +7,7 @@ from pyspark.sql import Window, functions as F
 
 from assets import quality as q
 from assets.checks import check_results, check_specs, quality_context, summary
+from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.catalogue import INDEX_QUARANTINE, RAW_IMAGE_INDEX
 from imaging.index import DUPLICATES, INDEX, LIST, site_day_url
@@ -27,6 +28,10 @@ from resources.warehouse import WAREHOUSE_POOL, Warehouse
     backfill_policy=SINGLE_RUN,
     kinds={"spark", "parquet"},
     group_name="imaging",
+    owners=OWNERS,
+    tags=tags("identifiable"),
+    code_version=CODE_VERSIONS["raw_image_index"],
+    metadata=definition_metadata("raw_image_index"),
     pool=WAREHOUSE_POOL,
     check_specs=check_specs("raw_image_index"),
     description="Identifiable zone. One row per DICOM instance (headers only, sha256 of the file); "

@@ -23,6 +23,7 @@ from imaging.deid import Quarantined as NotPublishable, deidentify, load_profile
 from imaging.deid.pixel_text import PixelTextDetector, PixelTextSettings
 from imaging.index import header_int, header_text, laterality
 from imaging.issuers import IssuerPolicy
+from imaging.provenance import source_uid_hash
 from imaging.pseudonym import Pseudonymizer
 from imaging.records import BatchStep, LinkedImage, PublishedImage, Quarantined, outcome_schema
 
@@ -117,8 +118,8 @@ class _Anonymizer:
                                   token=lambda column, value: pseudonymizer.token("clinical", column, value))
         return PublishedImage(
             date=image.date, site=image.site, source_path=image.source_path, source_sha256=image.sha256,
-            batch=batch, output_path=relative, output_sha256=hashlib.sha256(payload).hexdigest(),
-            output_size_bytes=len(payload),
+            source_uid_hash=source_uid_hash(pseudonymizer, image.sop_instance_uid or ""), batch=batch,
+            output_path=relative, output_sha256=hashlib.sha256(payload).hexdigest(), output_size_bytes=len(payload),
             patient_pseudonym=header_text(out, "PatientID"),
             study_instance_uid=header_text(out, "StudyInstanceUID"),
             series_instance_uid=header_text(out, "SeriesInstanceUID"),

@@ -17,6 +17,7 @@ from typing import Mapping
 
 import pyarrow as pa
 
+from imaging.provenance import RUN_COLUMNS
 from imaging.records import (IndexedImage, LinkedImage, PublishedImage, Quarantined, fields_of)
 
 IDENTIFIABLE = "identifiable"
@@ -97,8 +98,10 @@ LINKED = Table(
     "each indexed image with its patient's latest clinical record dated on or before the image's day")
 LEDGER = Table(
     IDENTIFIABLE, "anonymization_ledger", PublishedImage, SITE_DAY, ("source_path",),
-    "source file -> de-identified output file, with both checksums",
-    keep=("source_path", "source_sha256", "batch", "output_path", "output_sha256", "date", "site"))
+    "the provenance ledger: one row per published image, landing file -> de-identified output with both "
+    "checksums, a keyed hash of the source SOP Instance UID, and the run, code version, profile and options",
+    keep=("source_path", "source_sha256", "source_uid_hash", "batch", "output_path", "output_sha256", "date", "site"),
+    extra=RUN_COLUMNS)
 ANONYMIZE_QUARANTINE = Table(
     IDENTIFIABLE, "quarantine/anonymized_images", Quarantined, SITE_DAY, ("source_path",),
     "linked images that could not be published, with the reason")
@@ -107,6 +110,8 @@ ANONYMIZED_FILES = Folder(
     DEIDENTIFIED, "anonymized_images/files",
     "de-identified DICOM files, <batch>/<new SOP Instance UID>.dcm; a batch is a keyed token of a site-day")
 COHORTS = Folder(DEIDENTIFIED, "cohorts", "published releases, <cohort>/v<version>/")
+HELD = Folder(IDENTIFIABLE, "held", "built releases waiting for approval, <cohort>/<release id>/")
+APPROVALS = Folder(IDENTIFIABLE, "approvals", "approvals of exact release content, <release id>.json (write once)")
 
 _MANIFEST_FIELDS = (
     "output_path", "sha256", "size_bytes", "patient_pseudonym", "study_instance_uid", "series_instance_uid",
@@ -127,7 +132,7 @@ def manifest(policy) -> Table:
 
 # Every table whose shape does not depend on configuration, in data-flow order.
 TABLES = (RAW_IMAGE_INDEX, INDEX_QUARANTINE, CLINICAL_QUARANTINE, LINKED, LEDGER, ANONYMIZE_QUARANTINE)
-FOLDERS = (ANONYMIZED_FILES, COHORTS)
+FOLDERS = (ANONYMIZED_FILES, COHORTS, HELD, APPROVALS)
 
 
 def partition_dir(table: Table, values) -> str:

@@ -9,6 +9,7 @@ Environment variables (all optional but the key; defaults in brackets):
   IMAGING_PSEUDONYM_KEY  secret for keyed pseudonyms [required]
   IMAGING_SPARK_MASTER   Spark master: local[N], spark://..., k8s://... or sc://... (Spark Connect) [local[*]]
   IMAGING_LANDING_SENSOR_SECONDS  seconds between landing_sensor ticks [platform/platform.yaml]
+  IMAGING_MIN_K          minimum k-anonymity of a release [platform/clinical_policy.yaml: disclosure.min_k]
 
 Every other setting lives in `platform/` and nowhere else (`platform.yaml`, `issuers.yaml`,
 `pixel_text.yaml`): code reads it from `Settings`, never restates a default.
@@ -58,6 +59,7 @@ class Settings:
     pixel_text: dict  # platform/pixel_text.yaml: the OCR check for text burned into pixels
     # Spark's tables; the warehouse root unless IMAGING_TABLES puts them apart (docs/deployment.md).
     tables: str = ""
+    min_k: int | None = None  # overrides the clinical policy's disclosure.min_k when set
 
 
 def _required(base: Mapping, key: str):
@@ -97,7 +99,16 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         landing_sensor_seconds=sensor_seconds,
         issuers=_issuers(sites),
         pixel_text=_pixel_text(),
+        min_k=_min_k(env.get("IMAGING_MIN_K", "").strip()),
     )
+
+
+def _min_k(value: str) -> int | None:
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError("IMAGING_MIN_K must be a whole number of at least 1")
+    return int(value)
 
 
 def _issuers(sites: tuple[str, ...]) -> dict:

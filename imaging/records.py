@@ -268,6 +268,7 @@ class PublishedImage:
     site: str
     source_path: str
     source_sha256: str
+    source_uid_hash: str  # keyed hash of the source SOP Instance UID (imaging.provenance)
     batch: str
     output_path: str
     output_sha256: str

@@ -52,20 +52,6 @@ class CopyJob:
         return BatchStep(self, ReleaseSource, schema_of(ReleaseFile))
 
 
-PUBLISH, UNCHANGED, CONFLICT = "published", "unchanged", "conflict"
-
-
-def release_verdict(published_sums: str | None, staged_sums: str) -> str:
-    """What to do with a staged release, given the sha256 of the published SHA256SUMS (None if absent).
-
-    Releases are immutable: the same content again is a no-op, other content under the same
-    version is refused (raise the version to publish anew).
-    """
-    if published_sums is None:
-        return PUBLISH
-    return UNCHANGED if published_sums == staged_sums else CONFLICT
-
-
 def sha256_file(url: str) -> str:
     fs, path = fsx.filesystem(url)
     digest = hashlib.sha256()
@@ -76,16 +62,14 @@ def sha256_file(url: str) -> str:
 
 
 def verify_release(root: str) -> list[str]:
-    """Problems found checking a release folder against its SHA256SUMS (empty when it verifies)."""
-    fs, base = fsx.filesystem(root)
-    with fs.open(f"{base}/SHA256SUMS", "r") as handle:
-        expected = dict(reversed(line.rstrip("\n").split("  ", 1)) for line in handle if line.strip())
-    present = {p[len(base) + 1:] for p in fs.find(base) if not p.endswith("/SHA256SUMS")}
-    problems = [f"not listed: {p}" for p in sorted(present - set(expected))]
-    problems += [f"missing: {p}" for p in sorted(set(expected) - present)]
-    problems += [f"checksum differs: {p}" for p in sorted(set(expected) & present)
-                 if sha256_file(f"{root}/{p}") != expected[p]]
-    return problems
+    """Problems found checking a release folder against its SHA256SUMS (empty when it verifies).
+
+    The one verification rule lives in imaging/bundle.py (every file listed with its checksum,
+    nothing unlisted but SHA256SUMS and the approval copy).
+    """
+    from imaging.bundle import verify_bundle
+
+    return list(verify_bundle(root).problems)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from imaging.catalogue import ANONYMIZED_FILES, COHORTS, DEIDENTIFIED, IDENTIFIABLE, TABLES, manifest
+from imaging.approval import approval_copy, list_held, manifest_id
+from imaging.catalogue import ANONYMIZED_FILES, COHORTS, DEIDENTIFIED, HELD, IDENTIFIABLE, TABLES, manifest
 from imaging.clinical import load_policy
 from imaging.config import load_settings
 from imaging.release import verify_release
@@ -29,6 +30,9 @@ def main() -> int:
     print(f"  {IDENTIFIABLE}/ (restricted)")
     for table in (t for t in TABLES if t.zone == IDENTIFIABLE):
         print(f"    {table.name:32s} {rows(root / table.path):6d} rows")
+    held = list_held(str(root))
+    waiting = sum(1 for h in held if h.approval is None)
+    print(f"    {HELD.name:32s} {len(held):6d} releases ({waiting} awaiting approval: imaging-review pending)")
     print(f"  {DEIDENTIFIED}/ (releasable)")
     files = list((root / ANONYMIZED_FILES.path).rglob("*.dcm"))
     print(f"    {ANONYMIZED_FILES.name:32s} {len(files):6d} DICOM files")
@@ -40,7 +44,10 @@ def main() -> int:
         failed += bool(problems)
         images = len(list((release / "images").rglob("*.dcm")))
         state = "verified against SHA256SUMS" if not problems else f"{len(problems)} problems"
-        print(f"    {COHORTS.name}/{release.parent.name}/{release.name}: {images} images, {state}")
+        approval = approval_copy(str(release))
+        approved = f", approved by {approval.approved_by}" if approval else ", NO APPROVAL"
+        print(f"    {COHORTS.name}/{release.parent.name}/{release.name}: {images} images, {state}{approved}, "
+              f"release id {manifest_id(str(release))}")
     return 1 if failed else 0
 
 

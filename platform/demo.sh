@@ -11,6 +11,11 @@ if [ -z "${IMAGING_PSEUDONYM_KEY:-}" ]; then
   export IMAGING_PSEUDONYM_KEY="demo-only-key-not-secret"
   echo "NOTE: using the built-in DEMO pseudonym key. Never use it for real data: set IMAGING_PSEUDONYM_KEY."
 fi
+if [ -z "${IMAGING_MIN_K:-}" ]; then
+  # Twelve synthetic patients cannot make a k=5 cohort: every release would be blocked.
+  export IMAGING_MIN_K=1
+  echo "NOTE: the demo hospital has 12 patients, so the demo lowers the k-anonymity minimum to 1 (default 5; the data card records it)."
+fi
 export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/.dagster_home}"
 mkdir -p "$DAGSTER_HOME" && cp platform/dagster.yaml "$DAGSTER_HOME/dagster.yaml"
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
@@ -31,12 +36,27 @@ echo "== Materializing raw_image_index, linked_patient_metadata, anonymized_imag
 .venv/bin/dagster asset materialize -m definitions \
   --select raw_image_index,linked_patient_metadata,anonymized_images \
   --partition-range "$FIRST|$FIRST_SITE...$LAST|$LAST_SITE"
-echo "== Materializing published_cohort"
+echo "== Materializing published_cohort: each release is built and held for approval"
+.venv/bin/dagster asset materialize -m definitions --select published_cohort
+echo "== Held releases (imaging-review pending: path, cohort, version, release id, status)"
+.venv/bin/imaging-review pending
+echo "NOTE: the demo approves its own releases as \"demo\". For real data a governance reviewer reads"
+echo "      \`imaging-review <held path> --html review.html\` and approves with their own name."
+.venv/bin/imaging-review pending | cut -f1 | while read -r held; do
+  .venv/bin/imaging-review approve "$held" --by demo --note "approved by platform/demo.sh, not by a reviewer"
+done
+echo "== Materializing published_cohort again: publishes exactly what was approved"
 .venv/bin/dagster asset materialize -m definitions --select published_cohort
 
 echo "== What was made"
 .venv/bin/python -m imaging.report
+release="$(ls -d "$IMAGING_WAREHOUSE"/deidentified/cohorts/*/v* | head -1)"
+echo "== The lineage of one published release, as a governance reviewer sees it (IMAGING_WAREHOUSE set)"
+.venv/bin/imaging-review "$release" --html "$PWD/data/review.html" | grep -v '^    \|^  images/'
 cat <<MSG
+
+Review any release or published file offline (the HTML draws the column lineage):
+  .venv/bin/imaging-review $release --html review.html
 
 Open the Dagster UI on this instance (materializations, lineage, backfills per date or site):
   ./platform/ui.sh    then browse http://127.0.0.1:3000

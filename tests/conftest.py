@@ -21,6 +21,8 @@ os.environ.update({
     "IMAGING_PSEUDONYM_KEY": "test-key-" + "x" * 24,
     "IMAGING_SPARK_MASTER": os.environ.get("IMAGING_SPARK_MASTER", "local[2]"),
     "SPARK_LOCAL_IP": "127.0.0.1",
+    # The test hospitals are a dozen patients: no cohort of them reaches the default k of 5.
+    "IMAGING_MIN_K": "1",
 })
 
 
@@ -54,12 +56,23 @@ def run_assets(defs, selection, partition_range=None):
     return result
 
 
+def publish_cohorts(defs, warehouse_root, approver="test"):
+    """published_cohort as an operator runs it: a run holds each release, every held one is approved
+    (as `imaging-review approve` records it), and the next run publishes what was approved."""
+    from imaging.approval import list_held, record_approval
+
+    run_assets(defs, ["published_cohort"])
+    for held in list_held(str(warehouse_root)):
+        record_approval(held.path, approver, "approved by the test suite")
+    return run_assets(defs, ["published_cohort"])
+
+
 @pytest.fixture(scope="session")
 def warehouse(hospital, defs):
     """Every asset materialized once over all test partitions (2 sites x 3 days) in two runs."""
     partitioned = ["raw_image_index", "linked_patient_metadata", "anonymized_images"]
     run_assets(defs, partitioned, (f"{DATES[0]}|{SITES[0]}", f"{DATES[-1]}|{SITES[-1]}"))
-    run_assets(defs, ["published_cohort"])
+    publish_cohorts(defs, ROOT / "warehouse")
     return ROOT / "warehouse"
 
 

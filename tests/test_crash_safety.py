@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import DATES, ROOT, SITES, run_assets
-from imaging.catalogue import ANONYMIZED_FILES, DEIDENTIFIED, manifest
+from imaging.catalogue import ANONYMIZED_FILES, DEIDENTIFIED, LEDGER, manifest
 from imaging.clinical import load_policy
 from imaging.commit import CRASH_AT, CRASH_MODE, PAUSED_FILE, SimulatedCrash, recover
 
@@ -59,12 +59,20 @@ def materialize(defs, warehouse, asset):
     run_assets(scoped(defs, warehouse), [asset], None if asset == "published_cohort" else (KEY, KEY))
 
 
+RUN_FACTS = ["run_id", "run_started_at"]  # the ledger names the run that wrote a row: a re-run is a new run
+
+
 def snapshot(root: Path) -> dict:
-    """Parquet by rows (Spark's writer is not byte-stable across processes), other files by bytes."""
+    """Parquet by rows (Spark's writer is not byte-stable across processes), other files by bytes;
+    ledger rows without the run that wrote them."""
     out = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = str(path.relative_to(root))
-        out[rel] = pq.read_table(path).to_pylist() if path.suffix == ".parquet" else path.read_bytes()
+        if path.suffix != ".parquet":
+            out[rel] = path.read_bytes()
+            continue
+        table = pq.read_table(path)
+        out[rel] = table.drop_columns(RUN_FACTS if rel.startswith(LEDGER.path + "/") else []).to_pylist()
     return out
 
 

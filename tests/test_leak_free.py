@@ -25,7 +25,7 @@ from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDE
                                 RAW_IMAGE_INDEX, manifest)
 from imaging.clinical import load_policy
 
-from conftest import DATES, SITES, run_assets
+from conftest import DATES, SITES, publish_cohorts, run_assets
 from imaging.deid import load_profile, quiet
 from test_deid_planted import TOKEN, UID_ROOT, _allowed, _survivors, planted
 
@@ -65,7 +65,7 @@ def run(tmp_path_factory, defs):
     scoped = type(defs)(assets=defs.assets, resources=resources, executor=defs.executor)
     key = f"{DATES[0]}|{SITES[0]}"
     for result in (run_assets(scoped, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key)),
-                   run_assets(scoped, ["published_cohort"])):
+                   publish_cohorts(scoped, root / "warehouse")):
         METADATA.extend(e.step_materialization_data.materialization.metadata
                         for e in result.get_asset_materialization_events())
     return root / "warehouse", planter, ds, len(shipped) + 1, source
@@ -93,7 +93,9 @@ def test_every_file_is_published_or_quarantined(run):
 def test_planted_file_reaches_the_release(run):
     warehouse, _, ds, _, _ = run
     rows = table(warehouse / Path(COHORTS.path) / "amd-oct/v1/metadata.parquet")
-    assert len(rows) == 1 and rows[0]["age_at_scan"] == 60 and rows[0]["diagnosis_code"] == "H35.31"
+    # Age leaves as a band (the policy's quasi-identifier), never as years.
+    assert len(rows) == 1 and rows[0]["age_band"] == "60-64" and rows[0]["diagnosis_code"] == "H35.31"
+    assert "age_at_scan" not in rows[0]
 
 
 def test_nothing_planted_survives_under_the_deidentified_zone(run):

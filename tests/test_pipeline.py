@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 import pydicom
 
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINKED,
@@ -114,7 +115,7 @@ def test_release_verifies_and_holds_only_the_cohort(warehouse):
     assert verify_release(str(release)) == []
     rows = table(release / "metadata.parquet")
     assert rows and all(r["modality"] == "OPT" and r["diagnosis_code"].startswith("H35.3")
-                        and 50 <= r["age_at_scan"] <= 90 for r in rows)
+                        and 50 <= int(r["age_band"].split("-")[0].rstrip("+")) <= 90 for r in rows)
     assert len(rows) == len(list((release / "images").rglob("*.dcm")))
     assert (release / "metadata.csv").read_text().count("\n") == len(rows) + 1
 
@@ -131,18 +132,35 @@ def test_tampered_release_is_detected(warehouse, tmp_path):
     assert any(p.startswith("checksum differs") for p in problems) and "not listed: stray.txt" in problems
 
 
+RUN_FACTS = ["run_id", "run_started_at"]  # provenance columns of the ledger: which run wrote a row
+
+
 def snapshot(root: Path) -> dict:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every file by bytes; ledger files by rows without the run facts (a re-run is a new run)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if not p.is_file():
+            continue
+        name = str(p.relative_to(root))
+        out[name] = (pq.read_table(p).drop_columns(RUN_FACTS).to_pylist() if name.startswith(LEDGER.path + "/")
+                     else p.read_bytes())
+    return out
+
+
+def ledger_runs(root: Path, key) -> set:
+    return {r["run_id"] for r in table(root / LEDGER.path) if (r["date"], r["site"]) == key}
 
 
 def test_rerun_of_one_partition_is_byte_identical(defs, warehouse):
-    before = snapshot(warehouse)
+    before, runs = snapshot(warehouse), ledger_runs(warehouse, (DATES[1], SITES[0]))
     key = f"{DATES[1]}|{SITES[0]}"
     run_assets(defs, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key))
     run_assets(defs, ["published_cohort"])
     after = snapshot(warehouse)
     assert before.keys() == after.keys()
     assert [k for k in before if before[k] != after[k]] == []
+    # Same bytes everywhere, but the ledger names the run that wrote them now.
+    assert len(runs) == 1 and ledger_runs(warehouse, (DATES[1], SITES[0])) - runs
 
 
 def test_follow_up_references_name_the_published_baseline(hospital, warehouse):
@@ -178,3 +196,23 @@ def test_published_dates_move_with_the_patients_offset(warehouse, defs):
                                     p.datetime_shift(namespace, source["patient_id"]))
         real = dt.datetime.strptime(source["study_date"], "%Y%m%d").date()
         assert published["study_date"] == dt.datetime.strptime(shifted, "%Y%m%d").date().isoformat() != real.isoformat()
+
+
+def test_no_identifier_in_dagster_metadata_or_logs(hospital, defs, warehouse):
+    """What the runs show in the UI (metadata, log messages) holds no value from the generated data."""
+    key = f"{DATES[0]}|{SITES[1]}"
+    results = [run_assets(defs, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key)),
+               run_assets(defs, ["published_cohort"])]
+    shown = []
+    for result in results:
+        for event in result.all_events:
+            shown.append(event.message or "")
+            if event.is_step_materialization:
+                shown += [repr(v.value) for v in event.step_materialization_data.materialization.metadata.values()]
+    text = "\n".join(shown)
+    assert "published_cohort" in text and "unchanged" in text
+    values = set(hospital.identifying_strings()) | {p.patient_id for p in hospital.patients}
+    values |= {p.full_name for p in hospital.patients} | {i.sop_instance_uid for i in hospital.instances}
+    values |= {str(LANDING)}
+    found = sorted(v for v in values if v and len(v) >= 4 and v in text)
+    assert not found, found[:5]

@@ -1,0 +1,92 @@
+"""What the asset definitions say about themselves: owners, tags, derived code versions, column schemas
+and column lineage (Dagster's `dagster/column_schema` and `dagster/column_lineage`).
+
+Code versions are derived (imaging/code_version.py): a hash of each asset's module and the core
+modules it runs, plus the de-identification options and the clinical policy where they decide the
+output. Edit any of them and Dagster shows the asset as changed; nobody bumps a number by hand.
+"""
+
+from __future__ import annotations
+
+from dagster import AssetKey, TableColumn, TableColumnDep, TableColumnLineage, TableSchema
+
+from assets.partitions import SETTINGS
+from imaging.catalogue import LINKED, RAW_IMAGE_INDEX, Table, manifest
+from imaging.clinical import load_policy
+from imaging.code_version import code_version, module_files
+from imaging.config import read_yaml
+from imaging.disclosure import DisclosurePolicy
+from imaging.lineage import MANIFEST, RELEASE, column_lineage, dagster_column_deps
+
+OWNERS = ["team:imaging-platform"]
+POLICY_SPEC = read_yaml("clinical_policy.yaml")
+POLICY = load_policy()
+DISCLOSURE = DisclosurePolicy.from_dict(POLICY_SPEC, min_k=SETTINGS.min_k)
+LINEAGE = tuple(column_lineage(POLICY, SETTINGS.deid_options, DISCLOSURE))
+
+_COMMON = ("imaging.records", "imaging.catalogue", "imaging.fs")
+_MODULES = {
+    "raw_image_index": ("assets.raw_image_index", "imaging.index", *_COMMON),
+    "linked_patient_metadata": ("assets.linked_patient_metadata", "imaging.clinical", *_COMMON),
+    "anonymized_images": ("assets.anonymized_images", "imaging.anonymize", "imaging.deid", "imaging.clinical",
+                          "imaging.pseudonym", "imaging.provenance", *_COMMON),
+    "published_cohort": ("assets.published_cohort", "imaging.release", "imaging.release_bundle", "imaging.bundle",
+                         "imaging.datacard", "imaging.disclosure", "imaging.lineage", "imaging.lineage_events",
+                         "imaging.approval", "imaging.cohort", *_COMMON),
+}
+# What besides code decides each asset's output.
+_DECIDED_BY = {
+    "raw_image_index": ((), None),
+    "linked_patient_metadata": ((), POLICY_SPEC),
+    "anonymized_images": (SETTINGS.deid_options, POLICY_SPEC),
+    "published_cohort": (SETTINGS.deid_options, {**POLICY_SPEC, "min_k": DISCLOSURE.min_k}),
+}
+CODE_VERSIONS = {asset: code_version(module_files(*modules), *_DECIDED_BY[asset])
+                 for asset, modules in _MODULES.items()}
+
+
+def tags(zone: str) -> dict[str, str]:
+    return {"zone": zone, "domain": "ophthalmic-imaging"}
+
+
+def table_schema(table: Table) -> TableSchema:
+    """A catalogue table as Dagster's column schema (names and Arrow types)."""
+    return TableSchema(columns=[TableColumn(f.name, str(f.type)) for f in table.schema])
+
+
+def release_schema() -> TableSchema:
+    """The columns of a release's metadata.parquet / metadata.csv."""
+    types = {f.name: str(f.type) for f in manifest(POLICY).schema}
+    columns = [e.column for e in LINEAGE if e.table == RELEASE and e.column]
+    return TableSchema(columns=[TableColumn(c, types.get(c, "string"), description=_describe(RELEASE, c))
+                                for c in columns])
+
+
+def _describe(table: str, column: str) -> str:
+    entry = next(e for e in LINEAGE if e.table == table and e.column == column)
+    return f"{entry.transform}: {entry.description}"
+
+
+def column_lineage(table: str) -> TableColumnLineage:
+    """`dagster/column_lineage` of the manifest (MANIFEST) or a release (RELEASE), from imaging.lineage."""
+    return TableColumnLineage(deps_by_column={
+        column: [TableColumnDep(asset_key=AssetKey(asset), column_name=name) for asset, name in deps]
+        for column, deps in dagster_column_deps(LINEAGE, table).items()})
+
+
+SCHEMAS = {
+    "raw_image_index": table_schema(RAW_IMAGE_INDEX),
+    "linked_patient_metadata": table_schema(LINKED),
+    "anonymized_images": table_schema(manifest(POLICY)),
+    "published_cohort": release_schema(),
+}
+
+
+def definition_metadata(asset: str) -> dict:
+    """Metadata every definition carries: its table's column schema (and lineage, where derived)."""
+    out = {"dagster/column_schema": SCHEMAS[asset]}
+    if asset == "anonymized_images":
+        out["dagster/column_lineage"] = column_lineage(MANIFEST)
+    if asset == "published_cohort":
+        out["dagster/column_lineage"] = column_lineage(RELEASE)
+    return out

@@ -1,0 +1,264 @@
+"""The data card of a release (Markdown for people, JSON for tools), built from named records.
+
+Pure: the asset passes what it knows (the cohort, counts it aggregated, the checks' latest results,
+its input partitions and their data versions, code versions, the k-anonymity result, the column
+lineage); the builder sorts, suppresses small counts and renders. The same records give the same
+bytes, so a rebuilt release has the same release id.
+
+The card is published inside the release, so it holds no identifying value: counts from 1 to 9 are
+shown as "<10", equivalence classes as sizes only, input partitions by their opaque batch token
+(never the real date or site: those stay in the identifiable provenance ledger).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from imaging.disclosure import DEFAULT_SUPPRESS_BELOW, KAnonymity, suppress
+from imaging.lineage import MANIFEST, RELEASE, ColumnLineage
+
+_TOKEN = re.compile(r"^[0-9a-f]{8,64}$")  # the opaque batch token of a site-day
+_VERSIONISH = re.compile(r"^[0-9A-Za-z._:+-]{1,128}$")  # run ids, data and code versions: no free text
+FORMAT = "imaging-datacard/1"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Who is in the release: the cohort definition as data and the predicate Spark evaluated."""
+
+    cohort: str
+    version: int
+    description: str
+    criteria: Mapping[str, Any]
+    predicate: str
+
+    @classmethod
+    def from_cohort(cls, cohort) -> "Selection":
+        criteria = {"modalities": list(cohort.modalities), "lateralities": list(cohort.lateralities),
+                    "diagnosis_code_prefixes": list(cohort.diagnosis_code_prefixes),
+                    "age_at_scan_min": cohort.age_min, "age_at_scan_max": cohort.age_max}
+        return cls(cohort.name, cohort.version, cohort.description,
+                   {k: v for k, v in criteria.items() if v not in (None, [])}, cohort.sql_predicate())
+
+
+@dataclass(frozen=True)
+class ReleaseCounts:
+    """Counts of the release; `breakdowns` maps a released column to {value: count} (e.g. modality)."""
+
+    images: int
+    patients: int
+    studies: int
+    series: int
+    breakdowns: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+BREAKDOWN_COLUMNS = ("modality", "laterality", "sex")  # released columns with a handful of values each
+MISSING = "(missing)"
+
+
+def counts_sql(table: str) -> str:
+    """One row of release counts over a selection (a Spark view of release rows): aggregated on executors."""
+    return ("SELECT count(*) AS images, count(DISTINCT patient_pseudonym) AS patients, "
+            "count(DISTINCT study_instance_uid) AS studies, count(DISTINCT series_instance_uid) AS series "
+            f"FROM {table}")
+
+
+def breakdown_sql(table: str, column: str) -> str:
+    """Images per value of one low-cardinality released column (a handful of rows reach the driver)."""
+    return (f"SELECT coalesce(CAST(`{column}` AS STRING), '{MISSING}') AS value, count(*) AS images "
+            f"FROM {table} GROUP BY 1")
+
+
+@dataclass(frozen=True)
+class DeidSummary:
+    standard: str
+    engine: str
+    options: tuple[tuple[str, str, str], ...]  # (name, CID 7050 code, meaning), in declaration order
+
+    @classmethod
+    def from_options(cls, options) -> "DeidSummary":
+        from imaging.deid import ENGINE_VERSION, load_profile
+        from imaging.deid.options import BY_NAME, STANDARD_REVISION
+
+        profile = load_profile(options)
+        return cls(f"DICOM PS3.15 Annex E, Table E.1-1 rev {STANDARD_REVISION}", f"imaging.deid {ENGINE_VERSION}",
+                   tuple((o, BY_NAME[o].code, BY_NAME[o].meaning) for o in profile.options))
+
+    @property
+    def label(self) -> str:
+        """Profile and options in one line (as the provenance ledger stores them)."""
+        return f"{self.standard} / {self.engine}"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The latest evaluation of one asset check (its name and a fixed description, never values)."""
+
+    asset: str
+    name: str
+    passed: bool
+    severity: str = "ERROR"
+    description: str = ""
+    run_id: str | None = None
+    evaluated_at: str | None = None  # ISO 8601, UTC
+
+
+@dataclass(frozen=True)
+class InputPartition:
+    """One partition the release read: its opaque batch token, data version and the run that wrote it."""
+
+    asset: str
+    batch: str
+    data_version: str
+    run_id: str
+    materialized_at: str  # ISO 8601, UTC
+    landing_data_version: str | None = None  # content hash of the site-day's landing listing
+
+    def __post_init__(self):
+        if not _TOKEN.match(self.batch):
+            raise ValueError("an input partition is named by its opaque batch token, never a date or site")
+        for value in (self.data_version, self.run_id, self.landing_data_version):
+            if value is not None and not _VERSIONISH.match(value):
+                raise ValueError("data versions and run ids are identifiers, not free text")
+
+
+@dataclass(frozen=True)
+class CodeVersion:
+    asset: str
+    version: str
+
+
+@dataclass(frozen=True)
+class DataCardInputs:
+    selection: Selection
+    counts: ReleaseCounts
+    deid: DeidSummary
+    checks: tuple[CheckResult, ...]
+    inputs: tuple[InputPartition, ...]
+    code_versions: tuple[CodeVersion, ...]
+    disclosure: KAnonymity
+    lineage: tuple[ColumnLineage, ...]
+    data_digest: str
+    suppress_below: int = DEFAULT_SUPPRESS_BELOW
+
+
+@dataclass(frozen=True)
+class DataCard:
+    content: dict
+
+    def json_bytes(self) -> bytes:
+        return json.dumps(self.content, indent=2, sort_keys=True, ensure_ascii=False).encode() + b"\n"
+
+    def markdown_bytes(self) -> bytes:
+        return render_markdown(self.content).encode()
+
+
+def _chain(entry: ColumnLineage, manifest: Mapping[str, ColumnLineage]) -> list[dict]:
+    """A release column's transforms back to the identifiable sources, newest first."""
+    steps = [{"table": entry.table, "transform": entry.transform, "masked": entry.masked,
+              "description": entry.description, "from": [f"{s.table}.{s.column}" for s in entry.sources]}]
+    for source in entry.sources:
+        upstream = manifest.get(source.column) if source.table == MANIFEST else None
+        if upstream is not None and len(entry.sources) == 1:
+            steps += _chain(upstream, {})
+    return steps
+
+
+def build_datacard(inputs: DataCardInputs) -> DataCard:
+    below = inputs.suppress_below
+    count = lambda n: suppress(n, below)  # noqa: E731
+    c = inputs.counts
+    manifest = {e.column: e for e in inputs.lineage if e.table == MANIFEST and e.column}
+    columns = [{"column": e.column, "steps": _chain(e, manifest)}
+               for e in inputs.lineage if e.table == RELEASE and e.column]
+    runs: dict[str, set[str]] = {}
+    for p in inputs.inputs:
+        runs.setdefault(p.run_id, set()).add(f"materialized {p.asset}")
+    for check in inputs.checks:
+        if check.run_id:
+            runs.setdefault(check.run_id, set()).add(f"evaluated {check.asset} checks")
+    content = {
+        "format": FORMAT,
+        "cohort": inputs.selection.cohort, "version": inputs.selection.version,
+        "description": inputs.selection.description,
+        "release_id": "sha256 of SHA256SUMS (not stated inside the release: run `sha256sum SHA256SUMS`)",
+        "data_digest": inputs.data_digest,
+        "selection": {"criteria": dict(sorted(inputs.selection.criteria.items())),
+                      "predicate": inputs.selection.predicate},
+        "counts": {
+            "suppressed_below": below,
+            "images": count(c.images), "patients": count(c.patients),
+            "studies": count(c.studies), "series": count(c.series),
+            "by": {column: {str(v): count(n) for v, n in sorted(values.items(), key=lambda kv: str(kv[0]))}
+                   for column, values in sorted(c.breakdowns.items())},
+        },
+        "disclosure": inputs.disclosure.report(below),
+        "deidentification": {"standard": inputs.deid.standard, "engine": inputs.deid.engine,
+                             "options": [{"name": n, "code": code, "meaning": m} for n, code, m in inputs.deid.options]},
+        "columns": columns,
+        "checks": [{"asset": k.asset, "check": k.name, "result": "passed" if k.passed else "failed",
+                    "severity": k.severity, "description": k.description, "run_id": k.run_id,
+                    "evaluated_at": k.evaluated_at}
+                   for k in sorted(inputs.checks, key=lambda k: (k.asset, k.name))],
+        "inputs": [{"asset": p.asset, "batch": p.batch, "data_version": p.data_version, "run_id": p.run_id,
+                    "materialized_at": p.materialized_at, "landing_data_version": p.landing_data_version}
+                   for p in sorted(inputs.inputs, key=lambda p: (p.asset, p.batch))],
+        "code_versions": {v.asset: v.version for v in sorted(inputs.code_versions, key=lambda v: v.asset)},
+        "runs": [{"run_id": r, "did": sorted(did)} for r, did in sorted(runs.items())],
+        # Every hop, dropped columns included: what the review report draws.
+        "lineage": [{"table": e.table, "column": e.column, "transform": e.transform, "masked": e.masked,
+                     "description": e.description, "sources": [{"table": s.table, "column": s.column}
+                                                               for s in e.sources]} for e in inputs.lineage],
+    }
+    return DataCard(content)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    esc = lambda v: "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(esc(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(card: Mapping) -> str:
+    counts, k = card["counts"], card["disclosure"]
+    out = [f"# Data card: {card['cohort']} v{card['version']}\n", f"{card['description']}\n" if card["description"] else "",
+           f"- Release id: {card['release_id']}\n- Data digest (images and metadata only): `{card['data_digest']}`\n",
+           "\n## Selection\n\n", _table(["criterion", "value"],
+                                       [[name, json.dumps(v)] for name, v in card["selection"]["criteria"].items()]),
+           f"\nPredicate over the de-identified manifest:\n\n```sql\n{card['selection']['predicate']}\n```\n",
+           f"\n## Counts\n\nCounts from 1 to {counts['suppressed_below'] - 1} are shown as "
+           f"\"<{counts['suppressed_below']}\".\n\n",
+           _table(["images", "patients", "studies", "series"],
+                  [[counts["images"], counts["patients"], counts["studies"], counts["series"]]])]
+    for column, values in counts["by"].items():
+        out += [f"\nBy {column}:\n\n", _table([column, "images"], [[v, n] for v, n in values.items()])]
+    verdict = "passed" if k["passed"] else "BLOCKED"
+    out += ["\n## Disclosure control\n\n",
+            f"k-anonymity over ({', '.join(k['quasi_identifiers'])}), distinct patients per combination: "
+            f"minimum k {k['min_k']}, {k['equivalence_classes']} equivalence classes, smallest "
+            f"{k['smallest_class']}, {k['classes_below_min_k']} below the minimum: **{verdict}**.\n\n",
+            f"Class sizes (no values): {', '.join(str(s) for s in k['class_sizes']) or 'none'}\n",
+            "\n## De-identification\n\n", f"{card['deidentification']['standard']}, engine "
+            f"{card['deidentification']['engine']}.\n\n",
+            _table(["option", "CID 7050 code", "meaning"],
+                   [[o["name"], o["code"], o["meaning"]] for o in card["deidentification"]["options"]]),
+            "\n## Released columns\n\nEach column's transforms, from the release back to the identifiable source.\n\n",
+            _table(["column", "transforms (release <- manifest)", "from", "how"],
+                   [[c["column"], " <- ".join(s["transform"] + (" (masked)" if s["masked"] else "") for s in c["steps"]),
+                     ", ".join(c["steps"][-1]["from"]), c["steps"][-1]["description"]] for c in card["columns"]]),
+            "\n## Checks (latest result of each)\n\n",
+            _table(["asset", "check", "result", "severity", "run", "evaluated"],
+                   [[c["asset"], c["check"], c["result"], c["severity"], c["run_id"], c["evaluated_at"]]
+                    for c in card["checks"]]),
+            "\n## Inputs\n\nPartitions by opaque batch token; the provenance ledger (identifiable zone) maps them to "
+            "landing days and sites.\n\n",
+            _table(["asset", "batch", "data version", "run", "materialized", "landing data version"],
+                   [[p["asset"], p["batch"], p["data_version"], p["run_id"], p["materialized_at"],
+                     p["landing_data_version"]] for p in card["inputs"]]),
+            "\n## Code versions\n\n", _table(["asset", "code version"], [[a, v] for a, v in card["code_versions"].items()]),
+            "\n## Runs\n\n", _table(["run", "did"], [[r["run_id"], "; ".join(r["did"])] for r in card["runs"]])]
+    return "".join(out)

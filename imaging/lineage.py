@@ -1,0 +1,236 @@
+"""Column lineage as data: each output column's source columns and transform, derived, not written.
+
+`column_lineage(policy, options, disclosure)` reads the clinical policy and the de-identification
+profile (Table E.1-1 resolved for the options) and says, for every column of the de-identified
+manifest (`anonymized_images`) and of a release (`published_cohort`), where it comes from and what
+was done to it; source columns that reach no output are listed as dropped. The same records feed
+Dagster's `dagster/column_lineage` (`dagster_column_deps`), the OpenLineage column-lineage facet
+(`imaging.lineage_events`) and the graph of the review report (`imaging.review_html`), so the three
+can never disagree. Change an option or a policy action and the lineage changes with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from pydicom.datadict import dictionary_VR, tag_for_keyword
+
+from imaging.clinical import ClinicalPolicy
+from imaging.deid import load_profile
+from imaging.disclosure import DisclosurePolicy
+
+# Tables, named by the Dagster asset that writes them.
+LINKED = "linked_patient_metadata"  # identifiable: the source header index joined to clinical records
+MANIFEST = "anonymized_images"  # de-identified manifest
+RELEASE = "published_cohort"  # a release's metadata.parquet / metadata.csv
+
+KEPT, PSEUDONYMISED, SHIFTED, GENERALISED, CLEANED, DERIVED, DROPPED = (
+    "kept", "pseudonymised", "shifted", "generalised", "cleaned", "derived", "dropped")
+TRANSFORMS = (KEPT, PSEUDONYMISED, SHIFTED, GENERALISED, CLEANED, DERIVED, DROPPED)
+
+# Manifest columns that describe the warehouse, not the research data: never in a release.
+INTERNAL = ("batch", "output_path", "size_bytes")
+# Value representations the allow-list scrubs of the patient's own terms (codes and UIDs pass unchanged).
+_TEXT_VRS = frozenset({"LO", "LT", "SH", "ST", "UT", "UC", "PN"})
+
+
+@dataclass(frozen=True)
+class ColumnRef:
+    table: str
+    column: str
+
+
+@dataclass(frozen=True)
+class ColumnLineage:
+    """One output column (or, with `column` None, source columns dropped on the way to `table`)."""
+
+    table: str
+    column: str | None
+    sources: tuple[ColumnRef, ...]
+    transform: str
+    masked: bool  # no original value survives (a keyed hash, a shift, a band, nothing at all)
+    description: str
+
+    def __post_init__(self):
+        if self.transform not in TRANSFORMS:
+            raise ValueError(f"unknown transform {self.transform!r}")
+
+
+def _dicom(profile, keyword: str, column: str, sources: tuple[ColumnRef, ...]) -> ColumnLineage:
+    """Lineage of a manifest column read back from a de-identified header attribute."""
+    tag = tag_for_keyword(keyword)
+    action = profile.actions.get(tag)
+    where = f"DICOM {keyword}"
+    if action == "U":
+        return ColumnLineage(MANIFEST, column, sources, PSEUDONYMISED, True,
+                             f"{where}: keyed 2.25 UID, the same in every file and reference")
+    if action == "K":
+        return ColumnLineage(MANIFEST, column, sources, KEPT, False, f"{where}: kept (option retains it)")
+    if action == "C" and dictionary_VR(tag) in ("DA", "DT", "TM") and profile.dates == "modified":
+        return ColumnLineage(MANIFEST, column, sources, SHIFTED, True,
+                             f"{where}: shifted by the patient's keyed, non-zero shift")
+    if action == "C":
+        return ColumnLineage(MANIFEST, column, sources, CLEANED, False, f"{where}: cleaned of identifying text")
+    if action in ("X", "Z", "D"):
+        return ColumnLineage(MANIFEST, column, sources, DROPPED, True,
+                             f"{where}: removed or emptied by the basic profile (column empty)")
+    if tag in profile.allowlist and dictionary_VR(tag) in _TEXT_VRS:
+        return ColumnLineage(MANIFEST, column, sources, CLEANED, False,
+                             f"{where}: reviewed allow-list, the patient's own terms scrubbed")
+    return ColumnLineage(MANIFEST, column, sources, KEPT, False, f"{where}: technical attribute, kept")
+
+
+def _linked(*columns: str) -> tuple[ColumnRef, ...]:
+    return tuple(ColumnRef(LINKED, c) for c in columns)
+
+
+def _clinical(aliases: Iterable[str]) -> tuple[ColumnRef, ...]:
+    return tuple(ColumnRef(LINKED, f"clinical.{a}") for a in aliases)
+
+
+def manifest_lineage(policy: ClinicalPolicy, options: Iterable[str] | None) -> list[ColumnLineage]:
+    """Lineage of every manifest column from `linked_patient_metadata`, and what is dropped."""
+    profile = load_profile(options)
+    out = [
+        ColumnLineage(MANIFEST, "batch", _linked("date", "site"), DERIVED, True,
+                      "keyed token of the site-day: no real date or site names a de-identified folder"),
+        ColumnLineage(MANIFEST, "output_path", _linked("date", "site", "sop_instance_uid"), DERIVED, True,
+                      "files/<batch>/<new SOP Instance UID>.dcm"),
+        ColumnLineage(MANIFEST, "sha256", _linked("source_path"), DERIVED, True,
+                      "sha256 of the de-identified file written from the source file"),
+        ColumnLineage(MANIFEST, "size_bytes", _linked("source_path"), DERIVED, True,
+                      "size of the de-identified file"),
+        ColumnLineage(MANIFEST, "patient_pseudonym", _linked("patient_id", "issuer_of_patient_id"), PSEUDONYMISED,
+                      True, "keyed pseudonym of (issuer, patient id): one per patient across sites and dates"),
+        _dicom(profile, "StudyInstanceUID", "study_instance_uid", _linked("study_instance_uid")),
+        _dicom(profile, "SeriesInstanceUID", "series_instance_uid", _linked("series_instance_uid")),
+        _dicom(profile, "SOPInstanceUID", "sop_instance_uid", _linked("sop_instance_uid")),
+        _dicom(profile, "SOPClassUID", "sop_class_uid", _linked("sop_class_uid")),
+        _dicom(profile, "Modality", "modality", _linked("modality")),
+        _dicom(profile, "ImageLaterality", "laterality", _linked("laterality")),
+        _dicom(profile, "StudyDate", "study_date", _linked("study_date")),
+        _dicom(profile, "Manufacturer", "manufacturer", _linked("manufacturer")),
+        _dicom(profile, "ManufacturerModelName", "model", _linked("model")),
+        _dicom(profile, "Rows", "rows", _linked("rows")),
+        _dicom(profile, "Columns", "columns", _linked("columns")),
+        _dicom(profile, "NumberOfFrames", "number_of_frames", _linked("number_of_frames")),
+        ColumnLineage(MANIFEST, "has_clinical_record", _linked("has_clinical_record"), KEPT, False,
+                      "whether a clinical record dated on or before the scan was found"),
+    ]
+    for rule in policy.rules:
+        sources = _clinical(rule.aliases)
+        if rule.action == "keep":
+            check = f"pattern {rule.pattern}" if rule.pattern else f"range {rule.number[0]:g} to {rule.number[1]:g}"
+            out.append(ColumnLineage(MANIFEST, rule.name, sources, KEPT, False,
+                                     f"clinical policy: kept when it matches {check}, else empty"))
+        elif rule.action == "generalise":
+            out.append(ColumnLineage(MANIFEST, rule.name, sources, GENERALISED, True,
+                                     f"clinical policy: mapped to {len(set(rule.values.values()))} codes"))
+        elif rule.action == "age_at_scan":
+            out.append(ColumnLineage(MANIFEST, rule.name, sources + _linked("study_date"), DERIVED, True,
+                                     f"clinical policy: whole years at the scan, {rule.top_code}+ as {rule.top_code}; "
+                                     f"the birth date never leaves"))
+        elif rule.action == "shift_date":
+            out.append(ColumnLineage(MANIFEST, rule.name, sources, SHIFTED, True,
+                                     "clinical policy: shifted by the patient's own shift"))
+        elif rule.action == "pseudonymise":
+            out.append(ColumnLineage(MANIFEST, rule.name, sources, PSEUDONYMISED, True,
+                                     "clinical policy: keyed token, stable across sites and runs"))
+        else:
+            out.append(ColumnLineage(MANIFEST, None, sources, DROPPED, True,
+                                     f"clinical policy: {rule.name} dropped on purpose"))
+    named = {a for rule in policy.rules for a in rule.aliases}
+    identifiers = [i for i in policy.identifiers if i not in named]
+    if identifiers:
+        out.append(ColumnLineage(MANIFEST, None, _clinical(identifiers), DROPPED, True,
+                                 "the patient's identifiers: dropped, and scrubbed from DICOM free text"))
+    out.append(ColumnLineage(MANIFEST, None,
+                             _linked("source_path", "size_bytes", "sha256", "clinical_extract_date", "study_time",
+                                     "transfer_syntax_uid", "date", "site"), DROPPED, True,
+                             "landing facts (paths, real dates, sites, source checksums) stay in the identifiable "
+                             "zone's provenance ledger"))
+    out.append(ColumnLineage(MANIFEST, None, (ColumnRef(LINKED, "clinical.*"),), DROPPED, True,
+                             "every clinical column the policy does not name"))
+    return out
+
+
+def release_lineage(manifest: list[ColumnLineage], disclosure: DisclosurePolicy) -> list[ColumnLineage]:
+    """Lineage of a release's metadata columns from the manifest (the `file` column first)."""
+    qis = disclosure.by_column()
+    out = [ColumnLineage(RELEASE, "file", (ColumnRef(MANIFEST, "patient_pseudonym"),
+                                           ColumnRef(MANIFEST, "study_instance_uid"),
+                                           ColumnRef(MANIFEST, "sop_instance_uid")), DERIVED, False,
+                         "images/<patient>/<study>/<instance>.dcm inside the release")]
+    for entry in manifest:
+        if entry.column is None or entry.column in INTERNAL:
+            continue
+        source = (ColumnRef(MANIFEST, entry.column),)
+        qi = qis.get(entry.column)
+        if qi is not None and qi.band_years is not None:
+            out.append(ColumnLineage(RELEASE, qi.released_as, source, GENERALISED, True,
+                                     f"quasi-identifier: {qi.band_years}-year bands, {qi.top_code}+ at the top"))
+        else:
+            out.append(ColumnLineage(RELEASE, entry.column, source, KEPT, False, "as in the manifest"))
+    out.append(ColumnLineage(RELEASE, None, tuple(ColumnRef(MANIFEST, c) for c in INTERNAL), DROPPED, False,
+                             "warehouse bookkeeping, not research data"))
+    return out
+
+
+def column_lineage(policy: ClinicalPolicy, options: Iterable[str] | None,
+                   disclosure: DisclosurePolicy) -> list[ColumnLineage]:
+    """Both hops: linked_patient_metadata -> anonymized_images -> published_cohort."""
+    manifest = manifest_lineage(policy, options)
+    return manifest + release_lineage(manifest, disclosure)
+
+
+@dataclass(frozen=True)
+class ReleaseColumn:
+    """One column of a release's metadata: its name and the Spark SQL that computes it from the manifest."""
+
+    name: str
+    sql: str
+
+
+def release_columns(lineage: list[ColumnLineage], disclosure: DisclosurePolicy) -> list[ReleaseColumn]:
+    """The release's metadata columns in order, as SQL over manifest columns (the asset selects these)."""
+    qis = {q.released_as: q for q in disclosure.quasi_identifiers}
+    columns = []
+    for entry in lineage:
+        if entry.table != RELEASE or entry.column is None:
+            continue
+        if entry.column == "file":
+            sql = ("concat_ws('/', 'images', patient_pseudonym, study_instance_uid, "
+                   "concat(sop_instance_uid, '.dcm'))")
+        elif entry.column in qis:
+            sql = qis[entry.column].release_sql()
+        else:
+            sql = f"`{entry.column}`"
+        columns.append(ReleaseColumn(entry.column, f"{sql} AS `{entry.column}`"))
+    return columns
+
+
+def release_row(row: Mapping, lineage: list[ColumnLineage], disclosure: DisclosurePolicy) -> dict:
+    """The release row of one manifest row, in Python (the same as `release_columns`, for small inputs)."""
+    qis = {q.released_as: q for q in disclosure.quasi_identifiers}
+    out = {}
+    for entry in lineage:
+        if entry.table != RELEASE or entry.column is None:
+            continue
+        if entry.column == "file":
+            out["file"] = f"images/{row['patient_pseudonym']}/{row['study_instance_uid']}/{row['sop_instance_uid']}.dcm"
+        elif entry.column in qis:
+            out[entry.column] = qis[entry.column].release_value(row.get(qis[entry.column].column))
+        else:
+            out[entry.column] = row.get(entry.column)
+    return out
+
+
+def dagster_column_deps(lineage: Iterable[ColumnLineage], table: str) -> dict[str, list[tuple[str, str]]]:
+    """{output column: [(upstream asset key, column)]} for `dagster/column_lineage` of one asset.
+
+    Dagster's `TableColumnLineage(deps_by_column={c: [TableColumnDep(AssetKey(a), col) ...]})` is
+    built from this by the asset layer (the core imports no Dagster).
+    """
+    return {e.column: [(s.table, s.column) for s in e.sources]
+            for e in lineage if e.table == table and e.column is not None}

@@ -1,0 +1,138 @@
+"""Small real releases without Spark: synthetic DICOM, indexed, de-identified, bundled.
+
+The steps are the pure bodies the assets run on executors (`imaging.index.index_partition`,
+`imaging.anonymize.anonymize_partition`), called directly on a handful of files, then
+`imaging.release_bundle.finish_release`. The provenance ledger is written as the anonymize step
+will write it (one `ProvenanceRecord` per published image).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from imaging.anonymize import AnonymizeJob
+from imaging.bundle import ManifestEntry
+from imaging.catalogue import manifest as manifest_table
+from imaging.clinical import ClinicalPolicy
+from imaging.code_version import code_version, module_files
+from imaging.cohort import CohortDefinition
+from imaging.config import read_yaml
+from imaging.datacard import (MISSING, CheckResult, CodeVersion, DataCardInputs, DeidSummary, InputPartition,
+                              ReleaseCounts, Selection)
+from imaging.deid import RESEARCH_DEFAULT
+from imaging.disclosure import DisclosurePolicy, class_sizes, k_anonymity
+from imaging.index import index_file
+from imaging.lineage import column_lineage, release_row
+from imaging.catalogue import LEDGER
+from imaging.provenance import ProvenanceRecord, write_ledger
+from imaging.records import IndexedImage, LinkedImage, ListedFile
+from imaging.release_bundle import BuiltRelease, finish_release
+from synth import generate_hospital
+
+KEY = "release-test-key-" + "k" * 16
+SITE, DATES = "site-a", ("2024-03-01", "2024-03-02")
+RUN_IDS = {DATES[0]: str(uuid.UUID(int=1)), DATES[1]: str(uuid.UUID(int=2))}
+TIMES = {DATES[0]: "2026-11-20T10:00:00+00:00", DATES[1]: "2026-11-20T11:00:00+00:00"}
+
+
+@dataclass
+class Hospital:
+    """A de-identified warehouse of a few synthetic images, with its ground truth and ledger."""
+
+    root: Path
+    warehouse: Path
+    summary: object
+    policy: ClinicalPolicy
+    disclosure: DisclosurePolicy
+    manifest: list[dict] = field(default_factory=list)
+    ledger: list[ProvenanceRecord] = field(default_factory=list)
+    code_versions: tuple[CodeVersion, ...] = ()
+
+
+def make_hospital(root: Path, patients: int = 4, min_k: int = 1) -> Hospital:
+    landing, warehouse = root / "landing", root / "warehouse"
+    summary = generate_hospital(landing, seed=3, sites=(SITE,), dates=DATES, patients_per_site=patients,
+                                oct_shape=(2, 16, 16), fundus_shape=(16, 16), broken_per_partition=False)
+    spec = read_yaml("clinical_policy.yaml")
+    policy = ClinicalPolicy.from_dict(spec)
+    disclosure = DisclosurePolicy.from_dict({**spec, "disclosure": {"min_k": min_k}})
+    deid_version = code_version(module_files("imaging.anonymize", "imaging.deid", "imaging.clinical"),
+                                RESEARCH_DEFAULT, spec)
+    hospital = Hospital(root, warehouse, summary, policy, disclosure,
+                        code_versions=(CodeVersion("anonymized_images", deid_version),
+                                       CodeVersion("published_cohort",
+                                                   code_version(module_files("imaging.release_bundle"), (), spec))))
+    staging = warehouse / "deidentified"
+    publish = AnonymizeJob(KEY, "NHS", RESEARCH_DEFAULT, policy, str(staging))()
+    table = manifest_table(policy)
+    for date in DATES:
+        for rel in summary.dicom_files[(date, SITE)]:
+            image = index_file(ListedFile(date, SITE, str(landing / rel), (landing / rel).stat().st_size))
+            assert isinstance(image, IndexedImage), image
+            clinical = summary.expected_clinical(date, SITE, image.patient_id)
+            linked = LinkedImage(**{f.name: getattr(image, f.name) for f in dataclasses.fields(IndexedImage)},
+                                 has_clinical_record=clinical is not None, clinical=clinical)
+            out = publish(linked)
+            assert out.__class__.__name__ == "PublishedImage", out
+            flat = {f.name: getattr(out, f.name) for f in dataclasses.fields(out) if f.name != "clinical"}
+            flat.update(out.clinical)
+            hospital.manifest.append({c: flat[table.source_of(c)] for c in table.columns})
+            hospital.ledger.append(ProvenanceRecord(
+                source_path=out.source_path, source_sha256=out.source_sha256, source_uid_hash=out.source_uid_hash,
+                batch=out.batch, output_path=out.output_path, output_sha256=out.output_sha256,
+                deid_profile=DeidSummary.from_options(RESEARCH_DEFAULT).label, deid_options=",".join(RESEARCH_DEFAULT),
+                code_version=deid_version, run_id=RUN_IDS[date], run_started_at=TIMES[date], date=date, site=SITE))
+    write_ledger(str(warehouse / LEDGER.path), hospital.ledger)
+    return hospital
+
+
+def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | None = None,
+                  checks: tuple[CheckResult, ...] | None = None, run_ids: dict | None = None) -> BuiltRelease:
+    """A release of `cohort` (default: every image) written into `target` as the asset would."""
+    cohort = cohort or CohortDefinition.from_dict({"name": "small-test", "version": 1, "description": "all images"})
+    rows = [r for r in hospital.manifest if not cohort.modalities or r["modality"] in cohort.modalities]
+    lineage = column_lineage(hospital.policy, RESEARCH_DEFAULT, hospital.disclosure)
+    released = sorted((release_row(r, lineage, hospital.disclosure) for r in rows), key=lambda r: r["file"])
+    known = {}
+    for row in rows:
+        out = release_row(row, lineage, hospital.disclosure)["file"]
+        (target / out).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(hospital.warehouse / "deidentified" / row["output_path"], target / out)
+        known[out] = row["sha256"]
+    table = pa.Table.from_pylist(released)
+    pq.write_table(table, target / "metadata.parquet")
+    pacsv.write_csv(table, target / "metadata.csv")
+    batches = {}
+    for row in hospital.manifest:
+        batches.setdefault(row["batch"], []).append(row["sha256"])
+    date_of = {r.output_path.split("/")[2]: r.date for r in hospital.ledger}
+    inputs = tuple(InputPartition("anonymized_images", b, hashlib.sha256("".join(sorted(s)).encode()).hexdigest()[:16],
+                                  (run_ids or RUN_IDS)[date_of[b]], TIMES[date_of[b]])
+                   for b, s in sorted(batches.items()))
+    checks = checks if checks is not None else (
+        CheckResult("anonymized_images", "every_image_accounted_for", True, run_id=RUN_IDS[DATES[1]],
+                    evaluated_at=TIMES[DATES[1]], description="indexed = published + quarantined"),)
+    breakdowns = {c: {} for c in ("modality", "laterality", "sex")}
+    for r in released:
+        for c in breakdowns:
+            value = MISSING if r[c] is None else str(r[c])
+            breakdowns[c][value] = breakdowns[c].get(value, 0) + 1
+    counts = ReleaseCounts(len(rows), len({r["patient_pseudonym"] for r in rows}),
+                           len({r["study_instance_uid"] for r in rows}), len({r["series_instance_uid"] for r in rows}),
+                           breakdowns)
+    card = DataCardInputs(
+        selection=Selection.from_cohort(cohort), counts=counts, deid=DeidSummary.from_options(RESEARCH_DEFAULT),
+        checks=checks, inputs=inputs, code_versions=hospital.code_versions,
+        disclosure=k_anonymity(class_sizes(rows, hospital.disclosure), hospital.disclosure),
+        lineage=tuple(lineage), data_digest="")
+    entries = sorted((ManifestEntry(p, h) for p, h in known.items()), key=lambda e: e.path.encode())
+    return finish_release(str(target), card, images=lambda: iter(entries))

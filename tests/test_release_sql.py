@@ -1,0 +1,57 @@
+"""The release's Spark SQL (columns, counts, k-anonymity class sizes) agrees with the Python rules."""
+
+from collections import Counter
+
+import pytest
+
+from imaging.clinical import ClinicalPolicy
+from imaging.config import read_yaml
+from imaging.datacard import BREAKDOWN_COLUMNS, MISSING, breakdown_sql, counts_sql
+from imaging.deid import RESEARCH_DEFAULT
+from imaging.disclosure import DisclosurePolicy, class_sizes
+from imaging.lineage import column_lineage, release_columns, release_row
+
+
+@pytest.fixture(scope="module")
+def selection(spark):
+    spec = read_yaml("clinical_policy.yaml")
+    policy, disclosure = ClinicalPolicy.from_dict(spec), DisclosurePolicy.from_dict(spec)
+    lineage = column_lineage(policy, RESEARCH_DEFAULT, disclosure)
+    ages = [None, 0, 4, 5, 49, 50, 54, 55, 89, 90, 90, 61, 61, 61]
+    sexes = ["F", "M", None, "F", "F", "M", "F", "U", "M", None, "F", "F", "F", "M"]
+    rows = []
+    for i, (age, sex) in enumerate(zip(ages, sexes)):
+        row = {c: None for c in ("batch", "output_path", "size_bytes", "sha256", "patient_pseudonym",
+                                 "study_instance_uid", "series_instance_uid", "sop_instance_uid", "sop_class_uid",
+                                 "modality", "laterality", "study_date", "manufacturer", "model", "rows", "columns",
+                                 "number_of_frames", "has_clinical_record", *policy.output_columns)}
+        row.update(patient_pseudonym=f"P{i % 11}", study_instance_uid=f"2.25.{i % 5}", series_instance_uid=f"2.25.{i}",
+                   sop_instance_uid=f"2.25.{100 + i}", modality="OPT" if i % 3 else "OP",
+                   laterality=None if i == 4 else "R" if i % 2 else "L", age_at_scan=age, sex=sex, rows=16)
+        rows.append(row)
+    types = {"age_at_scan": "INT", "rows": "INT", "columns": "INT", "number_of_frames": "INT", "size_bytes": "BIGINT",
+             "visual_acuity_logmar": "DOUBLE", "iop_mmhg": "DOUBLE", "has_clinical_record": "BOOLEAN"}
+    schema = ", ".join(f"`{c}` {types.get(c, 'STRING')}" for c in rows[0])
+    frame = spark.createDataFrame([tuple(r.values()) for r in rows], schema)
+    frame.createOrReplaceTempView("release_sql_selection")
+    return rows, lineage, disclosure
+
+
+def test_release_columns_in_sql_match_release_row(spark, selection):
+    rows, lineage, disclosure = selection
+    columns = release_columns(lineage, disclosure)
+    got = spark.table("release_sql_selection").selectExpr(*[c.sql for c in columns]).collect()
+    expected = [release_row(r, lineage, disclosure) for r in rows]
+    assert [r.asDict() for r in got] == expected
+    assert [r["age_band"] for r in expected][:4] == [None, "0-4", "0-4", "5-9"] and expected[9]["age_band"] == "90+"
+
+
+def test_class_sizes_and_counts_in_sql_match_python(spark, selection):
+    rows, _, disclosure = selection
+    sizes = [r["size"] for r in spark.sql(disclosure.class_sizes_sql("release_sql_selection")).collect()]
+    assert sorted(sizes) == sorted(class_sizes(rows, disclosure))
+    counts = spark.sql(counts_sql("release_sql_selection")).collect()[0].asDict()
+    assert counts == {"images": 14, "patients": 11, "studies": 5, "series": 14}
+    for column in BREAKDOWN_COLUMNS:
+        got = {r["value"]: r["images"] for r in spark.sql(breakdown_sql("release_sql_selection", column)).collect()}
+        assert got == dict(Counter(MISSING if r[column] is None else r[column] for r in rows)), column

@@ -1,0 +1,241 @@
+"""The approval gate and `imaging-review`: hold, approve, publish, then trace a file to its landing file."""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from imaging import approval as gate
+from imaging.bundle import APPROVAL, content_key_of, verify_bundle
+from imaging.review import main, review
+from imaging.review_html import render_html
+from release_helpers import DATES, RUN_IDS, SITE, build_release, make_hospital
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def flow(tmp_path_factory):
+    """A release built, held, approved and published as the asset will do it."""
+    hospital = make_hospital(tmp_path_factory.mktemp("review"))
+    warehouse = str(hospital.warehouse)
+    staging = hospital.warehouse / "identifiable" / "_staging" / "r1"
+    built = build_release(hospital, staging)
+    first = gate.decide(_key(built), published=None, k_passed=True)
+    assert first.action == gate.HOLD
+    held = gate.hold(str(staging), warehouse, "small-test", built.release_id)
+    assert not staging.exists() and held.endswith(f"/identifiable/held/small-test/{built.release_id}")
+    return hospital, warehouse, built, held
+
+
+def _key(built):
+    return gate.ReleaseKey(built.release_id, built.content_key)
+
+
+def _flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _cli(argv, monkeypatch, capsys, warehouse=None):
+    monkeypatch.delenv("IMAGING_WAREHOUSE", raising=False)
+    if warehouse:
+        monkeypatch.setenv("IMAGING_WAREHOUSE", warehouse)
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_hold_approve_publish(flow, monkeypatch, capsys):
+    hospital, warehouse, built, held = flow
+    code, out, _ = _cli(["pending"], monkeypatch, capsys, warehouse)
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 1
+    path, cohort, version, rid, status = lines[0].split("\t")
+    assert (path, cohort, version, rid, status) == (held, "small-test", "v1", built.release_id, "awaiting approval")
+    # Without approval nothing is published, whatever the number of runs.
+    assert gate.load_approval(warehouse, built.release_id) is None
+    assert not Path(gate.published_path(warehouse, "small-test", 1)).exists()
+
+    code, out, _ = _cli(["approve", path, "--by", "Governance Reviewer", "--note", "IG-42"], monkeypatch, capsys)
+    assert code == 0 and built.release_id in out
+    approval = gate.load_approval(warehouse, built.release_id)
+    assert (approval.approved_by, approval.note, approval.cohort, approval.version) == \
+        ("Governance Reviewer", "IG-42", "small-test", 1)
+    assert Path(warehouse, "identifiable/approvals", f"{built.release_id}.json").exists()
+    # Write once: a second approval does not replace the first.
+    assert gate.record_approval(held, "someone else").approved_by == "Governance Reviewer"
+
+    # The next materialization rebuilds the same content (same id) and publishes exactly that.
+    rebuilt = build_release(hospital, hospital.warehouse / "identifiable" / "_staging" / "r2")
+    assert rebuilt.release_id == built.release_id
+    decision = gate.decide(_key(rebuilt), published=None, approval=approval, k_passed=True)
+    assert decision.action == gate.PUBLISH and "Governance Reviewer" in decision.reason
+    target = gate.publish(held, warehouse, approval)
+    shutil.rmtree(rebuilt.root)
+    assert target == gate.published_path(warehouse, "small-test", 1)
+    assert verify_bundle(target).ok and verify_bundle(target).release_id == built.release_id
+    assert gate.approval_copy(target) == approval
+    assert _cli(["pending"], monkeypatch, capsys, warehouse)[1] == ""
+    # Published: the same content again is unchanged; other content is a conflict.
+    published = gate.ReleaseKey(gate.manifest_id(target), content_key_of(target))
+    assert gate.decide(_key(built), published=published, k_passed=True).action == gate.UNCHANGED
+    assert gate.decide(gate.ReleaseKey("0" * 64, "1" * 64), published=published, approval=approval,
+                       k_passed=True).action == gate.CONFLICT
+    with pytest.raises(gate.ApprovalError):
+        gate.publish(target, warehouse, approval)
+
+
+def test_an_approval_is_of_that_content_only(flow, tmp_path):
+    hospital, warehouse, built, held = flow
+    other = gate.decide(gate.ReleaseKey("f" * 64, "e" * 64), published=None,
+                        approval=gate.Approval(built.release_id, "small-test", 1, "x", "2026-11-22T00:00:00+00:00"),
+                        k_passed=True)
+    assert other.action == gate.HOLD
+    # A held release that no longer verifies cannot be approved.
+    rebuilt = build_release(hospital, tmp_path / "w" / "identifiable" / "held" / "small-test" / "x")
+    bad = Path(rebuilt.root).with_name(rebuilt.release_id)
+    Path(rebuilt.root).rename(bad)
+    image = sorted(bad.rglob("*.dcm"))[0]
+    _flip_last_byte(image)
+    with pytest.raises(gate.ApprovalError, match="does not verify"):
+        gate.record_approval(str(bad), "reviewer")
+    with pytest.raises(gate.ApprovalError, match="only a held release"):
+        gate.record_approval(str(tmp_path), "reviewer")
+
+
+@pytest.fixture(scope="module")
+def published(flow):
+    _, warehouse, built, held = flow
+    target = Path(gate.published_path(warehouse, "small-test", 1))
+    if not target.exists():
+        gate.record_approval(held, "Governance Reviewer")
+        gate.publish(held, warehouse, gate.load_approval(warehouse, built.release_id))
+    return target
+
+
+def test_review_traces_a_published_image_to_its_landing_file_and_run(flow, published, monkeypatch, capsys):
+    hospital, warehouse, built, _ = flow
+    image = sorted(published.rglob("*.dcm"))[0]
+    inner = str(image.relative_to(published))
+    record = next(r for r in hospital.ledger if r.output_sha256 == hashlib.sha256(image.read_bytes()).hexdigest())
+    code, out, _ = _cli([str(image)], monkeypatch, capsys, warehouse)
+    assert code == 0, out
+    assert f"File      {inner}" in out and built.release_id in out
+    assert f"landing  {record.source_path}  sha256 {record.source_sha256} (verified)" in out
+    assert f"run {record.run_id} (started {record.run_started_at})  partition {record.date}|{SITE}" in out
+    assert record.run_id in RUN_IDS.values() and "Approval  by Governance Reviewer" in out
+    assert "matches the approval store" in out and "Result    VERIFIED" in out
+    assert out.count("landing  ") == 1  # one file reviewed, one trace
+
+    whole = review(str(published), warehouse)
+    assert whole.ok and len(whole.traces) == 9 and {t.landing for t in whole.traces} == {"verified"}
+
+
+def test_review_without_the_warehouse_shows_what_the_release_proves(flow, published, monkeypatch, capsys):
+    hospital, *_ = flow
+    code, out, _ = _cli([str(published)], monkeypatch, capsys)
+    assert code == 0, out
+    assert "IMAGING_WAREHOUSE not set" in out and "Approval  by Governance Reviewer" in out
+    assert "landing" not in out.replace("landing data version", "") and str(hospital.root / "landing") not in out
+    assert "every_image_accounted_for" in out and "clean_descriptors (113105)" in out
+
+
+def test_review_fails_on_a_tampered_file_and_a_missing_approval(published, tmp_path, monkeypatch, capsys):
+    copy = tmp_path / "deidentified" / "cohorts" / "small-test" / "v1"
+    shutil.copytree(published, copy)
+    image = sorted(copy.rglob("*.dcm"))[0]
+    _flip_last_byte(image)
+    code, out, _ = _cli([str(image)], monkeypatch, capsys)
+    assert code == 1 and "problem: checksum differs: images/" in out and "Result    FAILED" in out
+    shutil.copyfile(sorted(published.rglob("*.dcm"))[0], image)
+    (copy / APPROVAL).unlink()
+    code, out, _ = _cli([str(copy)], monkeypatch, capsys)
+    assert code == 1 and "published without an approval" in out
+
+
+def test_html_report_has_the_graph_and_no_identifier(flow, published, tmp_path):
+    hospital, warehouse, *_ = flow
+    html = render_html(review(str(published), warehouse))
+    assert html.count('<path class="edge') > 40 and 'data-column="age_band"' in html
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in html
+    summary = hospital.summary
+    values = set(summary.identifying_strings()) | {p.patient_id for p in summary.patients}
+    values |= {i.sop_instance_uid for i in summary.instances} | {str(hospital.root), SITE, *DATES}
+    found = [v for v in values if v and len(v) >= 4 and v in html]
+    assert not found, found[:3]
+
+
+def test_cli_runs_as_a_program(published, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "IMAGING_WAREHOUSE"}
+    out = tmp_path / "report.html"
+    done = subprocess.run([sys.executable, "-m", "imaging.review", str(published), "--html", str(out)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    done = subprocess.run([sys.executable, "-m", "imaging.review", str(tmp_path)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "no SHA256SUMS" in done.stderr
+
+
+def test_apply_decision_holds_then_publishes_then_leaves_alone(tmp_path):
+    hospital = make_hospital(tmp_path)
+    warehouse = str(hospital.warehouse)
+
+    def run(n):
+        """One materialization of the gate for the small cohort: build, decide, act."""
+        staging = hospital.warehouse / "identifiable" / "_staging" / f"run{n}"
+        built = build_release(hospital, staging)
+        target = gate.published_path(warehouse, "small-test", 1)
+        published = gate.ReleaseKey(gate.manifest_id(target), content_key_of(target)) if Path(target).exists() \
+            else None
+        held = gate.list_held(warehouse, "small-test", 1)
+        decision = gate.decide(_key(built), published=published, held=held,
+                               approval=gate.load_approval(warehouse, built.release_id), k_passed=True)
+        approval = gate.load_approval(warehouse, decision.release_id)
+        outcome = gate.apply_decision(decision, staging=str(staging), warehouse=warehouse, cohort="small-test",
+                                      version=1, approval=approval)
+        assert not staging.exists()
+        return outcome
+
+    first, second = run(1), run(2)
+    assert first.action == second.action == gate.HOLD and first.path == second.path
+    assert [h.path for h in gate.list_held(warehouse)] == [first.path]
+    gate.record_approval(first.path, "demo", "approved by the demo itself")
+    third = run(3)
+    assert third.action == gate.PUBLISH and third.path == gate.published_path(warehouse, "small-test", 1)
+    assert not Path(first.path).exists() and gate.list_held(warehouse) == []
+    assert review(third.path, warehouse).ok
+    fourth = run(4)
+    assert fourth.action == gate.UNCHANGED and fourth.release_id == third.release_id
+
+
+def test_a_rebuild_naming_other_runs_publishes_the_approved_held_bytes(tmp_path):
+    """Inputs re-materialized with identical data name new runs, so a rebuild has other bytes (another
+    release id) but the same content key; what gets published is the held release that was approved."""
+    hospital = make_hospital(tmp_path)
+    warehouse = str(hospital.warehouse)
+    staging = hospital.warehouse / "identifiable" / "_staging"
+    first = build_release(hospital, staging / "a")
+    held = gate.hold(str(staging / "a"), warehouse, "small-test", first.release_id)
+    rebuilt = build_release(hospital, staging / "b", run_ids={d: str(uuid.UUID(int=90 + i))
+                                                              for i, d in enumerate(DATES)})
+    assert rebuilt.release_id != first.release_id and rebuilt.content_key == first.content_key
+    assert rebuilt.data_digest == first.data_digest
+    waiting = gate.decide(_key(rebuilt), published=None, held=gate.list_held(warehouse), k_passed=True)
+    assert (waiting.action, waiting.release_id, waiting.from_held) == (gate.HOLD, first.release_id, True)
+    gate.record_approval(held, "Governance Reviewer")
+    decision = gate.decide(_key(rebuilt), published=None, held=gate.list_held(warehouse),
+                           approval=gate.load_approval(warehouse, rebuilt.release_id), k_passed=True)
+    assert (decision.action, decision.release_id, decision.from_held) == (gate.PUBLISH, first.release_id, True)
+    outcome = gate.apply_decision(decision, staging=str(staging / "b"), warehouse=warehouse, cohort="small-test",
+                                  version=1, approval=gate.load_approval(warehouse, first.release_id))
+    assert outcome.action == gate.PUBLISH and gate.manifest_id(outcome.path) == first.release_id
+    assert not (staging / "b").exists() and not Path(held).exists()

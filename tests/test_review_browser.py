@@ -1,0 +1,70 @@
+"""The review report opened in headless Chromium: the column-lineage graph renders, offline.
+
+Needs Debian's `chromium` and `chromium-driver` (CI installs them: .ci/run). The screenshot is
+saved under tests/artifacts/review/ (git-ignored) and its path printed.
+"""
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from imaging import approval as gate
+from imaging.review import review
+from imaging.review_html import render_html
+from release_helpers import build_release, make_hospital
+
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "review"
+DRIVER = shutil.which("chromedriver")
+BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
+
+pytestmark = pytest.mark.skipif(not (DRIVER and BROWSER), reason="chromium and chromium-driver not installed")
+
+
+def test_report_renders_the_lineage_graph_in_chromium(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    hospital = make_hospital(tmp_path)
+    staging = hospital.warehouse / "identifiable" / "_staging" / "r"
+    built = build_release(hospital, staging)
+    held = gate.hold(str(staging), str(hospital.warehouse), "small-test", built.release_id)
+    gate.record_approval(held, "demo")
+    target = gate.publish(held, str(hospital.warehouse), gate.load_approval(str(hospital.warehouse), built.release_id))
+    report = tmp_path / "report.html"
+    report.write_text(render_html(review(target, str(hospital.warehouse))), encoding="utf-8")
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = BROWSER
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1000",
+                 f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-', dir=tmp_path)}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    try:
+        driver.get(report.as_uri())
+        assert driver.find_element("id", "status").text == "VERIFIED"
+        box = driver.execute_script(
+            "const b = document.getElementById('lineage-graph').getBoundingClientRect(); return [b.width, b.height];")
+        assert box[0] > 800 and box[1] > 400
+        drawn = driver.execute_script(
+            "return [...document.querySelectorAll('#lineage-graph path.edge')]"
+            ".filter(p => p.getTotalLength() > 50 && p.getBoundingClientRect().width > 50).length;")
+        edges = driver.execute_script("return document.querySelectorAll('#lineage-graph path.edge').length;")
+        assert edges > 40 and drawn == edges
+        labels = driver.execute_script(
+            "return [...document.querySelectorAll('#lineage-graph g.node text')].filter("
+            "t => t.getComputedTextLength() > 0).map(t => t.textContent);")
+        assert {"age_band", "patient_pseudonym", "clinical.dob", "(dropped)"} <= set(labels)
+        masked = driver.execute_script(
+            "return document.querySelectorAll('#lineage-graph path.edge[data-masked=\"true\"]').length;")
+        assert 0 < masked < edges
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / "review-report.png"
+        driver.set_window_size(1400, int(driver.execute_script("return document.body.scrollHeight;")) + 40)
+        assert driver.save_screenshot(str(shot))
+        print(f"screenshot: {shot}")
+        assert shot.stat().st_size > 20_000
+    finally:
+        driver.quit()
