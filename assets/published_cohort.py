@@ -205,7 +205,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
                 if d.action in (PUBLISH, UNCHANGED)}
     checksums = q.release_checksums(released, quality_context(deid))
     table_md = ["| cohort | state | release id | images | path (warehouse-relative) |", "|---|---|---|---:|---|"]
-    table_md += [f"| {name} | {d.action} | {d.release_id[:16] if d.release_id else ''} | {n} | "
+    table_md += [f"| {name} | {d.action} | {d.release_id or ''} | {n} | "
                  f"{('`' + paths[name] + '`') if name in paths else ''} |"
                  for name, (_, d, _, n) in sorted(plans.items())]
     return MaterializeResult(check_results=check_results([checksums], context.log), metadata={

@@ -8,17 +8,19 @@ to (not including) the pixel data. `DUPLICATES` is the rule for two files holdin
 from __future__ import annotations
 
 import hashlib
+import io
 from dataclasses import dataclass
-from typing import Iterator
-
-import pydicom
-from pydicom.errors import InvalidDicomError
+from typing import TYPE_CHECKING, Iterator
 
 from imaging import fs as fsx
 from imaging.records import (BatchStep, IndexedImage, ListedFile, Quarantined, SiteDayFolder, Stateless,
                              outcome_schema, schema_of)
 
+if TYPE_CHECKING:  # pydicom is imported where files are read: the driver of a run may never need it
+    import pydicom
+
 CHUNK = 1 << 20
+IN_MEMORY = 64 << 20  # files up to this size are read whole (see read_header)
 
 
 def site_day_url(landing: str, site: str, date: str) -> str:
@@ -61,12 +63,27 @@ def laterality(ds: pydicom.Dataset) -> str | None:
 
 
 def read_header(handle, listed: ListedFile) -> IndexedImage:
-    """Index record of one open file; raises on anything that is not a usable Part 10 instance."""
-    digest = hashlib.sha256()
-    for chunk in iter(lambda: handle.read(CHUNK), b""):
-        digest.update(chunk)
-    handle.seek(0)
-    ds = pydicom.dcmread(handle, stop_before_pixels=True)  # no force: Part 10 files only
+    """Index record of one open file; raises on anything that is not a usable Part 10 instance.
+
+    A file up to `IN_MEMORY` bytes is read once, in one call, then hashed and parsed from memory
+    (pydicom reads a header element by element: from memory each read is a C call, through the
+    filesystem's file object a Python one, after a second pass over the file). Larger files are
+    streamed for the hash and their header read again from the file. Either way the bytes hashed
+    and parsed are the same, so the records are too.
+    """
+    import pydicom  # here, not at import time: see TYPE_CHECKING above
+
+    if listed.size_bytes is not None and listed.size_bytes <= IN_MEMORY:
+        data = handle.read()
+        digest = hashlib.sha256(data)
+        source = io.BytesIO(data)
+    else:
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(chunk)
+        handle.seek(0)
+        source = handle
+    ds = pydicom.dcmread(source, stop_before_pixels=True)  # no force: Part 10 files only
     if not header_text(ds, "SOPInstanceUID") or not header_text(ds, "SOPClassUID"):
         raise NotAnInstance("no SOP Instance UID or SOP Class UID")
     meta = getattr(ds, "file_meta", None)
@@ -94,6 +111,8 @@ def read_header(handle, listed: ListedFile) -> IndexedImage:
 
 def reason_for(error: Exception) -> str:
     """A quarantine reason that names the failure, never a value read from the file."""
+    from pydicom.errors import InvalidDicomError
+
     if isinstance(error, NotAnInstance):
         return str(error)
     if isinstance(error, InvalidDicomError):
