@@ -43,7 +43,10 @@ def _context():
                 logging.getLogger(name).setLevel(logging.WARNING)
             context = gx.get_context(mode="ephemeral")
             context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-            batch_definition = (context.data_sources.add_spark("imaging")
+            # persist=False: GX would otherwise cache every validated frame and never release it, and
+            # Spark then answers a later read of the same table path from that cache, i.e. rows
+            # from before the next commit replaced the partition.
+            batch_definition = (context.data_sources.add_spark("imaging", persist=False)
                                 .add_dataframe_asset("frame").add_batch_definition_whole_dataframe("whole"))
             _CONTEXT = (context, batch_definition)
         return _CONTEXT

@@ -138,6 +138,9 @@ class Warehouse(ConfigurableResource):
             paths = [p for p in (f"{base}/{partition_dir(table, k)}" for k in partitions) if fsx.exists(p)]
         if not paths:
             return session.createDataFrame([], schema)
+        # A DataFrame cached over this table (by anyone) would answer for these paths with rows from
+        # before the latest commit: refresh, so reads always see what is committed now.
+        session.catalog.refreshByPath(base)
         return session.read.schema(schema).option("basePath", base).parquet(*paths).select(*schema.fieldNames())
 
 
