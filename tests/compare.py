@@ -26,11 +26,16 @@ class Output:
     value: object
 
 
+# Columns that name the run that wrote a row (the provenance ledger's), not what it wrote: two runs of
+# the same inputs differ there by design.
+RUN_FACTS = ("run_id", "run_started_at")
+
+
 def _rows(fs: fsspec.AbstractFileSystem, files: Sequence[str]) -> list:
     rows = []
     for path in files:
         with fs.open(path, "rb") as handle:
-            rows += pq.read_table(handle).to_pylist()
+            rows += [{k: v for k, v in row.items() if k not in RUN_FACTS} for row in pq.read_table(handle).to_pylist()]
     return sorted(rows, key=repr)
 
 

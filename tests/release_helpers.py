@@ -20,6 +20,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from imaging.anonymize import AnonymizeJob
+from imaging.deid.pixel_text import load_pixel_text_settings
+from imaging.issuers import IssuerPolicy
 from imaging.bundle import ManifestEntry
 from imaging.catalogue import manifest as manifest_table
 from imaging.clinical import ClinicalPolicy
@@ -72,7 +74,8 @@ def make_hospital(root: Path, patients: int = 4, min_k: int = 1) -> Hospital:
                                        CodeVersion("published_cohort",
                                                    code_version(module_files("imaging.release_bundle"), (), spec))))
     staging = warehouse / "deidentified"
-    publish = AnonymizeJob(KEY, "NHS", RESEARCH_DEFAULT, policy, str(staging))()
+    publish = AnonymizeJob(KEY, RESEARCH_DEFAULT, policy, IssuerPolicy.from_dict(read_yaml("issuers.yaml")),
+                           load_pixel_text_settings(read_yaml("pixel_text.yaml")), str(staging))()
     table = manifest_table(policy)
     for date in DATES:
         for rel in summary.dicom_files[(date, SITE)]:
