@@ -164,7 +164,8 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
             plans[cohort.name] = (cohort, Decision("empty", "selects no image", ""), "", 0)
             continue
         building = warehouse.staged_url(commit, HELD, cohort.name, "_building")
-        work = warehouse.staged_url(commit, HELD, cohort.name, "_work")
+        # Spark writes the checksum list and the CSV: on a tables root it can write (not gs:// files).
+        work = warehouse.scratch(commit, cohort.name)
         built, k, verified = build_release(session, cohort, selected, ledger, images, building, work,
                                            warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid)
         selected.unpersist()
