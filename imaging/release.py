@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass
 
 from imaging import fs as fsx
+from imaging.bundle import sha256_url
 from imaging.records import BatchStep, ReleaseFile, schema_of
 
 
@@ -52,13 +53,8 @@ class CopyJob:
         return BatchStep(self, ReleaseSource, schema_of(ReleaseFile))
 
 
-def sha256_file(url: str) -> str:
-    fs, path = fsx.filesystem(url)
-    digest = hashlib.sha256()
-    with fs.open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+# One streamed file hash for the whole platform (imaging/bundle.py); the old name stays for callers.
+sha256_file = sha256_url
 
 
 def verify_release(root: str) -> list[str]:
