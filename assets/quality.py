@@ -24,6 +24,7 @@ from pyspark.sql import Column, DataFrame, functions as F
 
 from imaging.clinical import ClinicalPolicy
 from imaging.config import PLATFORM_DIR
+from imaging.index import MANDATORY as MANDATORY_ATTRIBUTES
 from imaging.pseudonym import Pseudonymizer
 from imaging.quality import (CheckOutcome, CheckRule, Distribution, Offender, QualityRules, birth_date_columns,
                              evaluate_balance, evaluate_max, identity_columns, java_date_pattern, load_quality_rules,
@@ -194,7 +195,8 @@ def sop_instance_uid_in_one_partition(index: DataFrame, ctx: QualityContext) -> 
                         details={"most_partitions_for_one_uid": int(stats["most"] or 0)})
 
 
-MANDATORY = ("patient_id", "study_instance_uid", "series_instance_uid", "sop_instance_uid", "sop_class_uid", "modality")
+# The index's own rule (imaging.index.MANDATORY) quarantines such instances: this check guards that invariant.
+MANDATORY = tuple(field_name for field_name, _ in MANDATORY_ATTRIBUTES)
 
 
 def mandatory_attributes(index: DataFrame, ctx: QualityContext) -> CheckOutcome:

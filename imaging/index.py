@@ -2,7 +2,9 @@
 
 `list_folder` finds a site-day's files; `index_file` turns one into an `IndexedImage` or a
 `Quarantined` record with the reason. The file is streamed once for its sha256, then parsed up
-to (not including) the pixel data. `DUPLICATES` is the rule for two files holding one instance.
+to (not including) the pixel data. `MANDATORY` is the rule for what an indexed instance must
+carry (an instance missing any of it is quarantined, naming the attributes); `DUPLICATES` the
+rule for two files holding one instance.
 """
 
 from __future__ import annotations
@@ -36,6 +38,29 @@ def list_folder(folder: SiteDayFolder) -> Iterator[ListedFile]:
 
 class NotAnInstance(ValueError):
     """A readable file that is not an addressable DICOM instance; the message is the reason."""
+
+
+# Every indexed instance carries these (record field, DICOM keyword): the UIDs address and name it,
+# the patient id links and pseudonymises it (without one, every such image would share the
+# pseudonym of the empty id), the modality selects it into cohorts.
+MANDATORY = (("patient_id", "PatientID"), ("study_instance_uid", "StudyInstanceUID"),
+             ("series_instance_uid", "SeriesInstanceUID"), ("sop_instance_uid", "SOPInstanceUID"),
+             ("sop_class_uid", "SOPClassUID"), ("modality", "Modality"))
+MISSING_MANDATORY = "missing mandatory attribute"  # the reason's fixed start; the attributes' keywords follow
+
+
+def missing_mandatory(image: IndexedImage) -> tuple[str, ...]:
+    """The DICOM keywords of the mandatory attributes `image` lacks (absent, empty or blank)."""
+    return tuple(keyword for field_name, keyword in MANDATORY if not (getattr(image, field_name) or "").strip())
+
+
+def mandatory_rule(image: IndexedImage) -> IndexedImage | Quarantined:
+    """The image, or its quarantine record naming the missing attributes (keywords, never values)."""
+    missing = missing_mandatory(image)
+    if not missing:
+        return image
+    reason = f"{MISSING_MANDATORY}{'s' if len(missing) > 1 else ''}: {', '.join(missing)}"
+    return Quarantined(image.date, image.site, image.source_path, image.size_bytes, image.sha256, reason)
 
 
 def header_text(ds: pydicom.Dataset, keyword: str) -> str | None:
@@ -84,8 +109,6 @@ def read_header(handle, listed: ListedFile) -> IndexedImage:
         handle.seek(0)
         source = handle
     ds = pydicom.dcmread(source, stop_before_pixels=True)  # no force: Part 10 files only
-    if not header_text(ds, "SOPInstanceUID") or not header_text(ds, "SOPClassUID"):
-        raise NotAnInstance("no SOP Instance UID or SOP Class UID")
     meta = getattr(ds, "file_meta", None)
     return IndexedImage(
         date=listed.date, site=listed.site, source_path=listed.source_path, size_bytes=listed.size_bytes,
@@ -123,16 +146,20 @@ def reason_for(error: Exception) -> str:
 
 
 def index_file(listed: ListedFile) -> IndexedImage | Quarantined:
-    """One landing file -> its index record, or a quarantine record; errors stay with their file."""
+    """One landing file -> its index record, or a quarantine record; errors stay with their file.
+
+    A readable instance missing a mandatory attribute is quarantined with its sha256 (it was read).
+    """
     try:
         if listed.size_bytes == 0:
             raise NotAnInstance("empty file")
         fs, path = fsx.filesystem(listed.source_path)  # cached per process by fsspec: no per-record setup
         with fs.open(path, "rb") as handle:
-            return read_header(handle, listed)
+            image = read_header(handle, listed)
     except Exception as error:  # noqa: BLE001 - every failure becomes a quarantine record
         return Quarantined(listed.date, listed.site, listed.source_path, listed.size_bytes, None,
                            reason_for(error))
+    return mandatory_rule(image)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ import hashlib
 
 import pytest
 
-from imaging.index import DUPLICATES, index_file
+import pydicom
+
+from imaging.index import DUPLICATES, MANDATORY, index_file
 from imaging.records import IndexedImage, ListedFile, Quarantined
 from synth import generate_hospital
 
@@ -54,3 +56,34 @@ def test_a_second_copy_of_an_instance_is_quarantined_and_the_first_path_kept(lan
     assert kept == first
     assert isinstance(held, Quarantined) and held.source_path == copy.source_path
     assert held.reason == DUPLICATES.reason and held.sha256 == first.sha256
+
+
+@pytest.mark.parametrize("missing", [("PatientID",), ("Modality",), ("SOPInstanceUID",),
+                                     ("PatientID", "StudyInstanceUID", "SeriesInstanceUID", "Modality")])
+def test_an_instance_missing_a_mandatory_attribute_is_quarantined_naming_it(landing, tmp_path, missing):
+    root, hospital = landing
+    source = root / hospital.dicom_files[("2024-03-01", "site-a")][0]
+    ds = pydicom.dcmread(source)
+    patient_id = str(ds.PatientID)
+    for keyword in missing:
+        if keyword == "SOPInstanceUID":
+            ds.SOPInstanceUID = ""  # present but empty: as absent
+        else:
+            delattr(ds, keyword)
+    path = tmp_path / "incomplete.dcm"
+    ds.save_as(path)
+    record = index_file(ListedFile("2024-03-01", "site-a", str(path), path.stat().st_size))
+    assert isinstance(record, Quarantined), record
+    # The reason names the attributes by keyword, never a value; the file was read, so its sha256 is kept.
+    plural = "s" if len(missing) > 1 else ""
+    order = [k for _, k in MANDATORY if k in missing]
+    assert record.reason == f"missing mandatory attribute{plural}: {', '.join(order)}"
+    assert record.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert patient_id not in record.reason
+
+
+def test_every_indexed_instance_carries_every_mandatory_attribute(landing):
+    root, hospital = landing
+    for record in records(root, hospital.dicom_files[("2024-03-01", "site-a")]):
+        assert isinstance(record, IndexedImage)
+        assert all(getattr(record, field_name) for field_name, _ in MANDATORY)
