@@ -5,6 +5,7 @@ from pyspark.sql import functions as F
 
 from assets import quality as q
 from assets.checks import check_results, check_specs, quality_context, summary
+from assets.linkage import as_of_join
 from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.catalogue import CLINICAL_QUARANTINE, LINKED, RAW_IMAGE_INDEX
@@ -19,23 +20,6 @@ from resources.spark import SparkResource, frame_of, map_batches
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
 
 EXTRACTS_PER_TASK = 16  # extracts are small: a task reads several
-
-
-def as_of_join(images, clinical):
-    """Each image with its patient's latest record dated on or before the image's date.
-
-    Joins the distinct (date, site, patient) keys, not the images, and takes the latest with a
-    `max_by` aggregation rather than grouping whole keys: the latest extract, the last row in it.
-    """
-    keys = images.select("date", "site", "patient_id").where("patient_id IS NOT NULL").distinct()
-    as_of = (keys.join(clinical, ["site", "patient_id"])
-             .where(F.col("extract_date") <= F.col("date"))
-             .groupBy("date", "site", "patient_id")
-             .agg(F.max_by(F.struct("extract_date", "clinical"), F.struct("extract_date", "row_number")).alias("rec"))
-             .select("date", "site", "patient_id", F.col("rec.extract_date").alias("clinical_extract_date"),
-                     F.col("rec.clinical").alias("clinical")))
-    return (images.join(as_of, ["date", "site", "patient_id"], "left")
-            .withColumn("has_clinical_record", F.col("clinical_extract_date").isNotNull()))
 
 
 @asset(

@@ -8,8 +8,7 @@ bounded `orderBy().limit()` query, run only when the check fails) and, for accou
 one row per partition of the run. The rules (thresholds, severities, pseudonymous offenders)
 are evaluated by the pure `imaging.quality`.
 
-`link_as_of` is a copy of the as-of join in `assets/linked_patient_metadata.py` (kept here so
-the skew benchmark can run it until the asset exposes its own function).
+The as-of join the linkage checks mirror is `assets/linkage.py` `as_of_join`.
 """
 
 from __future__ import annotations
@@ -251,31 +250,6 @@ def _per_partition(df: DataFrame) -> dict[str, int]:
 
 
 # --- linked_patient_metadata -------------------------------------------------------------------------
-
-def link_as_of(images: DataFrame, clinical: DataFrame, *, salt_buckets: int = 0) -> DataFrame:
-    """The as-of join of `assets/linked_patient_metadata.py` (a copy until the asset exposes it).
-
-    Each image gets its patient's latest record dated on or before the image's date, chosen with
-    `max_by` over the distinct (date, site, patient) keys, never by grouping whole keys. With
-    `salt_buckets` > 0 the final image-to-record join is salted: each image row draws a bucket
-    and the (small) record side is copied into every bucket, so a hot key spreads over tasks.
-    """
-    keys = images.select("date", "site", "patient_id").where("patient_id IS NOT NULL").distinct()
-    as_of = (keys.join(clinical, ["site", "patient_id"])
-             .where(F.col("extract_date") <= F.col("date"))
-             .groupBy("date", "site", "patient_id")
-             .agg(F.max_by(F.struct("extract_date", "clinical"), F.struct("extract_date", "row_number")).alias("rec"))
-             .select("date", "site", "patient_id", F.col("rec.extract_date").alias("clinical_extract_date"),
-                     F.col("rec.clinical").alias("clinical")))
-    on = ["date", "site", "patient_id"]
-    if salt_buckets > 0:
-        images = images.withColumn("_salt", (F.xxhash64("source_path") % salt_buckets + salt_buckets) % salt_buckets)
-        as_of = as_of.withColumn("_salt", F.explode(F.sequence(F.lit(0), F.lit(salt_buckets - 1))))
-        on = on + ["_salt"]
-    linked = images.join(as_of, on, "left").withColumn("has_clinical_record",
-                                                        F.col("clinical_extract_date").isNotNull())
-    return linked.drop("_salt") if salt_buckets > 0 else linked
-
 
 def _identity_signature(policy: ClinicalPolicy) -> Column:
     """A hash of a clinical row's identity columns (names, birth date, NHS number...): one per person."""

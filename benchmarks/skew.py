@@ -9,8 +9,8 @@ peak memory figures belong to that case alone:
 - skewed: `--hot-share` of the rows (default 90%) belong to ONE patient in ONE site-day; the rest
   spread over 20,000 patients x 5 days x 2 sites;
 - uniform: every row spread that way.
-Timed (after a small warm-up): the as-of join (`assets.linked_patient_metadata.as_of_join`, or its
-salted copy `assets.quality.link_as_of`, written to Spark's `noop` sink so it runs in full) and the Spark checks of raw_image_index and linked_patient_metadata
+Timed (after a small warm-up): the as-of join the asset runs (`assets.linkage.as_of_join`, salted for
+`salted`, written to Spark's `noop` sink so it runs in full) and the Spark checks of raw_image_index and linked_patient_metadata
 (Great Expectations suites excluded: column rules have no key to be skewed on; `--gx` adds them).
 Strategies for the image-to-record join: `aqe` (adaptive execution as configured in
 platform/spark.yaml: skew-join splitting on, broadcast of the small side chosen at run time),
@@ -176,14 +176,13 @@ def jvm_pid() -> int | None:
 def one_case(args) -> dict:
     """Runs in its own process: generate, warm up, time link + checks, report memory."""
     sys.path.insert(0, str(REPO))
-    from assets.linked_patient_metadata import as_of_join
-    from assets.quality import link_as_of
+    from assets.linkage import as_of_join
 
     spark = session(args.strategy)
     salt = 16 if args.strategy == "salted" else 0
 
-    def link(index, clinical):  # the asset's own join; the salted variant is a copy with a salt
-        return link_as_of(index, clinical, salt_buckets=salt) if salt else as_of_join(index, clinical)
+    def link(index, clinical):  # the asset's own join (salted for the `salted` strategy)
+        return as_of_join(index, clinical, salt_buckets=salt)
 
     folder = tempfile.mkdtemp(prefix="bench-skew-")
     try:

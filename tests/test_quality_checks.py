@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField, StructType
 
 from assets import quality as q
-from assets.linked_patient_metadata import as_of_join
+from assets.linkage import as_of_join
 from imaging.catalogue import LINKED, RAW_IMAGE_INDEX
 from imaging.clinical import ClinicalPolicy
 from imaging.config import read_yaml
@@ -295,5 +295,5 @@ def test_the_salted_join_links_exactly_as_the_asset_does(spark):
     index, clinical = hospital.index(spark), hospital.extracts(spark)
     columns = ["source_path", "has_clinical_record", "clinical_extract_date", "clinical"]
     plain = as_of_join(index, clinical).select(*columns).orderBy("source_path").collect()
-    salted = q.link_as_of(index, clinical, salt_buckets=4).select(*columns).orderBy("source_path").collect()
+    salted = as_of_join(index, clinical, salt_buckets=4).select(*columns).orderBy("source_path").collect()
     assert salted == plain and len(plain) == len(hospital.images)
