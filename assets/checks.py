@@ -11,21 +11,28 @@ Shared helper module (not an asset). Rules come from `platform/quality.yaml` thr
 - Across runs, `publication_refusal` reads the instance's asset-check records: for each ERROR check
   the newest evaluation covering each partition decides it, and any failure refuses publication
   with a message naming the check and the partitions. WARN checks are shown, never block.
+- For a release's data card, `release_check_history` reads the same records for every check (ERROR
+  and WARN) on the partitions the release read, with run id and time, and `landing_versions` the
+  landing zone's observed data version of each site-day.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Iterable, Sequence
 
 from dagster import (AssetCheckKey, AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetKey,
-                     DagsterInstance, multi_asset_check)
+                     AssetRecordsFilter, DagsterInstance, multi_asset_check)
+# How an observation's data version is read back; Dagster 1.13 has no public name for it.
+from dagster._core.definitions.data_version import extract_data_version_from_entry
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from assets import quality as q
 from imaging.catalogue import LEDGER, RAW_IMAGE_INDEX, manifest
 from imaging.clinical import load_policy
-from imaging.quality import (ERROR, CheckEvaluation, CheckOutcome, QualityRules, blocking_message, latest_by_partition,
-                             load_quality_rules, publication_blockers)
+from imaging.quality import (ERROR, CheckEvaluation, CheckOutcome, CheckRule, QualityRules, ReleaseCheck,
+                             blocking_message, latest_by_partition, load_quality_rules, publication_blockers,
+                             release_checks)
 from resources.deid import Deidentifier
 from resources.spark import SparkResource
 from resources.warehouse import Warehouse
@@ -35,6 +42,7 @@ RULES: QualityRules = load_quality_rules()
 TABLE_WIDE = {q.RAW: ("scans_per_patient", "sop_instance_uid_in_one_partition"),
               q.ANONYMIZED: ("pseudonyms_per_patient", "patients_per_pseudonym")}
 UPSTREAM = (q.RAW, q.LINKED, q.ANONYMIZED)
+LANDING_ZONE = "landing_zone"  # the observed source asset (assets/landing_zone.py: an asset, not imported)
 HISTORY = 500  # evaluations read per check when folding per-partition state (newest first)
 
 
@@ -101,7 +109,13 @@ def anonymized_images_table_checks(context, spark: SparkResource, warehouse: War
 TABLE_CHECKS = [raw_image_index_table_checks, anonymized_images_table_checks]
 
 
-# --- across runs: the publication gate -----------------------------------------------------------------
+# --- across runs: what the instance recorded (the publication gate, the release's data card) -----------
+
+def _iso(timestamp: float | None) -> str | None:
+    if timestamp is None:
+        return None
+    return dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).replace(microsecond=0).isoformat()
+
 
 def _evaluation(asset: str, check: str, severity: str, record) -> CheckEvaluation | None:
     if record.status == AssetCheckExecutionRecordStatus.PLANNED or record.event is None:
@@ -111,27 +125,59 @@ def _evaluation(asset: str, check: str, severity: str, record) -> CheckEvaluatio
         return None
     meta = {k: getattr(v, "value", v) for k, v in (data.metadata or {}).items()}
     return CheckEvaluation(asset, check, bool(data.passed), severity, tuple(meta.get("partitions") or ()),
-                           tuple(meta.get("failed_partitions") or ()))
+                           tuple(meta.get("failed_partitions") or ()), record.run_id, _iso(record.event.timestamp))
+
+
+def check_history(instance: DagsterInstance, rule: CheckRule) -> list[CheckEvaluation]:
+    """One check's recorded evaluations, newest first (at most `HISTORY`), with their run and time."""
+    records = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(AssetKey(rule.asset), rule.name), limit=HISTORY)
+    return [e for e in (_evaluation(rule.asset, rule.name, rule.severity, r) for r in records) if e]
+
+
+def upstream_rules(assets: Sequence[str] = UPSTREAM, blocking_only: bool = False) -> list[CheckRule]:
+    """Every check of `assets` (per-run and table-wide), or only the ERROR ones."""
+    return [r for a in assets for r in RULES.for_asset(a) if r.blocking or not blocking_only]
 
 
 def current_evaluations(instance: DagsterInstance, assets: Sequence[str] = UPSTREAM) -> list[CheckEvaluation]:
     """The current state of every ERROR check of `assets`, folded per partition from the check records."""
-    storage = instance.event_log_storage
-    states = []
-    for asset in assets:
-        for rule in RULES.for_asset(asset):
-            if not rule.blocking:
-                continue
-            records = storage.get_asset_check_execution_history(AssetCheckKey(AssetKey(asset), rule.name),
-                                                                limit=HISTORY)
-            history = [e for e in (_evaluation(asset, rule.name, rule.severity, r) for r in records) if e]
-            state = latest_by_partition(history)
-            if state is not None:
-                states.append(state)
-    return states
+    states = (latest_by_partition(check_history(instance, rule)) for rule in upstream_rules(assets, blocking_only=True))
+    return [s for s in states if s is not None]
 
 
 def publication_refusal(instance: DagsterInstance, partitions_read: Iterable[str] | None = None) -> str | None:
     """Why publication must wait (naming checks and partitions), or None when no ERROR check fails."""
     blockers = publication_blockers(current_evaluations(instance), partitions_read)
     return blocking_message(blockers) if blockers else None
+
+
+def release_check_history(instance: DagsterInstance, partitions_read: Iterable[str],
+                          assets: Sequence[str] = UPSTREAM) -> list[ReleaseCheck]:
+    """The latest result of every check (ERROR and WARN) of `assets` on the partitions a release read.
+
+    Per partition for per-run checks, one entry for a table-wide check, "not evaluated" where the
+    instance holds no evaluation: see `imaging.quality.release_checks`. Results, run ids and times
+    only; no check metadata (offender pseudonyms stay in Dagster).
+    """
+    read = sorted(set(partitions_read))
+    return [c for rule in upstream_rules(assets) for c in release_checks(rule, check_history(instance, rule), read)]
+
+
+def landing_versions(instance: DagsterInstance, partitions: Iterable[str]) -> dict[str, str | None]:
+    """Per site-day (`date|site`), the data version of the landing zone the index read, or None.
+
+    The latest observation of `landing_zone` recorded before the partition's latest materialization
+    of `raw_image_index` (when the instance holds none, the latest observation): what the index
+    read, not a later landing. None when no such observation is recorded: never invented.
+    """
+    out: dict[str, str | None] = {}
+    for key in sorted(set(partitions)):
+        indexed = next(iter(instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey(q.RAW), asset_partitions=[key]), limit=1).records), None)
+        record = instance.get_latest_data_version_record(
+            AssetKey(LANDING_ZONE), is_source=True, partition_key=key,
+            before_cursor=indexed.storage_id if indexed is not None else None)
+        version = extract_data_version_from_entry(record.event_log_entry) if record is not None else None
+        out[key] = version.value if version is not None else None
+    return out

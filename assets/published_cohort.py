@@ -1,14 +1,17 @@
 """published_cohort: content-addressed research releases, held until approved, published only when approved."""
 
+import dataclasses
 import math
 import time
+from dataclasses import dataclass
 
 from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from assets import quality as q
-from assets.checks import check_results, check_specs, publication_refusal, quality_context
+from assets.checks import (RULES, check_results, check_specs, landing_versions, publication_refusal, quality_context,
+                           release_check_history)
 from assets.governance import (CODE_VERSIONS, DISCLOSURE, LINEAGE, OWNERS, column_lineage, definition_metadata,
                                tags)
 from imaging import fs as fsx
@@ -22,6 +25,7 @@ from imaging.config import PLATFORM_DIR
 from imaging.datacard import (BREAKDOWN_COLUMNS, CheckResult, CodeVersion, DataCardInputs, DeidSummary,
                               InputPartition, ReleaseCounts, Selection, breakdown_sql, counts_sql)
 from imaging.disclosure import k_anonymity
+from imaging.quality import NOT_EVALUATED, PASSED
 from imaging.lineage import RELEASE, release_columns
 from imaging.release import CopyJob, WriteParquet
 from imaging.release_bundle import finish_release
@@ -79,7 +83,19 @@ def stage_data(selected, building: str, work: str, source_root: str, files_per_t
     return metadata
 
 
-def input_partitions(selected, ledger) -> tuple[InputPartition, ...]:
+@dataclass(frozen=True)
+class ReleaseInputs:
+    """The manifest partitions a release read, and the site-day (`date|site`) behind each batch token.
+
+    The site-days are identifiable (real dates and sites): used to look up the instance's records,
+    never written to the card, which names partitions by batch token only.
+    """
+
+    partitions: tuple[InputPartition, ...]
+    site_day: dict[str, str]  # batch token -> date|site
+
+
+def input_partitions(selected, ledger) -> ReleaseInputs:
     """The manifest partitions a release read: batch token, a content hash of its rows, the run that wrote it.
 
     One row per batch reaches the driver (bounded by the number of site-days, not of images).
@@ -87,15 +103,44 @@ def input_partitions(selected, ledger) -> tuple[InputPartition, ...]:
     versions = selected.groupBy("batch").agg(
         F.substring(F.sha2(F.concat_ws(",", F.array_sort(F.collect_list("sha256"))), 256), 1, 16)
         .alias("data_version"))
-    runs = ledger.groupBy("batch").agg(F.max("run_id").alias("run_id"), F.max("run_started_at").alias("started"))
+    runs = ledger.groupBy("batch").agg(F.max("run_id").alias("run_id"), F.max("run_started_at").alias("started"),
+                                       F.max(q.partition_key()).alias("site_day"))
     rows = versions.join(runs, "batch", "left").orderBy("batch").collect()
-    return tuple(InputPartition("anonymized_images", r["batch"], r["data_version"], r["run_id"] or "unknown",
-                                r["started"] or "unknown") for r in rows)
+    return ReleaseInputs(
+        tuple(InputPartition("anonymized_images", r["batch"], r["data_version"], r["run_id"] or "unknown",
+                             r["started"] or "unknown") for r in rows),
+        {r["batch"]: r["site_day"] for r in rows if r["site_day"]})
+
+
+def upstream_checks(instance, inputs: ReleaseInputs) -> tuple[CheckResult, ...]:
+    """The latest result of every upstream check on the release's partitions, by batch token."""
+    token = {key: batch for batch, key in inputs.site_day.items()}
+    out = []
+    for c in release_check_history(instance, token):
+        out.append(CheckResult(c.asset, c.check, None if c.result == NOT_EVALUATED else c.result == PASSED,
+                               severity=c.severity, description=RULES.rule(c.asset, c.check).description,
+                               run_id=c.run_id, evaluated_at=c.evaluated_at,
+                               partitions=tuple(sorted(token[k] for k in c.partitions)),
+                               whole_table=not c.partitions and c.result != NOT_EVALUATED))
+    return tuple(out)
+
+
+def with_landing_versions(instance, inputs: ReleaseInputs) -> tuple[InputPartition, ...]:
+    """Each input partition with its landing site-day's observed data version (None: not observed)."""
+    versions = landing_versions(instance, inputs.site_day.values())
+    return tuple(dataclasses.replace(p, landing_data_version=versions.get(inputs.site_day.get(p.batch, "")))
+                 for p in inputs.partitions)
 
 
 def build_release(session, cohort: CohortDefinition, selected, ledger, images: int, building: str, work: str,
-                  source_root: str, files_per_task: int, deid: Deidentifier):
-    """Stage one cohort's release bundle in `building`; returns what `finish_release` made and the k result."""
+                  source_root: str, files_per_task: int, deid: Deidentifier, instance=None):
+    """Stage one cohort's release bundle in `building`; returns what `finish_release` made and the k result.
+
+    With the Dagster `instance`, the data card lists the latest result of every upstream check on the
+    partitions the release read and each input's landing data version. Only evaluations recorded
+    before this build are read (published_cohort's own checks are the three below), so a rebuild of
+    the same inputs after the same runs gives the same bytes.
+    """
     sizes = [r["size"] for r in session.sql(DISCLOSURE.class_sizes_sql(_view(selected, "cohort_selected"))).collect()]
     k = k_anonymity(sizes, DISCLOSURE)
     metadata = stage_data(selected, building, work, source_root, files_per_task, images)
@@ -104,7 +149,9 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     breakdowns = {c: {r["value"]: r["images"] for r in session.sql(breakdown_sql(rows, c)).collect()}
                   for c in BREAKDOWN_COLUMNS}
     copied = sum(1 for _ in _image_entries(f"{work}/images.sha256")())
+    read = input_partitions(selected, ledger)
     checks = (
+        *(upstream_checks(instance, read) if instance is not None else ()),
         CheckResult("published_cohort", "k_anonymity", k.passed,
                     description=f"every equivalence class has at least {k.min_k} patients"),
         CheckResult("published_cohort", "images_copied_and_verified", copied == images,
@@ -116,12 +163,13 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
         selection=Selection.from_cohort(cohort),
         counts=ReleaseCounts(totals["images"], totals["patients"], totals["studies"], totals["series"], breakdowns),
         deid=DeidSummary.from_options(deid.options), checks=checks,
-        inputs=input_partitions(selected, ledger),
+        inputs=with_landing_versions(instance, read) if instance is not None else read.partitions,
         code_versions=tuple(CodeVersion(a, v) for a, v in sorted(CODE_VERSIONS.items())),
         disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below)
     built = finish_release(building, card, images=_image_entries(f"{work}/images.sha256"))
-    # k-anonymity decides hold or block; the other checks failing means the bundle itself is wrong.
-    return built, k, all(c.passed for c in checks if c.name != "k_anonymity")
+    # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.
+    own = [c for c in checks if c.asset == "published_cohort" and c.name != "k_anonymity"]
+    return built, k, all(c.passed for c in own)
 
 
 @asset(
@@ -167,7 +215,8 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         # Spark writes the checksum list and the CSV: on a tables root it can write (not gs:// files).
         work = warehouse.scratch(commit, cohort.name)
         built, k, verified = build_release(session, cohort, selected, ledger, images, building, work,
-                                           warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid)
+                                           warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid,
+                                           context.instance)
         selected.unpersist()
         if not verified:
             raise Failure(f"cohort {cohort.name}: the release's own checks failed (see its data card)")

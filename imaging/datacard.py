@@ -95,15 +95,41 @@ class DeidSummary:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The latest evaluation of one asset check (its name and a fixed description, never values)."""
+    """The latest evaluation of one asset check (its name and a fixed description, never values).
+
+    `passed` None: no evaluation of the check covers these partitions ("not evaluated").
+    `partitions`: the batch tokens of the input partitions this result is for; empty means the
+    whole table (`whole_table`) or, for the release's own checks, the release itself.
+    """
 
     asset: str
     name: str
-    passed: bool
+    passed: bool | None
     severity: str = "ERROR"
     description: str = ""
     run_id: str | None = None
     evaluated_at: str | None = None  # ISO 8601, UTC
+    partitions: tuple[str, ...] = ()
+    whole_table: bool = False
+
+    def __post_init__(self):
+        if any(not _TOKEN.match(p) for p in self.partitions):
+            raise ValueError("a check's partitions are named by their opaque batch tokens, never a date or site")
+        for value in (self.run_id, self.evaluated_at):
+            if value is not None and not _VERSIONISH.match(value):
+                raise ValueError("run ids and times are identifiers, not free text")
+
+    @property
+    def result(self) -> str:
+        return NOT_EVALUATED if self.passed is None else "passed" if self.passed else "failed"
+
+    @property
+    def scope(self) -> str:
+        return ("partitions" if self.partitions else "whole table" if self.whole_table else "release")
+
+
+NOT_EVALUATED = "not evaluated"
+NOT_OBSERVED = "not observed"  # an input partition whose landing site-day has no recorded observation
 
 
 @dataclass(frozen=True)
@@ -199,12 +225,15 @@ def build_datacard(inputs: DataCardInputs) -> DataCard:
         "deidentification": {"standard": inputs.deid.standard, "engine": inputs.deid.engine,
                              "options": [{"name": n, "code": code, "meaning": m} for n, code, m in inputs.deid.options]},
         "columns": columns,
-        "checks": [{"asset": k.asset, "check": k.name, "result": "passed" if k.passed else "failed",
-                    "severity": k.severity, "description": k.description, "run_id": k.run_id,
-                    "evaluated_at": k.evaluated_at}
-                   for k in sorted(inputs.checks, key=lambda k: (k.asset, k.name))],
+        # Every check of the release and of the upstream assets it read, per partition where the check
+        # is per partition (batch tokens); ordered so the same results give the same bytes.
+        "checks": [{"asset": k.asset, "check": k.name, "result": k.result, "severity": k.severity,
+                    "description": k.description, "run_id": k.run_id, "evaluated_at": k.evaluated_at,
+                    "scope": k.scope, "partitions": sorted(k.partitions)}
+                   for k in sorted(inputs.checks, key=lambda k: (k.asset, k.name, sorted(k.partitions), k.result))],
         "inputs": [{"asset": p.asset, "batch": p.batch, "data_version": p.data_version, "run_id": p.run_id,
-                    "materialized_at": p.materialized_at, "landing_data_version": p.landing_data_version}
+                    "materialized_at": p.materialized_at,
+                    "landing_data_version": p.landing_data_version or NOT_OBSERVED}
                    for p in sorted(inputs.inputs, key=lambda p: (p.asset, p.batch))],
         "code_versions": {v.asset: v.version for v in sorted(inputs.code_versions, key=lambda v: v.asset)},
         "runs": [{"run_id": r, "did": sorted(did)} for r, did in sorted(runs.items())],
@@ -221,6 +250,13 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(esc(v) for v in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def _scope(check: Mapping) -> str:
+    partitions = check.get("partitions") or []
+    if partitions:
+        return ", ".join(partitions)
+    return {"whole table": "whole table", "release": "this release"}.get(check.get("scope", "release"), "")
 
 
 def render_markdown(card: Mapping) -> str:
@@ -250,12 +286,15 @@ def render_markdown(card: Mapping) -> str:
             _table(["column", "transforms (release <- manifest)", "from", "how"],
                    [[c["column"], " <- ".join(s["transform"] + (" (masked)" if s["masked"] else "") for s in c["steps"]),
                      ", ".join(c["steps"][-1]["from"]), c["steps"][-1]["description"]] for c in card["columns"]]),
-            "\n## Checks (latest result of each)\n\n",
-            _table(["asset", "check", "result", "severity", "run", "evaluated"],
-                   [[c["asset"], c["check"], c["result"], c["severity"], c["run_id"], c["evaluated_at"]]
+            "\n## Checks (latest result of each)\n\nEvery check of the release and of the assets it read, on the "
+            "partitions it read (by batch token; \"whole table\" for checks over every partition). ERROR checks "
+            "block publication, WARN checks show.\n\n",
+            _table(["asset", "check", "result", "severity", "on", "run", "evaluated"],
+                   [[c["asset"], c["check"], c["result"], c["severity"], _scope(c), c["run_id"], c["evaluated_at"]]
                     for c in card["checks"]]),
             "\n## Inputs\n\nPartitions by opaque batch token; the provenance ledger (identifiable zone) maps them to "
-            "landing days and sites.\n\n",
+            "landing days and sites. The landing data version is the content hash of the site-day's landing listing "
+            f"as last observed before it was indexed (\"{NOT_OBSERVED}\" when no observation was recorded).\n\n",
             _table(["asset", "batch", "data version", "run", "materialized", "landing data version"],
                    [[p["asset"], p["batch"], p["data_version"], p["run_id"], p["materialized_at"],
                      p["landing_data_version"]] for p in card["inputs"]]),

@@ -276,6 +276,8 @@ class CheckEvaluation:
     severity: str
     partitions: tuple[str, ...] = ()         # partitions it covered (empty: the whole table)
     failed_partitions: tuple[str, ...] = ()  # where the failure is, when the check says
+    run_id: str | None = None                # the run that evaluated it
+    evaluated_at: str | None = None          # when, ISO 8601 UTC
 
 
 @dataclass(frozen=True)
@@ -310,27 +312,95 @@ def covering(outcome: CheckOutcome, partitions: Iterable[str]) -> CheckOutcome:
     return dataclasses.replace(outcome, partitions=_sorted_unique(partitions))
 
 
-def latest_by_partition(history: Sequence[CheckEvaluation]) -> CheckEvaluation | None:
-    """Fold one check's evaluations (newest first) into its current state per partition.
+@dataclass(frozen=True)
+class PartitionVerdict:
+    """What the evaluation deciding one partition said about it (`partition` None: the whole table)."""
+
+    partition: str | None
+    passed: bool
+    evaluation: CheckEvaluation
+
+
+def verdicts(history: Sequence[CheckEvaluation]) -> list[PartitionVerdict]:
+    """Fold one check's evaluations (newest first) into the evaluation deciding each partition.
 
     A per-run check covers the partitions of its run, so the newest evaluation covering a partition
     decides for it; a failed evaluation that names no failed partitions fails all it covered. A
-    whole-table evaluation (no partitions) covers everything: the newest one decides alone.
+    whole-table evaluation (no partitions) covers everything: the newest one decides alone (one
+    verdict, partition None, failing when it failed).
     """
     if not history:
-        return None
-    newest = history[0]
-    if not newest.partitions:
-        return newest
-    decided: dict[str, bool] = {}
+        return []
+    if not history[0].partitions:
+        return [PartitionVerdict(None, history[0].passed, history[0])]
+    decided: dict[str, PartitionVerdict] = {}
     for ev in history:
         if not ev.partitions:
             break  # an older whole-table evaluation says nothing newer runs did not
         failed_here = set(ev.failed_partitions or (() if ev.passed else ev.partitions))
         for partition in ev.partitions:
-            decided.setdefault(partition, partition in failed_here)
-    failed = tuple(sorted(p for p, bad in decided.items() if bad))
-    return CheckEvaluation(newest.asset, newest.check, not failed, newest.severity, tuple(sorted(decided)), failed)
+            decided.setdefault(partition, PartitionVerdict(partition, partition not in failed_here, ev))
+    return [decided[p] for p in sorted(decided)]
+
+
+def latest_by_partition(history: Sequence[CheckEvaluation]) -> CheckEvaluation | None:
+    """One check's current state: the newest evaluation covering each partition decides it (`verdicts`)."""
+    found = verdicts(history)
+    if not found:
+        return None
+    if found[0].partition is None:
+        return found[0].evaluation
+    newest = history[0]
+    failed = tuple(v.partition for v in found if not v.passed)
+    return CheckEvaluation(newest.asset, newest.check, not failed, newest.severity, tuple(v.partition for v in found),
+                           failed, newest.run_id, newest.evaluated_at)
+
+
+@dataclass(frozen=True)
+class ReleaseCheck:
+    """The latest result of one check on some of the partitions a release read.
+
+    `result` is passed, failed or not evaluated (no evaluation of the check covers those partitions).
+    `partitions` are the partitions it applies to (empty: a whole-table evaluation).
+    """
+
+    asset: str
+    check: str
+    severity: str
+    result: str
+    partitions: tuple[str, ...] = ()
+    run_id: str | None = None
+    evaluated_at: str | None = None
+
+
+PASSED, FAILED, NOT_EVALUATED = "passed", "failed", "not evaluated"
+
+
+def release_checks(rule: CheckRule, history: Sequence[CheckEvaluation], partitions_read: Iterable[str]
+                   ) -> list[ReleaseCheck]:
+    """One check's latest results on exactly the partitions a release read (history newest first).
+
+    Partitions decided by the same evaluation with the same result are one entry. A whole-table
+    evaluation is one entry, failed for the release when it failed on a partition read (or names
+    none), as `publication_blockers` decides. Partitions read that no evaluation covers are one
+    "not evaluated" entry: nothing is invented.
+    """
+    read = sorted(set(partitions_read))
+    found = verdicts(history)
+    if found and found[0].partition is None:
+        ev = found[0].evaluation
+        hit = set(ev.failed_partitions) & set(read) if ev.failed_partitions else set(read)
+        result = PASSED if ev.passed or not hit else FAILED
+        return [ReleaseCheck(rule.asset, rule.name, rule.severity, result, (), ev.run_id, ev.evaluated_at)]
+    by_partition = {v.partition: v for v in found}
+    groups: dict[tuple, list[str]] = {}
+    for partition in read:
+        v = by_partition.get(partition)
+        key = ((NOT_EVALUATED, None, None) if v is None else
+               (PASSED if v.passed else FAILED, v.evaluation.run_id, v.evaluation.evaluated_at))
+        groups.setdefault(key, []).append(partition)
+    return [ReleaseCheck(rule.asset, rule.name, rule.severity, result, tuple(parts), run_id, at)
+            for (result, run_id, at), parts in sorted(groups.items(), key=lambda kv: (kv[1][0], kv[0][0]))]
 
 
 def blocking_message(blockers: Sequence[Blocker], limit: int = 10) -> str:

@@ -27,6 +27,7 @@ from imaging.approval import (COHORTS, HELD, Approval, ApprovalError, approval_c
                               record_approval)
 from imaging.bundle import BundleCheck, find_bundle_root, read_manifest, sha256_url, verify_bundle
 from imaging.catalogue import LEDGER
+from imaging.datacard import NOT_EVALUATED, NOT_OBSERVED
 from imaging.provenance import ProvenanceRecord, lookup
 
 
@@ -102,6 +103,40 @@ def _landing_state(record: ProvenanceRecord) -> str:
         return "absent"
 
 
+def _scope(check: dict) -> str:
+    """Where a card's check result applies: its partitions (a count), the whole table, or the release."""
+    if check.get("partitions"):
+        return f"[{len(check['partitions'])} partitions]"
+    return {"whole table": "[whole table]", "release": "[this release]"}.get(check.get("scope", "release"), "")
+
+
+def card_check_findings(card: dict) -> tuple[list[str], list[str]]:
+    """What the card's checks mean for a review: (problems, notes).
+
+    A failed ERROR check is a problem (it should have blocked publication); a failed WARN check and
+    a check with no evaluation on some input partitions are shown as notes. Input partitions whose
+    landing site-day was never observed are a note too.
+    """
+    checks = card.get("checks", [])
+    label = lambda c: f"{c['asset']}:{c['check']}" + (  # noqa: E731
+        f" ({len(c['partitions'])} partitions)" if c.get("partitions") else "")
+    problems, notes = [], []
+    failed = [label(c) for c in checks if c["result"] == "failed" and c.get("severity", "ERROR") == "ERROR"]
+    if failed:
+        problems.append(f"failed ERROR checks recorded in the data card: {', '.join(failed)}")
+    warned = [label(c) for c in checks if c["result"] == "failed" and c.get("severity") == "WARN"]
+    if warned:
+        notes.append(f"failed WARN checks recorded in the data card (shown, not blocking): {', '.join(warned)}")
+    unknown = sorted({f"{c['asset']}:{c['check']}" for c in checks if c["result"] == NOT_EVALUATED})
+    if unknown:
+        notes.append(f"{len(unknown)} checks have no recorded evaluation on some input partitions "
+                     f"(the data card says \"{NOT_EVALUATED}\")")
+    unobserved = sum(1 for p in card.get("inputs", []) if p.get("landing_data_version") in (None, NOT_OBSERVED))
+    if unobserved:
+        notes.append(f"{unobserved} input partitions have no observed landing data version")
+    return problems, notes
+
+
 def review(path: str, warehouse: str | None = None) -> Review:
     """Verify a release folder or one published file and gather its lineage."""
     root, inner = find_bundle_root(path)
@@ -114,9 +149,9 @@ def review(path: str, warehouse: str | None = None) -> Review:
     else:
         if not result.card.get("disclosure", {}).get("passed", False):
             result.problems.append("the data card records a failed k-anonymity check")
-        failed = [f"{c['asset']}:{c['check']}" for c in result.card.get("checks", []) if c["result"] != "passed"]
-        if failed:
-            result.problems.append(f"failed checks recorded in the data card: {', '.join(failed)}")
+        problems, notes = card_check_findings(result.card)
+        result.problems += problems
+        result.notes += notes
     if inner is not None:
         if inner.startswith("images/"):
             result.row = _metadata_row(root, inner)
@@ -186,12 +221,13 @@ def render_text(r: Review) -> str:
         lines.append("Options   " + ", ".join(f"{o['name']} ({o['code']})" for o in d["options"]))
         lines.append("Code      " + ", ".join(f"{a} {v}" for a, v in card["code_versions"].items()))
         lines += ["", "Checks (latest result of each):"]
-        lines += [f"  {c['result']:7s} {c['asset']}:{c['check']} " + (
-            f"run {c['run_id']} at {c['evaluated_at']}" if c["run_id"] else "(evaluated as the release was built)")
+        lines += [f"  {c['result']:13s} {c.get('severity', ''):5s} {c['asset']}:{c['check']} {_scope(c)} " + (
+            f"run {c['run_id']} at {c['evaluated_at']}" if c["run_id"] else
+            "(evaluated as the release was built)" if c.get("scope", "release") == "release" else "")
             for c in card["checks"]] or ["  (none recorded)"]
-        lines += ["", "Inputs (partitions by batch token, data version, run):"]
-        lines += [f"  {p['asset']} {p['batch']} {p['data_version']} run {p['run_id']} at {p['materialized_at']}"
-                  for p in card["inputs"]]
+        lines += ["", "Inputs (partitions by batch token, data version, run, landing data version):"]
+        lines += [f"  {p['asset']} {p['batch']} {p['data_version']} run {p['run_id']} at {p['materialized_at']}, "
+                  f"landing {p.get('landing_data_version') or NOT_OBSERVED}" for p in card["inputs"]]
         lines += ["", "Runs:"] + [f"  {x['run_id']}: {'; '.join(x['did'])}" for x in card["runs"]]
     if r.row:
         lines += ["", "Metadata row of this file:"] + [f"  {k} = {v}" for k, v in r.row.items()]

@@ -110,12 +110,16 @@ def render_html(review) -> str:
                 f"<p>Class sizes (no values): {escape(', '.join(map(str, k['class_sizes'])))}</p>",
                 "<h2>De-identification</h2>", f"<p>{escape(d['standard'])}; engine {escape(d['engine'])}</p>",
                 _rows(["option", "code", "meaning"], [[o["name"], o["code"], o["meaning"]] for o in d["options"]]),
-                "<h2>Checks</h2>", _rows(["asset", "check", "result", "run", "evaluated"],
-                                         [[c["asset"], c["check"], c["result"], c["run_id"], c["evaluated_at"]]
-                                          for c in card["checks"]]),
-                "<h2>Inputs</h2>", _rows(["asset", "batch", "data version", "run", "materialized"],
+                "<h2>Checks</h2>", _rows(["asset", "check", "result", "severity", "on", "run", "evaluated"],
+                                         [[c["asset"], c["check"], c["result"], c.get("severity"),
+                                           ", ".join(c["partitions"]) if c.get("partitions") else
+                                           {"whole table": "whole table"}.get(c.get("scope"), "this release"),
+                                           c["run_id"], c["evaluated_at"]] for c in card["checks"]]),
+                "<h2>Inputs</h2>", _rows(["asset", "batch", "data version", "run", "materialized",
+                                          "landing data version"],
                                          [[p["asset"], p["batch"], p["data_version"], p["run_id"],
-                                           p["materialized_at"]] for p in card["inputs"]]),
+                                           p["materialized_at"], p.get("landing_data_version")]
+                                          for p in card["inputs"]]),
                 "<h2>Code versions</h2>", _rows(["asset", "version"], [[a, v] for a, v in card["code_versions"].items()])]
     a = review.approval
     out += ["<h2>Approval</h2>", _rows(["approved by", "at", "note", "in the approval store"],

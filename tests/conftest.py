@@ -41,8 +41,11 @@ def defs():
     return defs
 
 
-def run_assets(defs, selection, partition_range=None):
-    """Materialize `selection` in-process, as one run (a single-run backfill when given a range)."""
+def run_assets(defs, selection, partition_range=None, instance=None):
+    """Materialize `selection` in-process, as one run (a single-run backfill when given a range).
+
+    On `instance` when given (runs that must see each other's records), else a fresh ephemeral one.
+    """
     from dagster import AssetSelection, DagsterInstance, define_asset_job
 
     tags = {}
@@ -51,28 +54,51 @@ def run_assets(defs, selection, partition_range=None):
                 "dagster/asset_partition_range_end": partition_range[1]}
     job = define_asset_job("test_job", selection=AssetSelection.assets(*selection))
     resolved = type(defs)(assets=defs.assets, resources=defs.resources, jobs=[job], executor=defs.executor)
-    result = resolved.resolve_job_def("test_job").execute_in_process(instance=DagsterInstance.ephemeral(), tags=tags)
+    result = resolved.resolve_job_def("test_job").execute_in_process(
+        instance=instance or DagsterInstance.ephemeral(), tags=tags)
     assert result.success
     return result
 
 
-def publish_cohorts(defs, warehouse_root, approver="test"):
+def publish_cohorts(defs, warehouse_root, approver="test", instance=None):
     """published_cohort as an operator runs it: a run holds each release, every held one is approved
     (as `imaging-review approve` records it), and the next run publishes what was approved."""
     from imaging.approval import list_held, record_approval
 
-    run_assets(defs, ["published_cohort"])
+    run_assets(defs, ["published_cohort"], instance=instance)
     for held in list_held(str(warehouse_root)):
         record_approval(held.path, approver, "approved by the test suite")
-    return run_assets(defs, ["published_cohort"])
+    return run_assets(defs, ["published_cohort"], instance=instance)
+
+
+def observe_landing(defs, instance):
+    """Observe the landing zone as the sensor or the UI's "Observe" does: a data version per site-day."""
+    from dagster._core.definitions.observe import observe
+
+    from assets.landing_zone import landing_zone
+
+    return observe([landing_zone], instance=instance, resources={"landing": defs.resources["landing"]})
+
+
 
 
 @pytest.fixture(scope="session")
-def warehouse(hospital, defs):
-    """Every asset materialized once over all test partitions (2 sites x 3 days) in two runs."""
+def instance():
+    """One Dagster instance for the session warehouse's runs (in memory)."""
+    from dagster import DagsterInstance
+
+    with DagsterInstance.ephemeral() as shared:
+        yield shared
+
+
+@pytest.fixture(scope="session")
+def warehouse(hospital, defs, instance):
+    """The landing zone observed, then every asset materialized once over all test partitions
+    (2 sites x 3 days) in one run, and the cohorts held, approved and published, on one instance."""
     partitioned = ["raw_image_index", "linked_patient_metadata", "anonymized_images"]
-    run_assets(defs, partitioned, (f"{DATES[0]}|{SITES[0]}", f"{DATES[-1]}|{SITES[-1]}"))
-    publish_cohorts(defs, ROOT / "warehouse")
+    observe_landing(defs, instance)
+    run_assets(defs, partitioned, (f"{DATES[0]}|{SITES[0]}", f"{DATES[-1]}|{SITES[-1]}"), instance=instance)
+    publish_cohorts(defs, ROOT / "warehouse", instance=instance)
     return ROOT / "warehouse"
 
 

@@ -44,6 +44,7 @@ KEY = "release-test-key-" + "k" * 16
 SITE, DATES = "site-a", ("2024-03-01", "2024-03-02")
 RUN_IDS = {DATES[0]: str(uuid.UUID(int=1)), DATES[1]: str(uuid.UUID(int=2))}
 TIMES = {DATES[0]: "2026-11-20T10:00:00+00:00", DATES[1]: "2026-11-20T11:00:00+00:00"}
+LANDING_VERSIONS = {DATES[0]: "0123456789abcdef0123456789abcdef"}
 
 
 @dataclass
@@ -118,12 +119,22 @@ def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | N
     for row in hospital.manifest:
         batches.setdefault(row["batch"], []).append(row["sha256"])
     date_of = {r.output_path.split("/")[2]: r.date for r in hospital.ledger}
+    # The first day's landing was observed, the second's not (the card says "not observed").
     inputs = tuple(InputPartition("anonymized_images", b, hashlib.sha256("".join(sorted(s)).encode()).hexdigest()[:16],
-                                  (run_ids or RUN_IDS)[date_of[b]], TIMES[date_of[b]])
+                                  (run_ids or RUN_IDS)[date_of[b]], TIMES[date_of[b]],
+                                  LANDING_VERSIONS.get(date_of[b]))
                    for b, s in sorted(batches.items()))
+    tokens = tuple(sorted(batches))
     checks = checks if checks is not None else (
         CheckResult("anonymized_images", "every_image_accounted_for", True, run_id=RUN_IDS[DATES[1]],
-                    evaluated_at=TIMES[DATES[1]], description="indexed = published + quarantined"),)
+                    evaluated_at=TIMES[DATES[1]], description="indexed = published + quarantined"),
+        # Upstream checks as the asset lists them: per partition (batch tokens), whole table, not evaluated.
+        CheckResult("raw_image_index", "files_accounted", True, run_id=RUN_IDS[DATES[0]], evaluated_at=TIMES[DATES[0]],
+                    description="Files listed = indexed + quarantined.", partitions=tokens),
+        CheckResult("raw_image_index", "scans_per_patient", True, run_id=RUN_IDS[DATES[1]],
+                    evaluated_at=TIMES[DATES[1]], whole_table=True),
+        CheckResult("linked_patient_metadata", "unlinked_share", None, severity="WARN", partitions=tokens[:1]),
+    )
     breakdowns = {c: {} for c in ("modality", "laterality", "sex")}
     for r in released:
         for c in breakdowns:

@@ -7,7 +7,7 @@ import pytest
 from imaging.pseudonym import Pseudonymizer
 from imaging.quality import (ERROR, WARN, CheckEvaluation, Distribution, QualityRules, blocking_message,
                              evaluate_balance, evaluate_max, latest_by_partition, java_date_pattern, load_quality_rules, parse_dicom_date,
-                             patient_offender, publication_blockers, uid_offender)
+                             patient_offender, publication_blockers, release_checks, uid_offender)
 
 RULES = load_quality_rules()
 KEY = Pseudonymizer("rules-test-key")
@@ -114,3 +114,29 @@ def test_the_newest_evaluation_covering_a_partition_decides_it():
     assert latest_by_partition([CheckEvaluation("x", "y", False, ERROR, (a, b))]).failed_partitions == (a, b)
     whole = CheckEvaluation("raw_image_index", "scans_per_patient", False, ERROR)
     assert latest_by_partition([whole]) == whole and latest_by_partition([]) is None
+
+
+def test_a_release_lists_each_check_on_the_partitions_it_read():
+    a, b, c = "2024-03-01|site-a", "2024-03-02|site-a", "2024-03-03|site-a"
+    rule = RULES.rule("raw_image_index", "files_accounted")
+    history = [  # newest first: b re-run (and passing) after a first run over a and b failed on b
+        CheckEvaluation(rule.asset, rule.name, True, ERROR, (b,), (), "run-2", "2026-11-21T10:00:00+00:00"),
+        CheckEvaluation(rule.asset, rule.name, False, ERROR, (a, b), (b,), "run-1", "2026-11-21T09:00:00+00:00"),
+    ]
+    got = release_checks(rule, history, [c, b, a])
+    assert [(r.partitions, r.result, r.run_id) for r in got] == [
+        ((a,), "passed", "run-1"), ((b,), "passed", "run-2"), ((c,), "not evaluated", None)]
+    assert all(r.severity == ERROR and r.asset == rule.asset for r in got)
+    # Only the partitions read: b alone is one entry, from its newest evaluation.
+    assert [(r.partitions, r.result) for r in release_checks(rule, history, [b])] == [((b,), "passed")]
+    assert [(r.partitions, r.result) for r in release_checks(rule, history[1:], [a, b])] == [
+        ((a,), "passed"), ((b,), "failed")]
+    assert [(r.partitions, r.result) for r in release_checks(rule, [], [a])] == [((a,), "not evaluated")]
+    # A whole-table evaluation: one entry, failed only when it failed on a partition read (or names none).
+    wide = RULES.rule("raw_image_index", "sop_instance_uid_in_one_partition")
+    failed_on_c = CheckEvaluation(wide.asset, wide.name, False, ERROR, (), (c,), "run-3", "2026-11-21T11:00:00+00:00")
+    assert [(r.partitions, r.result, r.run_id) for r in release_checks(wide, [failed_on_c], [a, b])] == [
+        ((), "passed", "run-3")]
+    assert release_checks(wide, [failed_on_c], [c])[0].result == "failed"
+    anywhere = CheckEvaluation(wide.asset, wide.name, False, ERROR, (), (), "run-4", "2026-11-21T12:00:00+00:00")
+    assert release_checks(wide, [anywhere], [a])[0].result == "failed"

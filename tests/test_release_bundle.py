@@ -1,6 +1,7 @@
 """Release bundles: every file listed and checksummed, nothing unlisted, the id is the content."""
 
 import hashlib
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -9,7 +10,7 @@ import pytest
 
 from imaging.bundle import MANIFEST, bundle_files, verify_bundle
 from imaging.datacard import CheckResult
-from release_helpers import DATES, RUN_IDS, SITE, build_release, make_hospital
+from release_helpers import DATES, LANDING_VERSIONS, RUN_IDS, SITE, build_release, make_hospital
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,30 @@ def test_same_inputs_give_the_same_release_id_and_bytes(hospital, built, tmp_pat
     again = build_release(hospital, tmp_path / "again")
     assert again.release_id == built.release_id and again.data_digest == built.data_digest
     assert _tree(tmp_path / "again") == _tree(Path(built.root))
+
+
+def test_the_card_lists_each_check_with_its_result_and_each_input_with_its_landing_version(hospital, built):
+    root = Path(built.root)
+    card = json.loads((root / "datacard.json").read_text())
+    checks = {(c["asset"], c["check"]): c for c in card["checks"]}
+    tokens = sorted({p["batch"] for p in card["inputs"]})
+    files = checks[("raw_image_index", "files_accounted")]
+    assert files["result"] == "passed" and files["partitions"] == tokens and files["scope"] == "partitions"
+    assert files["run_id"] == RUN_IDS[DATES[0]] and files["evaluated_at"] and files["severity"] == "ERROR"
+    assert checks[("raw_image_index", "scans_per_patient")]["scope"] == "whole table"
+    unknown = checks[("linked_patient_metadata", "unlinked_share")]
+    assert unknown["result"] == "not evaluated" and unknown["severity"] == "WARN" and unknown["run_id"] is None
+    assert sorted(p["landing_data_version"] for p in card["inputs"]) == [LANDING_VERSIONS[DATES[0]], "not observed"]
+    markdown = (root / "datacard.md").read_text()
+    assert "| raw_image_index | files_accounted | passed | ERROR | " + ", ".join(tokens) in markdown
+    assert "not evaluated" in markdown and "not observed" in markdown and LANDING_VERSIONS[DATES[0]] in markdown
+    # Partitions are batch tokens: no real date or site in the card.
+    assert not any(d in markdown or d in json.dumps(card) for d in (*DATES, SITE))
+
+
+def test_a_check_names_partitions_by_batch_token_only():
+    with pytest.raises(ValueError):
+        CheckResult("raw_image_index", "files_accounted", True, partitions=(f"{DATES[0]}|{SITE}",))
 
 
 def test_a_new_check_result_changes_the_id_but_not_the_data_digest(hospital, built, tmp_path):
