@@ -227,7 +227,7 @@ def render_text(r: Review) -> str:
             for c in card["checks"]] or ["  (none recorded)"]
         lines += ["", "Inputs (partitions by batch token, data version, run, landing data version):"]
         lines += [f"  {p['asset']} {p['batch']} {p['data_version']} run {p['run_id']} at {p['materialized_at']}, "
-                  f"landing {p.get('landing_data_version') or NOT_OBSERVED}" for p in card["inputs"]]
+                  f"landing data version {p.get('landing_data_version') or NOT_OBSERVED}" for p in card["inputs"]]
         lines += ["", "Runs:"] + [f"  {x['run_id']}: {'; '.join(x['did'])}" for x in card["runs"]]
     if r.row:
         lines += ["", "Metadata row of this file:"] + [f"  {k} = {v}" for k, v in r.row.items()]

@@ -53,7 +53,9 @@ def run_assets(defs, selection, partition_range=None, instance=None):
         tags = {"dagster/asset_partition_range_start": partition_range[0],
                 "dagster/asset_partition_range_end": partition_range[1]}
     job = define_asset_job("test_job", selection=AssetSelection.assets(*selection))
-    resolved = type(defs)(assets=defs.assets, resources=defs.resources, jobs=[job], executor=defs.executor)
+    # With the table-wide checks (multi-asset checks): a job selecting their assets runs them, as deployed.
+    resolved = type(defs)(assets=defs.assets, asset_checks=defs.asset_checks, resources=defs.resources, jobs=[job],
+                          executor=defs.executor)
     result = resolved.resolve_job_def("test_job").execute_in_process(
         instance=instance or DagsterInstance.ephemeral(), tags=tags)
     assert result.success

@@ -216,3 +216,50 @@ def test_no_identifier_in_dagster_metadata_or_logs(hospital, defs, warehouse):
     values |= {str(LANDING)}
     found = sorted(v for v in values if v and len(v) >= 4 and v in text)
     assert not found, found[:5]
+
+
+def test_the_data_card_lists_every_upstream_check_and_each_inputs_landing_version(warehouse, instance):
+    """The published card names each upstream check's latest result on the release's partitions (by
+    batch token, with run and time) and each input's landing data version, as the instance recorded them."""
+    import json
+
+    from dagster import AssetKey
+
+    from assets.checks import RULES, TABLE_WIDE, UPSTREAM, landing_versions, release_check_history
+    from assets.landing_zone import scan
+
+    release = warehouse / Path(COHORTS.path) / "amd-oct/v1"
+    card = json.loads((release / "datacard.json").read_text())
+    site_day = {r["batch"]: f"{r['date']}|{r['site']}" for r in table(warehouse / LEDGER.path)}
+    tokens = sorted(p["batch"] for p in card["inputs"])
+    assert tokens and set(tokens) <= set(site_day)
+
+    # Landing: the version the landing zone was observed with, per site-day, before it was indexed.
+    landed = scan(str(LANDING)).site_days
+    assert all(p["landing_data_version"] == landed[site_day[p["batch"]]].version for p in card["inputs"])
+
+    # Every check of the three upstream assets, the table-wide ones included, and the release's own.
+    upstream = [c for c in card["checks"] if c["asset"] != "published_cohort"]
+    assert {(c["asset"], c["check"]) for c in upstream} == {(r.asset, r.name) for a in UPSTREAM for r in RULES.for_asset(a)}
+    indexed = instance.fetch_materializations(AssetKey("raw_image_index"), limit=1).records[0].run_id
+    for c in upstream:
+        rule = RULES.rule(c["asset"], c["check"])
+        assert c["severity"] == rule.severity and c["description"] == rule.description
+        assert c["run_id"] == indexed and c["evaluated_at"].endswith("+00:00"), c  # one run evaluated them all
+        assert c["result"] == "passed" or (c["result"] == "failed" and rule.severity == "WARN"), c
+        if c["check"] in TABLE_WIDE.get(c["asset"], ()):
+            assert c["scope"] == "whole table" and c["partitions"] == []
+        else:
+            assert c["scope"] == "partitions" and c["partitions"] == tokens, c  # exactly the partitions read
+    assert {c["check"] for c in card["checks"] if c["asset"] == "published_cohort"} == {
+        "k_anonymity", "images_copied_and_verified", "metadata_row_per_image"}
+
+    # What the instance says now, after the holding and the publishing runs (and their own checks),
+    # is what the card says: publishing did not change the approved content.
+    now = release_check_history(instance, [site_day[t] for t in tokens])
+    assert sorted((c.asset, c.check, c.result, c.run_id, c.evaluated_at) for c in now) == sorted(
+        (c["asset"], c["check"], c["result"], c["run_id"], c["evaluated_at"]) for c in upstream)
+    assert landing_versions(instance, [site_day[t] for t in tokens]) == {
+        site_day[p["batch"]]: p["landing_data_version"] for p in card["inputs"]}
+    text = (release / "datacard.md").read_text() + json.dumps(card)
+    assert not any(value in text for value in (*DATES, *SITES, str(LANDING)))

@@ -239,3 +239,21 @@ def test_a_rebuild_naming_other_runs_publishes_the_approved_held_bytes(tmp_path)
                                   version=1, approval=gate.load_approval(warehouse, first.release_id))
     assert outcome.action == gate.PUBLISH and gate.manifest_id(outcome.path) == first.release_id
     assert not (staging / "b").exists() and not Path(held).exists()
+
+
+def test_a_failed_error_check_in_the_card_is_a_problem_a_warn_or_unevaluated_one_a_note():
+    from imaging.review import card_check_findings
+
+    check = lambda result, severity, partitions=(): {"asset": "raw_image_index", "check": f"c_{result}_{severity}",  # noqa: E731
+                                                     "result": result, "severity": severity,
+                                                     "partitions": list(partitions)}
+    card = {"checks": [check("passed", "ERROR"), check("failed", "WARN", ["ab" * 10]), check("not evaluated", "ERROR")],
+            "inputs": [{"landing_data_version": "not observed"}, {"landing_data_version": "ab" * 8}]}
+    problems, notes = card_check_findings(card)
+    assert problems == []
+    assert any("c_failed_WARN (1 partitions)" in n for n in notes)
+    assert any("1 checks have no recorded evaluation" in n for n in notes)
+    assert any("1 input partitions have no observed landing data version" in n for n in notes)
+    card["checks"].append(check("failed", "ERROR", ["cd" * 10, "ef" * 10]))
+    problems, _ = card_check_findings(card)
+    assert problems == ["failed ERROR checks recorded in the data card: raw_image_index:c_failed_ERROR (2 partitions)"]
