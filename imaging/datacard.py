@@ -1,13 +1,16 @@
 """The data card of a release (Markdown for people, JSON for tools), built from named records.
 
-Pure: the asset passes what it knows (the cohort, counts it aggregated, the checks' latest results,
-its input partitions and their data versions, code versions, the k-anonymity result, the column
-lineage); the builder sorts, suppresses small counts and renders. The same records give the same
-bytes, so a rebuilt release has the same release id.
+Pure: the asset passes what it knows (the cohort, counts it aggregated, the latest result of its own
+checks and of every upstream check on the partitions it read, its input partitions with their data
+versions and landing data versions, code versions, the k-anonymity result, the column lineage); the
+builder sorts, suppresses small counts and renders. The same records give the same bytes, so a
+rebuilt release has the same release id. What was not recorded is said ("not evaluated", "not
+observed"), never invented.
 
 The card is published inside the release, so it holds no identifying value: counts from 1 to 9 are
-shown as "<10", equivalence classes as sizes only, input partitions by their opaque batch token
-(never the real date or site: those stay in the identifiable provenance ledger).
+shown as "<10", equivalence classes as sizes only, input partitions (and the partitions a check
+result is for) by their opaque batch token (never the real date or site: those stay in the
+identifiable provenance ledger), checks by name, result, severity, run and time (no check metadata).
 """
 
 from __future__ import annotations
