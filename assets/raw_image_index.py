@@ -35,7 +35,8 @@ from resources.warehouse import WAREHOUSE_POOL, Warehouse
     pool=WAREHOUSE_POOL,
     check_specs=check_specs("raw_image_index"),
     description="Identifiable zone. One row per DICOM instance (headers only, sha256 of the file); "
-                "unreadable files and duplicate instances go to quarantine/raw_image_index with the reason.",
+                "unreadable files, instances missing a mandatory attribute (PatientID, a UID, Modality) and duplicate "
+                "instances go to quarantine/raw_image_index with the reason.",
 )
 def raw_image_index(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
                     warehouse: Warehouse, deid: Deidentifier, progress: SparkProgress) -> MaterializeResult:
