@@ -255,8 +255,14 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+SHOWN_PARTITIONS = 20  # batch tokens listed per check row in Markdown (the JSON lists every one)
+
+
 def _scope(check: Mapping) -> str:
     partitions = check.get("partitions") or []
+    if len(partitions) > SHOWN_PARTITIONS:
+        return (", ".join(partitions[:SHOWN_PARTITIONS])
+                + f" (+{len(partitions) - SHOWN_PARTITIONS} more: datacard.json lists every one)")
     if partitions:
         return ", ".join(partitions)
     return {"whole table": "whole table", "release": "this release"}.get(check.get("scope", "release"), "")

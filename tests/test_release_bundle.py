@@ -132,3 +132,14 @@ def test_no_identifier_from_the_generated_data_in_the_bundle(hospital, built):
         assert SITE not in text
         for day in DATES:
             assert day not in text and day.replace("-", "") not in text
+
+
+def test_markdown_lists_a_bounded_number_of_partitions_per_check(built):
+    from imaging.datacard import SHOWN_PARTITIONS, render_markdown
+
+    card = json.loads((Path(built.root) / "datacard.json").read_text())
+    many = [f"{i:020x}" for i in range(SHOWN_PARTITIONS + 5)]
+    card["checks"][0]["partitions"] = many
+    markdown = render_markdown(card)
+    assert many[SHOWN_PARTITIONS - 1] in markdown and many[SHOWN_PARTITIONS] not in markdown
+    assert "(+5 more: datacard.json lists every one)" in markdown
