@@ -7,17 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./platform/setup.sh
 
-export IMAGING_LANDING="${IMAGING_LANDING:-$PWD/data/landing}"
-export IMAGING_WAREHOUSE="${IMAGING_WAREHOUSE:-$PWD/data/warehouse}"
-if [ -z "${IMAGING_PSEUDONYM_KEY:-}" ]; then
-  # The demo's data was pseudonymised with this key; runs launched from the UI must use the same one.
-  export IMAGING_PSEUDONYM_KEY="demo-only-key-not-secret"
-  echo "NOTE: using the built-in DEMO pseudonym key (the demo's). Never use it for real data: set IMAGING_PSEUDONYM_KEY."
-fi
-export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/.dagster_home}"
-mkdir -p "$DAGSTER_HOME"
+source platform/demo-env.sh
 [ -f "$DAGSTER_HOME/dagster.yaml" ] || cp platform/dagster.yaml "$DAGSTER_HOME/dagster.yaml"
-export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
 [ -d "$IMAGING_LANDING" ] || echo "NOTE: no landing zone at $IMAGING_LANDING yet: run ./platform/demo.sh first."
 
 echo "Dagster UI on http://127.0.0.1:${UI_PORT:-3000} (instance $DAGSTER_HOME). Ctrl-C stops it."

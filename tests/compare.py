@@ -8,6 +8,7 @@ bytes (their layout depends on the number of tasks); their rows are, per partiti
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -29,6 +30,14 @@ class Output:
 # Columns that name the run that wrote a row (the provenance ledger's), not what it wrote: two runs of
 # the same inputs differ there by design.
 RUN_FACTS = ("run_id", "run_started_at")
+
+# A release's own record of its runs: the data card, its OpenLineage events and the approval name run ids
+# and times, and the release id (the sha256 of SHA256SUMS) follows from them. Two deployments run the
+# same inputs under different runs, so these files are compared with run ids, times and the release's own
+# id masked; everything else in a release (images, metadata, release.json) is compared by bytes or rows.
+RUN_RECORDS = ("datacard.json", "datacard.md", "openlineage.jsonl", "APPROVAL.json")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?")
 
 
 def _rows(fs: fsspec.AbstractFileSystem, files: Sequence[str]) -> list:
@@ -84,6 +93,9 @@ def collect(root: str, pairs: Sequence[tuple[str, str]], cohorts: bool = False,
         elif parts[-1] == "SHA256SUMS":
             with fs.open(path, "r") as handle:
                 outputs[relative] = Output("sums", _sums_but_parquet(handle.read()))
+        elif "cohorts" in parts and parts[-1] in RUN_RECORDS:
+            with fs.open(path, "r") as handle:
+                outputs[relative] = Output("text", _run_facts_masked(handle.read(), _release_id(fs, path)))
         else:
             with fs.open(path, "rb") as handle:
                 outputs[relative] = Output("bytes", hashlib.sha256(handle.read()).hexdigest())
@@ -93,10 +105,31 @@ def collect(root: str, pairs: Sequence[tuple[str, str]], cohorts: bool = False,
 
 
 def _sums_but_parquet(text: str) -> list[str]:
-    """A release's checksum lines, but Parquet's: parquet-mr lists each column's encodings in the
-    footer in a JVM-dependent order, so the same rows written by two Spark processes differ in bytes
-    (seen here: BIT_PACKED,RLE,PLAIN_DICTIONARY against BIT_PACKED,PLAIN_DICTIONARY,RLE)."""
-    return sorted(line for line in text.splitlines() if not line.endswith(".parquet"))
+    """A release's checksum lines, but Parquet's and the run records' (RUN_RECORDS, compared masked).
+
+    parquet-mr lists each column's encodings in the footer in a JVM-dependent order, so the same rows
+    written by two Spark processes differ in bytes (seen: BIT_PACKED,RLE,PLAIN_DICTIONARY against
+    BIT_PACKED,PLAIN_DICTIONARY,RLE); metadata.parquet is compared by rows instead.
+    """
+    return sorted(line for line in text.splitlines()
+                  if not line.endswith(".parquet") and line.rsplit("/", 1)[-1].split()[-1] not in RUN_RECORDS)
+
+
+def _release_id(fs: fsspec.AbstractFileSystem, path: str) -> str | None:
+    """The id of the release holding `path`: the sha256 of its SHA256SUMS (None outside a release)."""
+    folder = path.rsplit("/", 2 if path.endswith("openlineage.jsonl") else 1)[0]
+    try:
+        with fs.open(f"{folder}/SHA256SUMS", "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def _run_facts_masked(text: str, release_id: str | None) -> str:
+    """`text` with run ids, times and the release's own id replaced by placeholders."""
+    if release_id:
+        text = text.replace(release_id, "<release id>")
+    return _TIME.sub("<time>", _UUID.sub("<run id>", text))
 
 
 def assert_same_outputs(candidate: str, reference: str, pairs: Sequence[tuple[str, str]],

@@ -3,7 +3,8 @@
     python tests/pipeline_runner.py REPO PARTITION_KEY
 
 Materializes the three image assets for one `date|site` partition (one run), then `published_cohort`
-(a second run), with the code location in REPO. The process's working directory is wherever the
+as an operator does (a run that holds each release, an approval of every held one, a run that
+publishes what was approved), with the code location in REPO. The process's working directory is wherever the
 caller puts it (the tests use an empty temporary folder): nothing may depend on it. Prints one JSON
 line: where the executors imported the `imaging` package from (it must be the shipped copy).
 """
@@ -25,8 +26,15 @@ def run(repo: str, partition: str) -> dict:
             define_asset_job("cohort", selection=AssetSelection.assets("published_cohort"))]
     resolved = type(defs)(assets=defs.assets, resources=defs.resources, jobs=jobs, executor=defs.executor)
     tags = {"dagster/asset_partition_range_start": partition, "dagster/asset_partition_range_end": partition}
+    from imaging.approval import list_held, record_approval
+    from imaging.config import load_settings
+
     with DagsterInstance.ephemeral() as instance:
-        for name, run_tags in (("images", tags), ("cohort", {})):
+        for name, run_tags in (("images", tags), ("cohort", {}), ("approve", None), ("cohort", {})):
+            if name == "approve":
+                for held in list_held(load_settings().warehouse):
+                    record_approval(held.path, "deployment-test", "approved by the deployment tests")
+                continue
             result = resolved.resolve_job_def(name).execute_in_process(instance=instance, tags=run_tags)
             if not result.success:
                 raise SystemExit(f"run {name} failed")

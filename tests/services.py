@@ -140,37 +140,48 @@ def _alive_workers(master_ui: str) -> int:
 
 
 @contextlib.contextmanager
-def spark_standalone(cores: int = 2, memory: str = "2g", timeout: float = 90) -> Iterator[SparkStandalone]:
-    """A master and one worker from pyspark's `bin/spark-class`, on loopback and free ports."""
-    workdir = Path(tempfile.mkdtemp(prefix="spark-standalone-"))
-    spark_class = str(spark_home() / "bin" / "spark-class")
-    master_port, master_ui_port, worker_port, worker_ui_port = (free_port() for _ in range(4))
-    master_url = f"spark://{LOOPBACK}:{master_port}"
-    master_ui = f"http://{LOOPBACK}:{master_ui_port}"
-    env = spark_env(SPARK_LOG_DIR=str(workdir), SPARK_WORKER_DIR=str(workdir / "work"),
-                    # The web UIs would otherwise also bind 0.0.0.0.
-                    SPARK_PUBLIC_DNS=LOOPBACK)
+def owned_processes(prefix: str) -> Iterator[tuple[Path, list[subprocess.Popen]]]:
+    """A temporary working folder and a list for the processes started in it: on exit every process
+    in the list is stopped (last first) and the folder removed, however the block ended."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
     procs: list[subprocess.Popen] = []
     try:
-        master = start_process([spark_class, "org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
-                                "--port", str(master_port), "--webui-port", str(master_ui_port)],
-                               workdir / "master.log", env=env, cwd=workdir)
-        procs.append(master)
-        wait_until(lambda: port_open(master_port), "Spark master", timeout, [workdir / "master.log"],
-                   alive=lambda: master.poll() is None)
-        worker = start_process([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", LOOPBACK,
-                                "--port", str(worker_port), "--webui-port", str(worker_ui_port),
-                                "--cores", str(cores), "--memory", memory,
-                                "--work-dir", str(workdir / "work"), master_url],
-                               workdir / "worker.log", env=env, cwd=workdir)
-        procs.append(worker)
-        wait_until(lambda: _alive_workers(master_ui) >= 1, "Spark worker registration", timeout,
-                   [workdir / "master.log", workdir / "worker.log"], alive=lambda: worker.poll() is None)
-        yield SparkStandalone(master_url=master_url, master_ui=master_ui, worker_cores=cores, workdir=workdir)
+        yield workdir, procs
     finally:
         for proc in reversed(procs):
             stop_process(proc)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def serve(procs: list[subprocess.Popen], argv: list[str], log: Path, what: str, ready: Callable[[], bool],
+          timeout: float, logs: list[Path] = (), **popen) -> subprocess.Popen:
+    """Start `argv` (recorded in `procs` for `owned_processes` to stop) and wait until `ready`."""
+    proc = start_process(argv, log, **popen)
+    procs.append(proc)
+    wait_until(ready, what, timeout, [log, *logs], alive=lambda: proc.poll() is None)
+    return proc
+
+
+@contextlib.contextmanager
+def spark_standalone(cores: int = 2, memory: str = "2g", timeout: float = 90) -> Iterator[SparkStandalone]:
+    """A master and one worker from pyspark's `bin/spark-class`, on loopback and free ports."""
+    spark_class = str(spark_home() / "bin" / "spark-class")
+    master_port, master_ui_port, worker_port, worker_ui_port = (free_port() for _ in range(4))
+    master_url = f"spark://{LOOPBACK}:{master_port}"
+    master_ui = f"http://{LOOPBACK}:{master_ui_port}"
+    with owned_processes("spark-standalone-") as (workdir, procs):
+        env = spark_env(SPARK_LOG_DIR=str(workdir), SPARK_WORKER_DIR=str(workdir / "work"),
+                        # The web UIs would otherwise also bind 0.0.0.0.
+                        SPARK_PUBLIC_DNS=LOOPBACK)
+        serve(procs, [spark_class, "org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
+                      "--port", str(master_port), "--webui-port", str(master_ui_port)],
+              workdir / "master.log", "Spark master", lambda: port_open(master_port), timeout, env=env, cwd=workdir)
+        serve(procs, [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", LOOPBACK,
+                      "--port", str(worker_port), "--webui-port", str(worker_ui_port),
+                      "--cores", str(cores), "--memory", memory, "--work-dir", str(workdir / "work"), master_url],
+              workdir / "worker.log", "Spark worker registration", lambda: _alive_workers(master_ui) >= 1,
+              timeout, [workdir / "master.log"], env=env, cwd=workdir)
+        yield SparkStandalone(master_url=master_url, master_ui=master_ui, worker_cores=cores, workdir=workdir)
 
 
 # --- Spark Connect ----------------------------------------------------------------------------
@@ -274,17 +285,11 @@ def gcs_emulator(project: str = "imaging-test", timeout: float = 30) -> Iterator
     program = gcs_emulator_program()
     if program is None:
         raise RuntimeError("gcp-storage-emulator is not installed (the `test` extra of pyproject.toml)")
-    workdir = Path(tempfile.mkdtemp(prefix="gcs-emulator-"))
     port = free_port()
-    proc = start_process([program, "start", "--host", LOOPBACK, "--port", str(port), "--in-memory", "--quiet"],
-                         workdir / "emulator.log", cwd=workdir)
-    try:
-        wait_until(lambda: port_open(port), "GCS emulator", timeout, [workdir / "emulator.log"],
-                   alive=lambda: proc.poll() is None)
+    with owned_processes("gcs-emulator-") as (workdir, procs):
+        serve(procs, [program, "start", "--host", LOOPBACK, "--port", str(port), "--in-memory", "--quiet"],
+              workdir / "emulator.log", "GCS emulator", lambda: port_open(port), timeout, cwd=workdir)
         yield GcsEmulator(endpoint=f"http://{LOOPBACK}:{port}", port=port, project=project)
-    finally:
-        stop_process(proc)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 # --- PostgreSQL -------------------------------------------------------------------------------

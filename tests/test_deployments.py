@@ -85,8 +85,6 @@ def assert_equal_to_local(run: PipelineRun, local: PipelineRun) -> None:
     assert any(o.kind == "rows" and o.value for o in got.values()), "no table rows"
 
 
-@pytest.mark.xfail(reason="fails since the merge with the approval gate (issue 8): the release is held and "
-                          "built differently; to be fixed with issue 10's comparison helpers", strict=False)
 def test_standalone_cluster_equals_local(spark_cluster, tiny_landing, local_run, tmp_path):  # noqa: F811
     # The operator names the executors' interpreter (the project's environment on the workers); the
     # driver no longer lends its own to a cluster. Here the workers share this machine's venv.
@@ -96,16 +94,12 @@ def test_standalone_cluster_equals_local(spark_cluster, tiny_landing, local_run,
     assert_equal_to_local(run, local_run)
 
 
-@pytest.mark.xfail(reason="fails since the merge with the approval gate (issue 8): the release is held and "
-                          "built differently; to be fixed with issue 10's comparison helpers", strict=False)
 def test_spark_connect_equals_local(spark_connect, tiny_landing, local_run, tmp_path):  # noqa: F811
     run = run_pipeline(tmp_path, str(tiny_landing), spark_connect.remote)
     assert ".zip" in run.executor_imaging, run.executor_imaging  # shipped with addArtifacts
     assert_equal_to_local(run, local_run)
 
 
-@pytest.mark.xfail(reason="fails since the merge with the approval gate (issue 8): the release is held and "
-                          "built differently; to be fixed with issue 10's comparison helpers", strict=False)
 def test_gcs_landing_and_images_equal_local(gcs, tiny_landing, local_run, tmp_path, monkeypatch):  # noqa: F811
     """Landing in one bucket, output files in another; Spark's tables on a local root (no GCS connector)."""
     for key, value in gcs.environment().items():

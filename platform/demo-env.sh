@@ -1,0 +1,17 @@
+# Sourced by demo.sh and ui.sh (from the checkout's root): the demo's environment, in one place.
+# Every value is a default: what the caller exported wins.
+export IMAGING_LANDING="${IMAGING_LANDING:-$PWD/data/landing}"
+export IMAGING_WAREHOUSE="${IMAGING_WAREHOUSE:-$PWD/data/warehouse}"
+if [ -z "${IMAGING_PSEUDONYM_KEY:-}" ]; then
+  # The demo's data is pseudonymised with this key; runs launched from the UI must use the same one.
+  export IMAGING_PSEUDONYM_KEY="demo-only-key-not-secret"
+  echo "NOTE: using the built-in DEMO pseudonym key. Never use it for real data: set IMAGING_PSEUDONYM_KEY."
+fi
+if [ -z "${IMAGING_MIN_K:-}" ]; then
+  # Twelve synthetic patients cannot make a k=5 cohort: every release would be blocked.
+  export IMAGING_MIN_K=1
+  echo "NOTE: the demo hospital has 12 patients, so the demo lowers the k-anonymity minimum to 1 (default 5; the data card records it)."
+fi
+export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/.dagster_home}"
+mkdir -p "$DAGSTER_HOME"
+export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
