@@ -20,6 +20,18 @@ DATES="$FIRST,$(date -d "$FIRST + 1 day" +%F),$LAST"
 echo "== Generating a synthetic hospital in $IMAGING_LANDING (sites $SITES, $FIRST to $LAST)"
 .venv/bin/python -m synth --out "$IMAGING_LANDING" --seed 7 --sites "$SITES" --dates "$DATES"
 
+# As the landing sensor does before it requests a run: the data cards then name each input's landing version.
+echo "== Observing landing_zone: one data version per landed site-day (a hash of its listing)"
+.venv/bin/python -c '
+from dagster import DagsterInstance
+from dagster._core.definitions.observe import observe
+
+from assets.landing_zone import landing_zone
+from definitions import defs
+
+with DagsterInstance.get() as instance:
+    result = observe([landing_zone], instance=instance, resources={"landing": defs.resources["landing"]})
+    print(f"{len(result.get_asset_observation_events())} landed site-days observed")' 2>/dev/null
 echo "== Materializing raw_image_index, linked_patient_metadata, anonymized_images ($FIRST..$LAST x $SITES, one run)"
 .venv/bin/dagster asset materialize -m definitions \
   --select raw_image_index,linked_patient_metadata,anonymized_images \
