@@ -31,7 +31,7 @@ from definitions import defs
 
 with DagsterInstance.get() as instance:
     result = observe([landing_zone], instance=instance, resources={"landing": defs.resources["landing"]})
-    print(f"{len(result.get_asset_observation_events())} landed site-days observed")' 2>/dev/null
+    print(f"{len(result.get_asset_observation_events())} landed site-days observed")'
 echo "== Materializing raw_image_index, linked_patient_metadata, anonymized_images ($FIRST..$LAST x $SITES, one run)"
 .venv/bin/dagster asset materialize -m definitions \
   --select raw_image_index,linked_patient_metadata,anonymized_images \
