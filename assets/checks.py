@@ -11,9 +11,9 @@ Shared helper module (not an asset). Rules come from `platform/quality.yaml` thr
 - Across runs, `publication_refusal` reads the instance's asset-check records: for each ERROR check
   the newest evaluation covering each partition decides it, and any failure refuses publication
   with a message naming the check and the partitions. WARN checks are shown, never block.
-- For a release's data card, `release_check_history` reads the same records for every check (ERROR
-  and WARN) on the partitions the release read, with run id and time, and `landing_versions` the
-  landing zone's observed data version of each site-day.
+- For a release's data card, `RecordedFacts` reads the same records for every check (ERROR and
+  WARN) on the partitions the release read, with run id and time, and the landing zone's observed
+  data version of each site-day.
 """
 
 from __future__ import annotations
@@ -152,32 +152,65 @@ def publication_refusal(instance: DagsterInstance, partitions_read: Iterable[str
     return blocking_message(blockers) if blockers else None
 
 
+class RecordedFacts:
+    """What the instance recorded, for release data cards: each read once per run, then reused.
+
+    Check histories (one query per check) and landing versions (two per site-day) are the same for
+    every cohort of a run; a run building several releases asks once.
+    """
+
+    def __init__(self, instance: DagsterInstance):
+        self.instance = instance
+        self._histories: dict[tuple[str, str], list[CheckEvaluation]] = {}
+        self._landing: dict[str, str | None] = {}
+
+    def history(self, rule: CheckRule) -> list[CheckEvaluation]:
+        key = (rule.asset, rule.name)
+        if key not in self._histories:
+            self._histories[key] = check_history(self.instance, rule)
+        return self._histories[key]
+
+    def release_checks(self, partitions_read: Iterable[str], assets: Sequence[str] = UPSTREAM) -> list[ReleaseCheck]:
+        """The latest result of every check (ERROR and WARN) of `assets` on the partitions a release read.
+
+        Per partition for per-run checks, one entry for a table-wide check, "not evaluated" where the
+        instance holds no evaluation: see `imaging.quality.release_checks`. Results, run ids and times
+        only; no check metadata (offender pseudonyms stay in Dagster).
+        """
+        read = sorted(set(partitions_read))
+        return [c for rule in upstream_rules(assets) for c in release_checks(rule, self.history(rule), read)]
+
+    def landing_versions(self, partitions: Iterable[str]) -> dict[str, str | None]:
+        """Per site-day (`date|site`), the data version of the landing zone the index read, or None.
+
+        The latest observation of `landing_zone` recorded before the partition's latest
+        materialization of `raw_image_index` (when the instance holds none, the latest observation):
+        what the index read, not a later landing. None when no such observation is recorded: never
+        invented.
+        """
+        wanted = sorted(set(partitions))
+        for key in wanted:
+            if key not in self._landing:
+                self._landing[key] = _landing_version(self.instance, key)
+        return {key: self._landing[key] for key in wanted}
+
+
+def _landing_version(instance: DagsterInstance, key: str) -> str | None:
+    indexed = next(iter(instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(q.RAW), asset_partitions=[key]), limit=1).records), None)
+    record = instance.get_latest_data_version_record(
+        AssetKey(LANDING_ZONE), is_source=True, partition_key=key,
+        before_cursor=indexed.storage_id if indexed is not None else None)
+    version = extract_data_version_from_entry(record.event_log_entry) if record is not None else None
+    return version.value if version is not None else None
+
+
 def release_check_history(instance: DagsterInstance, partitions_read: Iterable[str],
                           assets: Sequence[str] = UPSTREAM) -> list[ReleaseCheck]:
-    """The latest result of every check (ERROR and WARN) of `assets` on the partitions a release read.
-
-    Per partition for per-run checks, one entry for a table-wide check, "not evaluated" where the
-    instance holds no evaluation: see `imaging.quality.release_checks`. Results, run ids and times
-    only; no check metadata (offender pseudonyms stay in Dagster).
-    """
-    read = sorted(set(partitions_read))
-    return [c for rule in upstream_rules(assets) for c in release_checks(rule, check_history(instance, rule), read)]
+    """`RecordedFacts.release_checks`, read afresh from `instance`."""
+    return RecordedFacts(instance).release_checks(partitions_read, assets)
 
 
 def landing_versions(instance: DagsterInstance, partitions: Iterable[str]) -> dict[str, str | None]:
-    """Per site-day (`date|site`), the data version of the landing zone the index read, or None.
-
-    The latest observation of `landing_zone` recorded before the partition's latest materialization
-    of `raw_image_index` (when the instance holds none, the latest observation): what the index
-    read, not a later landing. None when no such observation is recorded: never invented.
-    """
-    out: dict[str, str | None] = {}
-    for key in sorted(set(partitions)):
-        indexed = next(iter(instance.fetch_materializations(
-            AssetRecordsFilter(asset_key=AssetKey(q.RAW), asset_partitions=[key]), limit=1).records), None)
-        record = instance.get_latest_data_version_record(
-            AssetKey(LANDING_ZONE), is_source=True, partition_key=key,
-            before_cursor=indexed.storage_id if indexed is not None else None)
-        version = extract_data_version_from_entry(record.event_log_entry) if record is not None else None
-        out[key] = version.value if version is not None else None
-    return out
+    """`RecordedFacts.landing_versions`, read afresh from `instance`."""
+    return RecordedFacts(instance).landing_versions(partitions)

@@ -34,5 +34,6 @@ def as_of_join(images: DataFrame, clinical: DataFrame, *, salt_buckets: int = 0)
         images = images.withColumn("_salt", (F.xxhash64("source_path") % salt_buckets + salt_buckets) % salt_buckets)
         as_of = as_of.withColumn("_salt", F.explode(F.sequence(F.lit(0), F.lit(salt_buckets - 1))))
         on.append("_salt")
-    linked = images.join(as_of, on, "left").withColumn("has_clinical_record", F.col("clinical_extract_date").isNotNull())
+    linked = (images.join(as_of, on, "left")
+              .withColumn("has_clinical_record", F.col("clinical_extract_date").isNotNull()))
     return linked.drop("_salt") if salt_buckets > 0 else linked

@@ -10,8 +10,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from assets import quality as q
-from assets.checks import (RULES, check_results, check_specs, landing_versions, publication_refusal, quality_context,
-                           release_check_history)
+from assets.checks import RULES, RecordedFacts, check_results, check_specs, publication_refusal, quality_context
 from assets.governance import (CODE_VERSIONS, DISCLOSURE, LINEAGE, OWNERS, column_lineage, definition_metadata,
                                tags)
 from imaging import fs as fsx
@@ -112,11 +111,11 @@ def input_partitions(selected, ledger) -> ReleaseInputs:
         {r["batch"]: r["site_day"] for r in rows if r["site_day"]})
 
 
-def upstream_checks(instance, inputs: ReleaseInputs) -> tuple[CheckResult, ...]:
+def upstream_checks(facts: RecordedFacts, inputs: ReleaseInputs) -> tuple[CheckResult, ...]:
     """The latest result of every upstream check on the release's partitions, by batch token."""
     token = {key: batch for batch, key in inputs.site_day.items()}
     out = []
-    for c in release_check_history(instance, token):
+    for c in facts.release_checks(token):
         out.append(CheckResult(c.asset, c.check, None if c.result == NOT_EVALUATED else c.result == PASSED,
                                severity=c.severity, description=RULES.rule(c.asset, c.check).description,
                                run_id=c.run_id, evaluated_at=c.evaluated_at,
@@ -125,21 +124,21 @@ def upstream_checks(instance, inputs: ReleaseInputs) -> tuple[CheckResult, ...]:
     return tuple(out)
 
 
-def with_landing_versions(instance, inputs: ReleaseInputs) -> tuple[InputPartition, ...]:
+def with_landing_versions(facts: RecordedFacts, inputs: ReleaseInputs) -> tuple[InputPartition, ...]:
     """Each input partition with its landing site-day's observed data version (None: not observed)."""
-    versions = landing_versions(instance, inputs.site_day.values())
+    versions = facts.landing_versions(inputs.site_day.values())
     return tuple(dataclasses.replace(p, landing_data_version=versions.get(inputs.site_day.get(p.batch, "")))
                  for p in inputs.partitions)
 
 
 def build_release(session, cohort: CohortDefinition, selected, ledger, images: int, building: str, work: str,
-                  source_root: str, files_per_task: int, deid: Deidentifier, instance=None):
+                  source_root: str, files_per_task: int, deid: Deidentifier, facts: RecordedFacts | None = None):
     """Stage one cohort's release bundle in `building`; returns what `finish_release` made and the k result.
 
-    With the Dagster `instance`, the data card lists the latest result of every upstream check on the
-    partitions the release read and each input's landing data version. Only evaluations recorded
-    before this build are read (published_cohort's own checks are the three below), so a rebuild of
-    the same inputs after the same runs gives the same bytes.
+    With what the Dagster instance recorded (`facts`), the data card lists the latest result of every
+    upstream check on the partitions the release read and each input's landing data version. Only
+    evaluations recorded before this build are read (published_cohort's own checks are the three
+    below), so a rebuild of the same inputs after the same runs gives the same bytes.
     """
     sizes = [r["size"] for r in session.sql(DISCLOSURE.class_sizes_sql(_view(selected, "cohort_selected"))).collect()]
     k = k_anonymity(sizes, DISCLOSURE)
@@ -151,7 +150,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     copied = sum(1 for _ in _image_entries(f"{work}/images.sha256")())
     read = input_partitions(selected, ledger)
     checks = (
-        *(upstream_checks(instance, read) if instance is not None else ()),
+        *(upstream_checks(facts, read) if facts is not None else ()),
         CheckResult("published_cohort", "k_anonymity", k.passed,
                     description=f"every equivalence class has at least {k.min_k} patients"),
         CheckResult("published_cohort", "images_copied_and_verified", copied == images,
@@ -163,7 +162,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
         selection=Selection.from_cohort(cohort),
         counts=ReleaseCounts(totals["images"], totals["patients"], totals["studies"], totals["series"], breakdowns),
         deid=DeidSummary.from_options(deid.options), checks=checks,
-        inputs=with_landing_versions(instance, read) if instance is not None else read.partitions,
+        inputs=with_landing_versions(facts, read) if facts is not None else read.partitions,
         code_versions=tuple(CodeVersion(a, v) for a, v in sorted(CODE_VERSIONS.items())),
         disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below)
     built = finish_release(building, card, images=_image_entries(f"{work}/images.sha256"))
@@ -198,6 +197,9 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     if refusal:
         raise Failure(refusal)
     session = spark.spark_session
+    # The upstream checks' results and the landing versions the data cards list: recorded before this
+    # run built anything (this asset's own evaluations come after), read once for every cohort.
+    facts = RecordedFacts(context.instance)
     rows = warehouse.read(session, manifest(load_policy()))
     ledger = warehouse.read(session, LEDGER)
     commit = warehouse.begin("published_cohort")
@@ -215,8 +217,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         # Spark writes the checksum list and the CSV: on a tables root it can write (not gs:// files).
         work = warehouse.scratch(commit, cohort.name)
         built, k, verified = build_release(session, cohort, selected, ledger, images, building, work,
-                                           warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid,
-                                           context.instance)
+                                           warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts)
         selected.unpersist()
         if not verified:
             raise Failure(f"cohort {cohort.name}: the release's own checks failed (see its data card)")

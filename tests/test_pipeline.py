@@ -240,7 +240,8 @@ def test_the_data_card_lists_every_upstream_check_and_each_inputs_landing_versio
 
     # Every check of the three upstream assets, the table-wide ones included, and the release's own.
     upstream = [c for c in card["checks"] if c["asset"] != "published_cohort"]
-    assert {(c["asset"], c["check"]) for c in upstream} == {(r.asset, r.name) for a in UPSTREAM for r in RULES.for_asset(a)}
+    assert {(c["asset"], c["check"]) for c in upstream} == {(r.asset, r.name) for a in UPSTREAM
+                                                            for r in RULES.for_asset(a)}
     indexed = instance.fetch_materializations(AssetKey("raw_image_index"), limit=1).records[0].run_id
     for c in upstream:
         rule = RULES.rule(c["asset"], c["check"])

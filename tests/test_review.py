@@ -244,9 +244,9 @@ def test_a_rebuild_naming_other_runs_publishes_the_approved_held_bytes(tmp_path)
 def test_a_failed_error_check_in_the_card_is_a_problem_a_warn_or_unevaluated_one_a_note():
     from imaging.review import card_check_findings
 
-    check = lambda result, severity, partitions=(): {"asset": "raw_image_index", "check": f"c_{result}_{severity}",  # noqa: E731
-                                                     "result": result, "severity": severity,
-                                                     "partitions": list(partitions)}
+    def check(result, severity, partitions=()):
+        return {"asset": "raw_image_index", "check": f"c_{result}_{severity}", "result": result,
+                "severity": severity, "partitions": list(partitions)}
     card = {"checks": [check("passed", "ERROR"), check("failed", "WARN", ["ab" * 10]), check("not evaluated", "ERROR")],
             "inputs": [{"landing_data_version": "not observed"}, {"landing_data_version": "ab" * 8}]}
     problems, notes = card_check_findings(card)
