@@ -24,7 +24,8 @@ def run(repo: str, partition: str) -> dict:
     image_assets = ("raw_image_index", "linked_patient_metadata", "anonymized_images")
     jobs = [define_asset_job("images", selection=AssetSelection.assets(*image_assets)),
             define_asset_job("cohort", selection=AssetSelection.assets("published_cohort"))]
-    resolved = type(defs)(assets=defs.assets, resources=defs.resources, jobs=jobs, executor=defs.executor)
+    resolved = type(defs)(assets=defs.assets, asset_checks=defs.asset_checks, resources=defs.resources, jobs=jobs,
+                          executor=defs.executor)
     tags = {"dagster/asset_partition_range_start": partition, "dagster/asset_partition_range_end": partition}
     from imaging.approval import list_held, record_approval
     from imaging.config import load_settings
