@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from assets import quality as q
+from imaging import fs as fsx
 from imaging.catalogue import Folder, Table
 from imaging.commit import CommitBuilder
 from imaging.quality import CheckOutcome, Distribution, covering, evaluate_balance, evaluate_max
@@ -47,8 +48,6 @@ def commit_empty(warehouse: Warehouse, label: str, tables: Sequence[tuple[Table,
         emptied += len(warehouse.present(table, partitions))
         warehouse.stage_empty(commit, table, partitions)
     for folder, subfolders in folders:
-        from imaging import fs as fsx
-
         emptied += sum(1 for sub in subfolders if fsx.exists(warehouse.url(folder, sub)))
         warehouse.stage_folders(commit, folder, subfolders)
     commit.build().apply()

@@ -117,11 +117,6 @@ class SparkResource(PySparkResource):
         pass  # see `spark_session`
 
     @property
-    def started(self) -> bool:
-        """Whether this resource has made (or joined) a session yet."""
-        return self._spark_session is not None
-
-    @property
     def spark_session(self):
         if self._spark_session is None:
             from dagster_pyspark.resources import spark_session_from_config
