@@ -6,7 +6,7 @@ import math
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 from pyspark.sql import functions as F
 
-from assets import quality as q
+from assets import empty_day, quality as q
 from assets.checks import check_results, check_specs, quality_context, summary
 from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
@@ -63,10 +63,12 @@ def _started(context: AssetExecutionContext) -> str:
 )
 def anonymized_images(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
                       warehouse: Warehouse, deid: Deidentifier, progress: SparkProgress) -> MaterializeResult:
-    session = spark.spark_session
     keys = site_days(context)
     clock = StageClock(("deidentify", "commit"))
     policy = load_policy()
+    if not warehouse.present(LINKED, keys):  # no linked image: no Spark (assets/empty_day.py)
+        return nothing_linked(context, keys, clock, policy, warehouse, deid)
+    session = spark.spark_session
     linked = warehouse.read(session, LINKED, keys)
 
     commit = warehouse.begin("anonymized_images")
@@ -131,6 +133,35 @@ def anonymized_images(context: AssetExecutionContext, spark: SparkResource, land
         # How the files' IssuerOfPatientID compared with the sites' configured namespaces (counts only):
         # unknown or inconsistent values never split a patient, but an operator should know.
         "issuer_of_patient_id": issuers,
-        **{f"issuer_of_patient_id/{status}": count for status, count in issuers.items()}, **summary(checks),
+        **{f"issuer_of_patient_id/{status}": count for status, count in issuers.items()},
+        "table_unchanged": False, **summary(checks),
+        "summary": MetadataValue.md(step.markdown("anonymized_images")),
+    }, check_results=check_results(checks, context.log))
+
+
+def nothing_linked(context: AssetExecutionContext, keys, clock: StageClock, policy, warehouse: Warehouse,
+                   deid: Deidentifier) -> MaterializeResult:
+    """No linked partition: every batch folder, manifest, ledger and quarantine partition of these
+    site-days is emptied (through the journal) and every check reports an empty site-day, with no
+    Spark session."""
+    batches = [batch_name(deid.pseudonymizer(), k.date, k.site) for k in keys]
+    with clock.stage("commit"):
+        emptied = empty_day.commit_empty(
+            warehouse, "anonymized_images",
+            [(manifest(policy), [{"batch": b} for b in batches]), (LEDGER, keys), (ANONYMIZE_QUARANTINE, keys)],
+            folders=[(ANONYMIZED_FILES, batches)])
+    context.log.info(f"{len(keys)} site-days: nothing linked, {emptied.partitions_emptied} partitions emptied")
+    checks = empty_day.outcomes(q.ANONYMIZED, quality_context(deid), [f"{k.date}|{k.site}" for k in keys])
+    issuers = issuer_statuses(deid.issuer_policy(), [])
+    step = StepSummary(
+        partitions=len(keys), files_in=0, bytes_in=0, rows_out=0, files_out=0, bytes_out=0, quarantined={},
+        stage_seconds=clock.seconds,
+        outputs={"files": warehouse.relative(warehouse.url(ANONYMIZED_FILES)),
+                 "manifest": warehouse.relative(warehouse.url(manifest(policy)))})
+    return MaterializeResult(metadata={
+        **step.values(), "spark_tasks": 0, "deid_options": ", ".join(deid.options) or "basic profile only",
+        "issuer_of_patient_id": issuers,
+        **{f"issuer_of_patient_id/{status}": count for status, count in issuers.items()},
+        "table_unchanged": not emptied.changed, **summary(checks),
         "summary": MetadataValue.md(step.markdown("anonymized_images")),
     }, check_results=check_results(checks, context.log))

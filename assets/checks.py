@@ -85,25 +85,55 @@ def summary(outcomes: Sequence[CheckOutcome]) -> dict:
 
 # --- checks that read every partition ------------------------------------------------------------------
 
+def unchanged_by_run(context, owner: str, also: Sequence[str] = ()) -> bool:
+    """Whether this run materialized `owner` and neither it nor any of `also` it materialized
+    changed a row (each says so in its `table_unchanged` metadata: an empty site-day that emptied
+    nothing). Only then is a table-wide check skipped: the run gave it nothing new to judge, and its
+    previous evaluation stands (Dagster records this one as skipped; `can_subset` allows it)."""
+    from dagster import DagsterEventType
+
+    unchanged: dict[str, bool] = {}
+    for record in context.instance.get_records_for_run(
+            context.run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION).records:
+        materialization = record.event_log_entry.asset_materialization
+        name = materialization.asset_key.to_user_string()
+        flag = materialization.metadata.get("table_unchanged")
+        unchanged[name] = unchanged.get(name, True) and bool(getattr(flag, "value", False))
+    return unchanged.get(owner, False) and all(unchanged.get(name, True) for name in also)
+
+
+def _selected(context, results: Iterable[AssetCheckResult], asset: str) -> Iterable[AssetCheckResult]:
+    """The results of the checks this run selected (a subsettable check may be asked for one)."""
+    keys = context.selected_asset_check_keys
+    return (r for r in results if AssetCheckKey(AssetKey(asset), r.check_name) in keys)
+
+
 @multi_asset_check(specs=[_spec(RULES.rule(q.RAW, n)) for n in TABLE_WIDE[q.RAW]], name="raw_image_index_table_checks",
-                   description="Checks over every partition of raw_image_index.")
+                   can_subset=True, description="Checks over every partition of raw_image_index.")
 def raw_image_index_table_checks(context, spark: SparkResource, warehouse: Warehouse, deid: Deidentifier):
+    if unchanged_by_run(context, q.RAW):
+        context.log.info("raw_image_index_table_checks skipped: this run changed no row of raw_image_index")
+        return
     index = warehouse.read(spark.spark_session, RAW_IMAGE_INDEX)
     ctx = quality_context(deid)
     outcomes = [q.scans_per_patient(index, ctx), q.sop_instance_uid_in_one_partition(index, ctx)]
-    yield from check_results(outcomes, context.log, q.RAW)
+    yield from _selected(context, check_results(outcomes, context.log, q.RAW), q.RAW)
 
 
 @multi_asset_check(specs=[_spec(RULES.rule(q.ANONYMIZED, n)) for n in TABLE_WIDE[q.ANONYMIZED]],
-                   name="anonymized_images_table_checks",
+                   name="anonymized_images_table_checks", can_subset=True,
                    description="One pseudonym per patient and one patient per pseudonym, over every partition "
                                "(ledger and index in the identifiable zone, manifest).")
 def anonymized_images_table_checks(context, spark: SparkResource, warehouse: Warehouse, deid: Deidentifier):
+    if unchanged_by_run(context, q.ANONYMIZED, also=(q.RAW,)):
+        context.log.info("anonymized_images_table_checks skipped: this run changed no row of the ledger, "
+                         "manifest or index")
+        return
     session = spark.spark_session
     ctx = quality_context(deid)
     outcomes = q.pseudonym_bijection(warehouse.read(session, LEDGER), warehouse.read(session, RAW_IMAGE_INDEX),
                                      warehouse.read(session, manifest(load_policy())), ctx)
-    yield from check_results(outcomes, context.log, q.ANONYMIZED)
+    yield from _selected(context, check_results(outcomes, context.log, q.ANONYMIZED), q.ANONYMIZED)
 
 
 TABLE_CHECKS = [raw_image_index_table_checks, anonymized_images_table_checks]

@@ -3,7 +3,7 @@
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 from pyspark.sql import functions as F
 
-from assets import quality as q
+from assets import empty_day, quality as q
 from assets.checks import check_results, check_specs, quality_context, summary
 from assets.linkage import as_of_join
 from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
@@ -41,13 +41,18 @@ EXTRACTS_PER_TASK = 16  # extracts are small: a task reads several
 )
 def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
                             warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
-    session = spark.spark_session
     keys = site_days(context)
     clock = StageClock(("read_extracts", "link", "commit"))
+    extracts = extracts_needed(keys, landing.clinical_extracts)
+    own_day = {(k.date, k.site) for k in keys}
+    if not warehouse.present(RAW_IMAGE_INDEX, keys) and not any((e.extract_date, e.site) in own_day
+                                                                for e in extracts):
+        # No image indexed and no extract of these days to account for: no Spark (assets/empty_day.py).
+        return nothing_indexed(context, keys, clock, warehouse, deid)
+    session = spark.spark_session
     images = warehouse.read(session, RAW_IMAGE_INDEX, keys)
 
     with clock.stage("read_extracts"):
-        extracts = extracts_needed(keys, landing.clinical_extracts)
         parsed = map_batches(frame_of(session, extracts, schema_of(ClinicalExtract))
                              .repartition(max(1, len(extracts) // EXTRACTS_PER_TASK + 1)), READ_EXTRACTS).persist()
         parsed.count()
@@ -91,6 +96,29 @@ def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource
                  "quarantine": warehouse.relative(warehouse.url(CLINICAL_QUARANTINE))})
     return MaterializeResult(metadata={
         **step.values(), "images_with_clinical_record": linked_n,
-        "images_without_clinical_record": images_n - linked_n, "extracts_read": len(extracts), **summary(checks),
+        "images_without_clinical_record": images_n - linked_n, "extracts_read": len(extracts),
+        "table_unchanged": False, **summary(checks),
+        "summary": MetadataValue.md(step.markdown("linked_patient_metadata")),
+    }, check_results=check_results(checks, context.log))
+
+
+def nothing_indexed(context: AssetExecutionContext, keys, clock: StageClock, warehouse: Warehouse,
+                    deid: Deidentifier) -> MaterializeResult:
+    """No index partition and no extract dated on these site-days: every partition is emptied
+    (through the journal) and every check reports an empty site-day, with no Spark session. Earlier
+    extracts are not read: with no image there is nothing to join them to."""
+    with clock.stage("commit"):
+        emptied = empty_day.commit_empty(warehouse, "linked_patient_metadata",
+                                         [(LINKED, keys), (CLINICAL_QUARANTINE, keys)])
+    context.log.info(f"{len(keys)} site-days: nothing indexed, {emptied.partitions_emptied} partitions emptied")
+    checks = empty_day.outcomes(q.LINKED, quality_context(deid), [f"{k.date}|{k.site}" for k in keys])
+    step = StepSummary(
+        partitions=len(keys), files_in=0, bytes_in=0, rows_out=0, files_out=0, bytes_out=0, quarantined={},
+        stage_seconds=clock.seconds,
+        outputs={"table": warehouse.relative(warehouse.url(LINKED)),
+                 "quarantine": warehouse.relative(warehouse.url(CLINICAL_QUARANTINE))})
+    return MaterializeResult(metadata={
+        **step.values(), "images_with_clinical_record": 0, "images_without_clinical_record": 0, "extracts_read": 0,
+        "table_unchanged": not emptied.changed, **summary(checks),
         "summary": MetadataValue.md(step.markdown("linked_patient_metadata")),
     }, check_results=check_results(checks, context.log))

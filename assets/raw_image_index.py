@@ -5,10 +5,11 @@ import math
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 from pyspark.sql import Window, functions as F
 
-from assets import quality as q
+from assets import empty_day, quality as q
 from assets.checks import check_results, check_specs, quality_context, summary
 from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
+from imaging import fs as fsx
 from imaging.catalogue import INDEX_QUARANTINE, RAW_IMAGE_INDEX
 from imaging.index import DUPLICATES, INDEX, LIST, site_day_url
 from imaging.quality import covering
@@ -40,14 +41,16 @@ from resources.warehouse import WAREHOUSE_POOL, Warehouse
 )
 def raw_image_index(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
                     warehouse: Warehouse, deid: Deidentifier, progress: SparkProgress) -> MaterializeResult:
-    session = spark.spark_session
     keys = site_days(context)
     clock = StageClock(("list", "index", "commit"))
+    folders = [SiteDayFolder(k.date, k.site, site_day_url(landing.root, k.site, k.date)) for k in keys]
+    if not any(fsx.exists(f.url) for f in folders):  # nothing landed: no Spark (assets/empty_day.py)
+        return nothing_landed(context, keys, clock, warehouse, deid)
+    session = spark.spark_session
 
     # Listing fans out from a handful of site-days to many files: list in parallel, then
     # repartition so that opening files is spread over the cluster, not fused behind the listing.
     with clock.stage("list"):
-        folders = [SiteDayFolder(k.date, k.site, site_day_url(landing.root, k.site, k.date)) for k in keys]
         listing = map_batches(frame_of(session, folders, schema_of(SiteDayFolder)).repartition(len(folders)),
                               LIST).persist()
         # One row per site-day: its files and bytes (the accounting check needs them per partition).
@@ -98,6 +101,26 @@ def raw_image_index(context: AssetExecutionContext, spark: SparkResource, landin
         outputs={"table": warehouse.relative(warehouse.url(RAW_IMAGE_INDEX)),
                  "quarantine": warehouse.relative(warehouse.url(INDEX_QUARANTINE))})
     return MaterializeResult(metadata={
-        **step.values(), "spark_tasks": tasks, **summary(checks),
+        **step.values(), "spark_tasks": tasks, "table_unchanged": False, **summary(checks),
+        "summary": MetadataValue.md(step.markdown("raw_image_index")),
+    }, check_results=check_results(checks, context.log))
+
+
+def nothing_landed(context: AssetExecutionContext, keys, clock: StageClock, warehouse: Warehouse,
+                   deid: Deidentifier) -> MaterializeResult:
+    """No site-day folder in the landing zone: every partition is emptied (through the journal) and
+    every check reports an empty site-day, with no Spark session."""
+    with clock.stage("commit"):
+        emptied = empty_day.commit_empty(warehouse, "raw_image_index",
+                                         [(RAW_IMAGE_INDEX, keys), (INDEX_QUARANTINE, keys)])
+    context.log.info(f"{len(keys)} site-days: nothing landed, {emptied.partitions_emptied} partitions emptied")
+    checks = empty_day.outcomes(q.RAW, quality_context(deid), [f"{k.date}|{k.site}" for k in keys])
+    step = StepSummary(
+        partitions=len(keys), files_in=0, bytes_in=0, rows_out=0, files_out=0, bytes_out=0, quarantined={},
+        stage_seconds=clock.seconds, known_reasons=(DUPLICATES.reason,),
+        outputs={"table": warehouse.relative(warehouse.url(RAW_IMAGE_INDEX)),
+                 "quarantine": warehouse.relative(warehouse.url(INDEX_QUARANTINE))})
+    return MaterializeResult(metadata={
+        **step.values(), "spark_tasks": 0, "table_unchanged": not emptied.changed, **summary(checks),
         "summary": MetadataValue.md(step.markdown("raw_image_index")),
     }, check_results=check_results(checks, context.log))

@@ -12,6 +12,9 @@ many-small-files variant, 1 x 64 x 64 volumes), then measures, in the same run a
   loop       a plain one-process pydicom read-modify-write loop (read, blank five attributes, write)
   header     a one-process header-only read loop (`stop_before_pixels`)
   sha256     the sha256 of every byte, one process (what hashing costs on its own)
+  platform loop  the platform's own per-file work in one process, no Spark (index_file, then the
+             anonymize step with the burned-in text OCR of platform/pixel_text.yaml), and the CPU of
+             the OCR check alone (`ocr`): what the executors do per file, and what bounds it
   platform   `dagster asset materialize` of raw_image_index, linked_patient_metadata and
              anonymized_images through the CLI (IMAGING_SPARK_MASTER=local[2]) on an empty site-day
              (the fixed cost) and on each corpus size (marginal cost per GB = the difference)
@@ -169,13 +172,64 @@ def sha256_loop(t: Tree) -> float:
     return timed(work, "sha256")
 
 
+def platform_loop(t: Tree, scratch: Path) -> float:
+    """The platform's own per-file work in one process, no Spark: `index_file` then the anonymize
+    step (hash check, de-identification with the burned-in text OCR of platform/pixel_text.yaml,
+    write, output hash) on each file. CPU["ocr"] is the CPU spent in the OCR check alone."""
+    import dataclasses
+
+    from imaging.anonymize import AnonymizeJob
+    from imaging.clinical import load_policy
+    from imaging.config import load_settings
+    from imaging.deid.pixel_text import PixelTextDetector
+    from imaging.index import index_file
+    from imaging.records import IndexedImage, LinkedImage, ListedFile
+    from resources.deid import Deidentifier
+
+    settings = load_settings({**os.environ, "IMAGING_PSEUDONYM_KEY": "benchmark-key-not-a-secret"})
+    deid = Deidentifier(pseudonym_key="benchmark-key-not-a-secret", options=list(settings.deid_options),
+                        issuers=settings.issuers, pixel_text=settings.pixel_text)
+    out = scratch / f"platform-loop-{t.label}"
+    job = AnonymizeJob(deid.pseudonym_key, tuple(deid.options), load_policy(), deid.issuer_policy(),
+                       deid.pixel_text_settings(), staging=str(out))
+    ocr = [0.0]
+    check = PixelTextDetector.check
+
+    def timed_check(self, *args, **kwargs):
+        before = time.process_time()
+        try:
+            return check(self, *args, **kwargs)
+        finally:
+            ocr[0] += time.process_time() - before
+
+    def work():
+        anonymizer = job()
+        try:
+            for path in t.files:
+                record = index_file(ListedFile(DAY, SITE, str(path), path.stat().st_size))
+                if isinstance(record, IndexedImage):
+                    fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(IndexedImage)}
+                    anonymizer(LinkedImage(**fields))
+        finally:
+            anonymizer.close()
+
+    PixelTextDetector.check = timed_check
+    try:
+        seconds = timed(work, "platform loop")
+    finally:
+        PixelTextDetector.check = check
+    CPU["ocr"] = ocr[0]
+    shutil.rmtree(out, ignore_errors=True)
+    return seconds
+
+
 def baselines(t: Tree, scratch: Path) -> dict[str, float]:
     import warnings
 
     warnings.filterwarnings("ignore")
     wall = {"cp -r": cp_r(t, scratch), "loop": plain_loop(t, scratch), "header": header_loop(t),
-            "sha256": sha256_loop(t)}
-    return {**wall, **{f"{k} CPU": CPU[k] for k in wall}}
+            "sha256": sha256_loop(t), "platform loop": platform_loop(t, scratch)}
+    return {**wall, **{f"{k} CPU": CPU[k] for k in wall}, "ocr CPU": CPU["ocr"]}
 
 
 # ------------------------------------------------------------------------------------------ the platform
@@ -464,6 +518,10 @@ def report(title: str, runs: dict[str, PlatformRun], trees: list[Tree], best: di
           f"{cpu['loop'] / (p_cpu / 2):.2f}x faster than the loop, {p_cpu / 2 / cpu['cp -r']:.2f}x cp -r)")
     for a, v in s_cpu.items():
         print(f"    {a:24s} {v:6.2f} CPU-s/GB (idle 2-core estimate {v / 2:.2f} s/GB)")
+    pl, ocr = cpu["platform loop"], cpu["ocr"]
+    print(f"  the platform's per-file work in one process (index + anonymize, no Spark): {pl:.2f} CPU-s/GB, of which "
+          f"the burned-in text OCR {ocr:.2f} ({100 * ocr / pl if pl > 0 else 0:.0f}%); without the OCR {pl - ocr:.2f} "
+          f"CPU-s/GB = {(pl - ocr) / cpu['loop'] if cpu['loop'] > 0 else float('inf'):.2f}x the plain loop")
     roles = {r: (runs[large.label].cpu.get(r, 0) - runs[small.label].cpu.get(r, 0)) / gb
              for r in ("driver Python", "driver JVM", "executor Python")}
     print("  by process: " + ", ".join(f"{k} {v:.2f} CPU-s/GB" for k, v in roles.items()))

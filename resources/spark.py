@@ -26,6 +26,9 @@ from imaging.config import read_yaml
 from imaging.records import BatchStep, to_batch
 
 _SHIPPED: set[int] = set()
+# One entry each time a SparkResource makes (or joins) its session: how tests see that a run
+# needed no Spark at all.
+SESSIONS_MADE: list[str] = []
 PACKAGE = Path(__file__).resolve().parents[1] / "imaging"
 
 
@@ -101,16 +104,33 @@ def ship_code(session) -> None:
 
 
 class SparkResource(PySparkResource):
-    """PySparkResource that also ships the platform's code and keeps Spark quiet on loopback."""
+    """PySparkResource that starts its session on first use, ships the platform's code and keeps
+    Spark quiet on loopback.
+
+    The session is made lazily, not in the resource's set-up: starting a JVM costs seconds, and a
+    run whose site-days have nothing to do never needs one (the image assets answer those from the
+    warehouse alone, see ARCHITECTURE.md). Every step of a run still shares the one session
+    (in-process executor, `getOrCreate`).
+    """
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        if str(self.spark_config.get("spark.master", "")).startswith("local"):
-            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-            # Local Python workers run the driver's interpreter (read when the session starts), so
-            # pydicom and the platform code are the same on both sides. A cluster's executors
-            # use their own (PYSPARK_PYTHON there, see README).
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        super().setup_for_execution(context)
-        if "spark.remote" not in self.spark_config:  # a Connect session has no SparkContext
-            self.spark_session.sparkContext.setLogLevel("WARN")
-        ship_code(self.spark_session)
+        pass  # see `spark_session`
+
+    @property
+    def spark_session(self):
+        if self._spark_session is None:
+            from dagster_pyspark.resources import spark_session_from_config
+
+            if str(self.spark_config.get("spark.master", "")).startswith("local"):
+                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+                # Local Python workers run the driver's interpreter (read when the session starts), so
+                # pydicom and the platform code are the same on both sides. A cluster's executors
+                # use their own (PYSPARK_PYTHON there, see README).
+                os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            session = spark_session_from_config(self.spark_config)
+            if "spark.remote" not in self.spark_config:  # a Connect session has no SparkContext
+                session.sparkContext.setLogLevel("WARN")
+            ship_code(session)
+            self._spark_session = session
+            SESSIONS_MADE.append(type(session).__name__)
+        return self._spark_session

@@ -110,6 +110,18 @@ class Warehouse(ConfigurableResource):
                 _rename_parts(f"{staged}/{sub}", "parquet")
             commit.replace(zone, f"{table.name}/{sub}")
 
+    def stage_empty(self, commit: CommitBuilder, table: Table, partitions: Sequence) -> None:
+        """Stage `partitions` of `table` as empty, without Spark: what `stage` does for a partition
+        without rows (nothing is staged for it, so the swap leaves the target empty)."""
+        zone = self.table_zone(table.zone)
+        for key in partitions:
+            commit.replace(zone, f"{table.name}/{partition_dir(table, key)}")
+
+    def present(self, table: Table, partitions: Sequence) -> list[str]:
+        """The folders of `partitions` of `table` that exist (a partition without rows has none)."""
+        base = self.url(table)
+        return [p for p in (f"{base}/{partition_dir(table, k)}" for k in partitions) if fsx.exists(p)]
+
     def stage_folders(self, commit: CommitBuilder, folder: Folder, subfolders: Sequence[str]) -> None:
         """Swap in `<staging>/<folder>/<sub>` for each sub-folder (staged by the executors)."""
         for sub in subfolders:
@@ -135,7 +147,7 @@ class Warehouse(ConfigurableResource):
         if partitions is None:
             paths = [base] if fsx.exists(base) else []
         else:
-            paths = [p for p in (f"{base}/{partition_dir(table, k)}" for k in partitions) if fsx.exists(p)]
+            paths = self.present(table, partitions)
         if not paths:
             return session.createDataFrame([], schema)
         # A DataFrame cached over this table (by anyone) would answer for these paths with rows from
