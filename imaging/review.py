@@ -311,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.html:
         from imaging.review_html import render_html
 
+        os.makedirs(os.path.dirname(os.path.abspath(args.html)), exist_ok=True)
         with open(args.html, "w", encoding="utf-8") as handle:
             handle.write(render_html(result))
         print(f"HTML report: {args.html}")
