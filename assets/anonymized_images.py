@@ -150,18 +150,10 @@ def nothing_linked(context: AssetExecutionContext, keys, clock: StageClock, poli
             warehouse, "anonymized_images",
             [(manifest(policy), [{"batch": b} for b in batches]), (LEDGER, keys), (ANONYMIZE_QUARANTINE, keys)],
             folders=[(ANONYMIZED_FILES, batches)])
-    context.log.info(f"{len(keys)} site-days: nothing linked, {emptied.partitions_emptied} partitions emptied")
-    checks = empty_day.outcomes(q.ANONYMIZED, quality_context(deid), [f"{k.date}|{k.site}" for k in keys])
     issuers = issuer_statuses(deid.issuer_policy(), [])
-    step = StepSummary(
-        partitions=len(keys), files_in=0, bytes_in=0, rows_out=0, files_out=0, bytes_out=0, quarantined={},
-        stage_seconds=clock.seconds,
-        outputs={"files": warehouse.relative(warehouse.url(ANONYMIZED_FILES)),
-                 "manifest": warehouse.relative(warehouse.url(manifest(policy)))})
-    return MaterializeResult(metadata={
-        **step.values(), "spark_tasks": 0, "deid_options": ", ".join(deid.options) or "basic profile only",
-        "issuer_of_patient_id": issuers,
-        **{f"issuer_of_patient_id/{status}": count for status, count in issuers.items()},
-        "table_unchanged": not emptied.changed, **summary(checks),
-        "summary": MetadataValue.md(step.markdown("anonymized_images")),
-    }, check_results=check_results(checks, context.log))
+    outputs = {"files": warehouse.url(ANONYMIZED_FILES), "manifest": warehouse.url(manifest(policy))}
+    return empty_day.answer(context, "anonymized_images", q.ANONYMIZED, keys, emptied, "nothing linked", clock,
+                            warehouse, deid, outputs,
+                            {"spark_tasks": 0, "deid_options": ", ".join(deid.options) or "basic profile only",
+                             "issuer_of_patient_id": issuers,
+                             **{f"issuer_of_patient_id/{status}": count for status, count in issuers.items()}})

@@ -19,11 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
+
 from assets import quality as q
+from assets.checks import check_results, quality_context, summary
 from imaging import fs as fsx
 from imaging.catalogue import Folder, Table
 from imaging.commit import CommitBuilder
 from imaging.quality import CheckOutcome, Distribution, covering, evaluate_balance, evaluate_max
+from imaging.run_summary import StageClock, StepSummary
+from resources.deid import Deidentifier
 from resources.warehouse import Warehouse
 
 
@@ -104,3 +109,20 @@ def outcomes(asset: str, ctx: q.QualityContext, partitions: Sequence[str]) -> li
     else:
         raise ValueError(f"no empty-day checks for {asset!r}")
     return [covering(o, partitions) for o in checks]
+
+
+def answer(context: AssetExecutionContext, asset: str, checks_of: str, keys: Sequence, emptied: Emptied,
+           reason: str, clock: StageClock, warehouse: Warehouse, deid: Deidentifier, outputs: dict[str, str],
+           metadata: dict, known_reasons: tuple[str, ...] = ()) -> MaterializeResult:
+    """The materialization of site-days answered without Spark: the empty-day check results of
+    `checks_of`, a step summary with no input and no output, and `metadata` (the asset's own keys)."""
+    context.log.info(f"{len(keys)} site-days: {reason}, {emptied.partitions_emptied} partitions emptied")
+    checks = outcomes(checks_of, quality_context(deid), [f"{k.date}|{k.site}" for k in keys])
+    step = StepSummary(
+        partitions=len(keys), files_in=0, bytes_in=0, rows_out=0, files_out=0, bytes_out=0, quarantined={},
+        stage_seconds=clock.seconds, known_reasons=known_reasons,
+        outputs={name: warehouse.relative(url) for name, url in outputs.items()})
+    return MaterializeResult(metadata={
+        **step.values(), **metadata, "table_unchanged": not emptied.changed, **summary(checks),
+        "summary": MetadataValue.md(step.markdown(asset)),
+    }, check_results=check_results(checks, context.log))

@@ -110,15 +110,7 @@ def nothing_indexed(context: AssetExecutionContext, keys, clock: StageClock, war
     with clock.stage("commit"):
         emptied = empty_day.commit_empty(warehouse, "linked_patient_metadata",
                                          [(LINKED, keys), (CLINICAL_QUARANTINE, keys)])
-    context.log.info(f"{len(keys)} site-days: nothing indexed, {emptied.partitions_emptied} partitions emptied")
-    checks = empty_day.outcomes(q.LINKED, quality_context(deid), [f"{k.date}|{k.site}" for k in keys])
-    step = StepSummary(
-        partitions=len(keys), files_in=0, bytes_in=0, rows_out=0, files_out=0, bytes_out=0, quarantined={},
-        stage_seconds=clock.seconds,
-        outputs={"table": warehouse.relative(warehouse.url(LINKED)),
-                 "quarantine": warehouse.relative(warehouse.url(CLINICAL_QUARANTINE))})
-    return MaterializeResult(metadata={
-        **step.values(), "images_with_clinical_record": 0, "images_without_clinical_record": 0, "extracts_read": 0,
-        "table_unchanged": not emptied.changed, **summary(checks),
-        "summary": MetadataValue.md(step.markdown("linked_patient_metadata")),
-    }, check_results=check_results(checks, context.log))
+    outputs = {"table": warehouse.url(LINKED), "quarantine": warehouse.url(CLINICAL_QUARANTINE)}
+    return empty_day.answer(context, "linked_patient_metadata", q.LINKED, keys, emptied, "nothing indexed", clock,
+                            warehouse, deid, outputs,
+                            {"images_with_clinical_record": 0, "images_without_clinical_record": 0, "extracts_read": 0})

@@ -113,14 +113,6 @@ def nothing_landed(context: AssetExecutionContext, keys, clock: StageClock, ware
     with clock.stage("commit"):
         emptied = empty_day.commit_empty(warehouse, "raw_image_index",
                                          [(RAW_IMAGE_INDEX, keys), (INDEX_QUARANTINE, keys)])
-    context.log.info(f"{len(keys)} site-days: nothing landed, {emptied.partitions_emptied} partitions emptied")
-    checks = empty_day.outcomes(q.RAW, quality_context(deid), [f"{k.date}|{k.site}" for k in keys])
-    step = StepSummary(
-        partitions=len(keys), files_in=0, bytes_in=0, rows_out=0, files_out=0, bytes_out=0, quarantined={},
-        stage_seconds=clock.seconds, known_reasons=(DUPLICATES.reason,),
-        outputs={"table": warehouse.relative(warehouse.url(RAW_IMAGE_INDEX)),
-                 "quarantine": warehouse.relative(warehouse.url(INDEX_QUARANTINE))})
-    return MaterializeResult(metadata={
-        **step.values(), "spark_tasks": 0, "table_unchanged": not emptied.changed, **summary(checks),
-        "summary": MetadataValue.md(step.markdown("raw_image_index")),
-    }, check_results=check_results(checks, context.log))
+    outputs = {"table": warehouse.url(RAW_IMAGE_INDEX), "quarantine": warehouse.url(INDEX_QUARANTINE)}
+    return empty_day.answer(context, "raw_image_index", q.RAW, keys, emptied, "nothing landed", clock, warehouse,
+                            deid, outputs, {"spark_tasks": 0}, known_reasons=(DUPLICATES.reason,))

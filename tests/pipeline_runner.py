@@ -20,6 +20,8 @@ def run(repo: str, partition: str) -> dict:
     from dagster import AssetSelection, DagsterInstance, define_asset_job
 
     from definitions import defs
+    from imaging.approval import list_held, record_approval
+    from imaging.config import load_settings
 
     image_assets = ("raw_image_index", "linked_patient_metadata", "anonymized_images")
     jobs = [define_asset_job("images", selection=AssetSelection.assets(*image_assets)),
@@ -27,18 +29,17 @@ def run(repo: str, partition: str) -> dict:
     resolved = type(defs)(assets=defs.assets, asset_checks=defs.asset_checks, resources=defs.resources, jobs=jobs,
                           executor=defs.executor)
     tags = {"dagster/asset_partition_range_start": partition, "dagster/asset_partition_range_end": partition}
-    from imaging.approval import list_held, record_approval
-    from imaging.config import load_settings
 
     with DagsterInstance.ephemeral() as instance:
-        for name, run_tags in (("images", tags), ("cohort", {}), ("approve", None), ("cohort", {})):
-            if name == "approve":
-                for held in list_held(load_settings().warehouse):
-                    record_approval(held.path, "deployment-test", "approved by the deployment tests")
-                continue
-            result = resolved.resolve_job_def(name).execute_in_process(instance=instance, tags=run_tags)
-            if not result.success:
+        def execute(name: str, run_tags: dict) -> None:
+            if not resolved.resolve_job_def(name).execute_in_process(instance=instance, tags=run_tags).success:
                 raise SystemExit(f"run {name} failed")
+
+        execute("images", tags)
+        execute("cohort", {})  # holds each release
+        for held in list_held(load_settings().warehouse):
+            record_approval(held.path, "deployment-test", "approved by the deployment tests")
+        execute("cohort", {})  # publishes what was approved
     return {"executor_imaging": executor_imaging_origin(defs)}
 
 
