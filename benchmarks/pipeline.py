@@ -1,7 +1,7 @@
 """The platform against the script a user would write: fixed cost, marginal cost per GB, memory.
 
     .venv/bin/python benchmarks/pipeline.py [--gb 0.5,1.0] [--small-files 2000] [--against CHECKOUT]
-                                            [--profile DIR] [--keep]
+                                            [--profile DIR] [--jfr DIR] [--assets A,B] [--keep]
 
 Generates its own deterministic corpus with `synth` (one site-day per size: OCT-like multi-frame
 files of about 1 MB, 4 x 496 x 512, plus the small fundus photos the generator adds; and a
@@ -27,7 +27,11 @@ workers, sampled over the process tree. Figures are also given as ratios to `cp 
 
 `--against CHECKOUT` runs the same platform runs from another checkout too (before/after, same
 corpus, same run). `--profile DIR` runs the largest corpus once more under `py-spy record --subprocesses` and writes
-the collapsed stacks (`DIR/pipeline.txt`) and a summary of the hottest functions.
+the collapsed stacks (`DIR/pipeline.txt`) and a summary of the hottest functions. `--jfr DIR` runs it
+once more with Java Flight Recorder on the driver JVM (`DIR/driver.jfr`) and prints where the JVM's CPU goes:
+by thread (query planning in the threads that run Python's DataFrame calls and actions, the JIT compilers,
+the garbage collector, task threads) and by what the sampled Java stacks are doing. `--assets` measures
+another selection (e.g. `raw_image_index` alone, at sizes where its marginal cost is above the noise).
 """
 
 from __future__ import annotations
@@ -331,6 +335,8 @@ def spark_log_summary(folder: Path) -> dict[str, float]:
     for path in (p for p in folder.rglob("*") if p.is_file()):
         with open(path, encoding="utf-8") as handle:
             for line in handle:
+                if not line.strip():
+                    continue
                 event = json.loads(line)
                 kind = event.get("Event")
                 if kind == "SparkListenerJobStart":
@@ -384,7 +390,7 @@ def step_times(home: Path) -> tuple[dict[str, float], float, float, dict[str, tu
 
 
 def materialize(label: str, landing: Path, work: Path, day: str, profile: Path | None = None,
-                repo: Path = REPO) -> PlatformRun:
+                repo: Path = REPO, jfr: Path | None = None) -> PlatformRun:
     """One `dagster asset materialize` of the three image assets on `day`, in a fresh warehouse.
 
     The Dagster home is kept between runs of a checkout (an operator's instance exists already;
@@ -402,9 +408,11 @@ def materialize(label: str, landing: Path, work: Path, day: str, profile: Path |
                # Spark's own event log, for jobs/stages/executor CPU (a classic session reads this).
                PYSPARK_SUBMIT_ARGS=f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{events} "
                                    "--conf spark.eventLog.compress=false --conf spark.eventLog.rolling.enabled=false "
-                                   "pyspark-shell")
+                                   + (f"--driver-java-options '{driver_java_options(repo)} "
+                                      f"-XX:StartFlightRecording=filename={jfr},settings=profile' " if jfr else "")
+                                   + "pyspark-shell")
     command = [str(Path(sys.executable).with_name("dagster")), "asset", "materialize", "-m", "definitions",
-               "--select", SELECT, "--partition", f"{day}|{SITE}"]
+               "--select", ",".join(ASSETS), "--partition", f"{day}|{SITE}"]
     if profile is not None:
         command = [str(Path(sys.executable).with_name("py-spy")), "record", "--subprocesses", "--rate", "50",
                    "--format", "raw", "--output", str(profile), "--"] + command
@@ -424,6 +432,60 @@ def materialize(label: str, landing: Path, work: Path, day: str, profile: Path |
 
 
 # ------------------------------------------------------------------------------------------ profile summary
+
+def driver_java_options(repo: Path) -> str:
+    """The checkout's own driver JVM options (platform/spark.yaml): `--driver-java-options` replaces them."""
+    import yaml
+
+    return str(yaml.safe_load((repo / "platform" / "spark.yaml").read_text()).get("spark.driver.extraJavaOptions", ""))
+
+
+# What a sampled Java stack is doing, by the first of these found anywhere in it (most specific first).
+JVM_WORK = (("codehaus", "compiling generated code (Janino)"), ("expressions.codegen", "generating code"),
+            ("catalyst.analysis", "analysing plans"), ("catalyst.optimizer", "optimising plans"),
+            ("adaptive", "adaptive execution"), ("SparkStrategies", "physical planning"),
+            ("QueryPlanner", "physical planning"), ("parquet", "Parquet"), ("arrow", "Arrow"),
+            ("execution.python", "Python UDF/mapInArrow plumbing"), ("GeneratedClass", "running generated code"),
+            ("Executor$TaskRunner", "running tasks (other)"), ("scheduler", "scheduling"),
+            ("catalyst.trees", "plan tree walks"), ("py4j", "py4j calls"), ("ZipFile", "class loading"))
+
+
+def summarize_jfr(recording: Path, top: int = 12) -> str:
+    """CPU by thread (jdk.ThreadCPULoad) and the sampled stacks by kind of work (jdk.ExecutionSample)."""
+    tool = shutil.which("jfr") or str(Path(os.environ.get("JAVA_HOME", "/usr")) / "bin" / "jfr")
+
+    def events(name: str) -> list[dict]:
+        out = subprocess.run([tool, "print", "--json", "--stack-depth", "128", "--events", name, str(recording)],
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out)["recording"]["events"]
+
+    def group(thread: str) -> str:
+        for prefix, name in (("serve-", "actions (collect/first: plan, optimise, run)"),
+                             ("Thread-", "py4j calls (DataFrame API: analysis)"), ("C2 Compiler", "JIT C2"),
+                             ("C1 Compiler", "JIT C1"), ("GC Thread", "garbage collector"), ("G1", "garbage collector"),
+                             ("Executor task", "task threads"), ("shuffle-exchange", "adaptive shuffle stages"),
+                             ("ResultQueryStage", "adaptive result stages")):
+            if thread.startswith(prefix):
+                return name
+        return "other"
+
+    load: Counter = Counter()
+    for e in events("jdk.ThreadCPULoad"):
+        v = e["values"]
+        load[group(v["eventThread"]["javaName"] or v["eventThread"]["osName"] or "")] += v["user"] + v["system"]
+    samples = events("jdk.ExecutionSample")
+    kinds: Counter = Counter()
+    for e in samples:
+        stack = e["values"]["stackTrace"]
+        text = " ".join(f["method"]["type"]["name"] + "." + f["method"]["name"] for f in (stack or {}).get("frames", []))
+        kinds[next((name for key, name in JVM_WORK if key in text), "other")] += 1
+    total = sum(load.values()) or 1
+    lines = ["driver JVM CPU by thread (share of the JVM's sampled CPU load):"]
+    lines += [f"  {100 * v / total:5.1f}%  {k}" for k, v in load.most_common(top)]
+    lines.append(f"Java stacks by kind of work ({len(samples)} samples; JIT and GC threads are not sampled):")
+    lines += [f"  {100 * v / max(len(samples), 1):5.1f}%  {k}" for k, v in kinds.most_common(top)]
+    return "\n".join(lines)
+
 
 def summarize_profile(raw: Path, top: int = 25) -> str:
     """Self and inclusive sample counts per function from py-spy's collapsed stacks."""
@@ -502,7 +564,7 @@ def report(title: str, runs: dict[str, PlatformRun], trees: list[Tree], best: di
     for a, v in per_step.items():
         print(f"    {a:24s} {v:6.2f} s/GB = {v / marginal['cp -r']:.2f}x cp -r, "
               f"{marginal['loop'] / v if v > 0 else float('inf'):.2f}x faster than the loop")
-    index = per_step["raw_image_index"]
+    index = per_step.get("raw_image_index", 0)
     print(f"  raw_image_index vs header-only loop: {marginal['header'] / index if index > 0 else float('inf'):.2f}x "
           f"faster (target >= 1.8); sha256 alone costs {marginal['sha256']:.2f} s/GB on one core")
 
@@ -529,7 +591,7 @@ def report(title: str, runs: dict[str, PlatformRun], trees: list[Tree], best: di
     print(f"  the per-file work alone (executor Python): {e:.2f} CPU-s/GB, idle 2-core estimate {e / 2:.2f} s/GB = "
           f"{cpu['loop'] / (e / 2) if e > 0 else float('inf'):.2f}x faster than the loop (target >= 2), "
           f"{e / 2 / cpu['cp -r']:.2f}x cp -r (target <= 3)")
-    i_cpu = s_cpu["raw_image_index"]
+    i_cpu = s_cpu.get("raw_image_index", 0)
     print(f"  raw_image_index: {i_cpu:.2f} CPU-s/GB vs header loop {cpu['header']:.2f} + sha256 {cpu['sha256']:.2f}; idle "
           f"2-core estimate {cpu['header'] / (i_cpu / 2) if i_cpu > 0 else float('inf'):.2f}x faster than the header loop")
     print(f"  fixed cost CPU (empty site-day): {fixed.total_cpu:.1f} s; "
@@ -554,8 +616,11 @@ def main() -> None:
     parser.add_argument("--small-files", type=int, default=2000, help="files in the many-small-files variant (0: skip)")
     parser.add_argument("--against", type=Path, help="also run the platform from this other checkout (before/after)")
     parser.add_argument("--profile", type=Path, help="also run the largest corpus under py-spy, into this folder")
+    parser.add_argument("--jfr", type=Path, help="also run the largest corpus with Java Flight Recorder, into this folder")
+    parser.add_argument("--assets", default=SELECT, help="the assets materialized (default: the three image assets)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args()
+    ASSETS[:] = args.assets.split(",")
     sizes = sorted(float(x) for x in args.gb.split(","))
     if len(sizes) != 2:
         raise SystemExit("--gb takes two sizes")
@@ -590,6 +655,13 @@ def main() -> None:
             (args.profile / "summary.txt").write_text(summary + "\n")
             print(f"\n## py-spy profile of {trees[1].label} (wall {r.wall:.1f} s under the profiler): {raw}")
             print(summary)
+        if args.jfr:
+            args.jfr.mkdir(parents=True, exist_ok=True)
+            recording = (args.jfr / "driver.jfr").resolve()
+            r = materialize("jfr", trees[1].landing, work, DAY, jfr=recording)
+            print(f"\n## Java Flight Recorder, {trees[1].label} (wall {r.wall:.1f} s, driver JVM "
+                  f"{r.cpu.get('driver JVM', 0):.1f} CPU-s, {r.spark.get('jobs', 0):.0f} Spark jobs): {recording}")
+            print(summarize_jfr(recording))
     finally:
         if args.keep:
             print(f"work folder kept: {work}")
