@@ -185,3 +185,24 @@ def clean_fundus(seed: int, shape: tuple[int, int] = (512, 512)) -> BurnedTextIm
     flag = "NO" if seed % 2 == 0 else None
     pixels = fundus(shape, seed + 1_000_000)  # never the background of a text image
     return BurnedTextImage(encode_part10(_dataset(pixels, seed, flag)), False, "", "", 0, "", "", flag)
+
+
+def bscan_with_text(seed: int, shape: tuple[int, int] = (496, 512)) -> np.ndarray:
+    """One 8-bit OCT B-scan (synth.pixels) with a name and a date drawn in, as the photographs get them.
+
+    For measuring the burned-in text check on volumes: the same fonts, sizes (relative to the width),
+    positions and colours as `fundus_with_text`, the colours taken as grey levels.
+    """
+    from synth.pixels import oct_volume
+
+    rng = random.Random(f"bscan-text:{seed}")
+    grey = oct_volume((1, *shape), seed)[0]
+    drawn, *_ = _draw(np.stack([grey] * 3, axis=-1), _lines(rng), rng, available_fonts())
+    return np.asarray(Image.fromarray(np.ascontiguousarray(drawn)).convert("L"))
+
+
+def clean_bscan(seed: int, shape: tuple[int, int] = (496, 512)) -> np.ndarray:
+    """One 8-bit OCT B-scan with nothing drawn in (never the background of a text B-scan)."""
+    from synth.pixels import oct_volume
+
+    return oct_volume((1, *shape), seed + 1_000_000)[0]
