@@ -71,19 +71,26 @@ def make(archive: Path) -> bool:
         options = (f"{config.get('spark.driver.extraJavaOptions', '')} -XX:ArchiveClassesAtExit={partial} "
                    "-Xlog:disable").strip()
         builder = SparkSession.builder.appName("class-archive")
-        for key, value in {**config, "spark.driver.extraJavaOptions": options, "spark.ui.enabled": "false"}.items():
+        for key, value in {**config, "spark.driver.extraJavaOptions": options}.items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         workload(spark, Path(scratch))
+        # What a driver that maps the archive runs with: the same JVM options (less the dump's) and classpath.
+        jvm = spark._jvm
+        classpath = jvm.java.lang.System.getProperty("java.class.path")
+        runtime = [a for a in jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+                   if a.startswith("-XX:") and not a.startswith("-XX:ArchiveClassesAtExit")]
         process = spark.sparkContext._gateway.proc  # pyspark keeps the JVM's Popen here
         spark.stop()
         process.stdin.close()  # the JVM exits when its stdin closes, and writes the archive as it exits
         process.wait(timeout=300)
         if not partial.exists():
             return False
-        check = subprocess.run([java(), f"-XX:SharedArchiveFile={partial}", "-version"], capture_output=True, text=True)
-        if check.returncode != 0 or "fatal error" in (check.stdout + check.stderr).lower():
+        # -Xshare:on turns an archive the JVM cannot map (truncated, other classpath) into an error.
+        check = subprocess.run([java(), "-Xshare:on", *runtime, f"-XX:SharedArchiveFile={partial}", "-cp", classpath,
+                                "-version"], capture_output=True, text=True)
+        if check.returncode != 0:
             return False
         tmp = archive.with_name(archive.name + ".tmp")
         shutil.copyfile(partial, tmp)
@@ -103,7 +110,7 @@ def main() -> None:
     if make(DRIVER_ARCHIVE):
         stamp.write_text(wanted)
         print(f"Spark driver class archive ready: {DRIVER_ARCHIVE}")
-    else:  # not an error: sessions start as before, only slower
+    else:  # setup.sh reports it and goes on: sessions start as before, only slower
         raise SystemExit("Spark driver class archive not made")
 
 
