@@ -234,13 +234,3 @@ def _landing_version(instance: DagsterInstance, key: str) -> str | None:
     version = extract_data_version_from_entry(record.event_log_entry) if record is not None else None
     return version.value if version is not None else None
 
-
-def release_check_history(instance: DagsterInstance, partitions_read: Iterable[str],
-                          assets: Sequence[str] = UPSTREAM) -> list[ReleaseCheck]:
-    """`RecordedFacts.release_checks`, read afresh from `instance`."""
-    return RecordedFacts(instance).release_checks(partitions_read, assets)
-
-
-def landing_versions(instance: DagsterInstance, partitions: Iterable[str]) -> dict[str, str | None]:
-    """`RecordedFacts.landing_versions`, read afresh from `instance`."""
-    return RecordedFacts(instance).landing_versions(partitions)

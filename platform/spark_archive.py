@@ -28,14 +28,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def java() -> str:
-    """The `java` Spark's launcher runs: JAVA_HOME's, else the one on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    return str(Path(home) / "bin" / "java") if home else (shutil.which("java") or "java")
-
-
 def stamp_text() -> str:
     import pyspark
+
+    from resources.spark import java
 
     version = subprocess.run([java(), "-version"], capture_output=True, text=True).stderr.strip()
     return f"pyspark {pyspark.__version__}\n{version}\n"
@@ -60,7 +56,7 @@ def workload(spark, scratch: Path) -> None:
 def make(archive: Path) -> bool:
     from pyspark.sql import SparkSession
 
-    from resources.spark import spark_config
+    from resources.spark import DriverJvm, spark_config
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -76,21 +72,12 @@ def make(archive: Path) -> bool:
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         workload(spark, Path(scratch))
-        # What a driver that maps the archive runs with: the same JVM options (less the dump's) and classpath.
-        jvm = spark._jvm
-        classpath = jvm.java.lang.System.getProperty("java.class.path")
-        runtime = [a for a in jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
-                   if a.startswith("-XX:") and not a.startswith("-XX:ArchiveClassesAtExit")]
+        driver = DriverJvm.of(spark._jvm)  # read now: the check below runs after this JVM has exited
         process = spark.sparkContext._gateway.proc  # pyspark keeps the JVM's Popen here
         spark.stop()
         process.stdin.close()  # the JVM exits when its stdin closes, and writes the archive as it exits
         process.wait(timeout=300)
-        if not partial.exists():
-            return False
-        # -Xshare:on turns an archive the JVM cannot map (truncated, other classpath) into an error.
-        check = subprocess.run([java(), "-Xshare:on", *runtime, f"-XX:SharedArchiveFile={partial}", "-cp", classpath,
-                                "-version"], capture_output=True, text=True)
-        if check.returncode != 0:
+        if not partial.exists() or driver.maps(partial).returncode != 0:
             return False
         tmp = archive.with_name(archive.name + ".tmp")
         shutil.copyfile(partial, tmp)

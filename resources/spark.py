@@ -12,9 +12,12 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -45,6 +48,35 @@ DRIVER_ARCHIVE = Path(sys.prefix) / "spark-driver.jsa"
 def is_connect(master: str) -> bool:
     """`sc://host:port` is a Spark Connect server; anything else is a classic master URL."""
     return master.startswith("sc://")
+
+
+def java() -> str:
+    """The `java` Spark's launcher runs: JAVA_HOME's, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    return str(Path(home) / "bin" / "java") if home else (shutil.which("java") or "java")
+
+
+@dataclass(frozen=True)
+class DriverJvm:
+    """What a running driver JVM was started with: its -XX options (less any archive's) and classpath."""
+
+    options: tuple[str, ...]
+    classpath: str
+
+    @classmethod
+    def of(cls, jvm) -> "DriverJvm":
+        """Read from a live session's JVM (`session._jvm`, py4j)."""
+        arguments = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+        return cls(tuple(a for a in arguments if a.startswith("-XX:")
+                         and not a.startswith(("-XX:ArchiveClassesAtExit", "-XX:SharedArchiveFile"))),
+                   jvm.java.lang.System.getProperty("java.class.path"))
+
+    def maps(self, archive: Path) -> subprocess.CompletedProcess:
+        """Start a JVM like this driver, mapping `archive`. `-Xshare:on` makes an archive it could not
+        map (truncated, another classpath or JDK) an error, where a driver would silently start
+        without it: returncode 0 means such a driver maps it."""
+        return subprocess.run([java(), "-Xshare:on", *self.options, f"-XX:SharedArchiveFile={archive}",
+                               "-cp", self.classpath, "-version"], capture_output=True, text=True, timeout=120)
 
 
 def spark_config(master: str, env: Mapping[str, str] | None = None,

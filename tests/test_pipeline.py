@@ -225,7 +225,7 @@ def test_the_data_card_lists_every_upstream_check_and_each_inputs_landing_versio
 
     from dagster import AssetKey
 
-    from assets.checks import RULES, TABLE_WIDE, UPSTREAM, landing_versions, release_check_history
+    from assets.checks import RULES, TABLE_WIDE, UPSTREAM, RecordedFacts
     from assets.landing_zone import scan
 
     release = warehouse / Path(COHORTS.path) / "amd-oct/v1"
@@ -257,10 +257,11 @@ def test_the_data_card_lists_every_upstream_check_and_each_inputs_landing_versio
 
     # What the instance says now, after the holding and the publishing runs (and their own checks),
     # is what the card says: publishing did not change the approved content.
-    now = release_check_history(instance, [site_day[t] for t in tokens])
+    facts = RecordedFacts(instance)  # read afresh
+    now = facts.release_checks([site_day[t] for t in tokens])
     assert sorted((c.asset, c.check, c.result, c.run_id, c.evaluated_at) for c in now) == sorted(
         (c["asset"], c["check"], c["result"], c["run_id"], c["evaluated_at"]) for c in upstream)
-    assert landing_versions(instance, [site_day[t] for t in tokens]) == {
+    assert facts.landing_versions([site_day[t] for t in tokens]) == {
         site_day[p["batch"]]: p["landing_data_version"] for p in card["inputs"]}
     text = (release / "datacard.md").read_text() + json.dumps(card)
     assert not any(value in text for value in (*DATES, *SITES, str(LANDING)))

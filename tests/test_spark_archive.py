@@ -7,12 +7,7 @@ the JVM, so the suite checks the session the assets started really can map it.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
-import pytest
-
-from resources.spark import DRIVER_ARCHIVE, spark_config
+from resources.spark import DRIVER_ARCHIVE, DriverJvm, spark_config
 
 
 def test_the_archive_is_added_to_the_driver_options_only_when_it_exists(tmp_path):
@@ -33,13 +28,7 @@ def test_the_assets_session_maps_the_archive_with_sparks_own_classpath(spark):
     arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert f"-XX:SharedArchiveFile={DRIVER_ARCHIVE}" in arguments
     assert "sharing" in jvm.java.lang.System.getProperty("java.vm.info")
-    # The JVM ignores an archive whose classpath does not match, without a word. -Xshare:on makes that
-    # an error: a JVM with the session's options and classpath must start with the archive mapped.
-    java = shutil.which("java")
-    if java is None:
-        pytest.skip("no java on PATH")
-    options = [a for a in arguments if a.startswith("-XX:")]
-    classpath = jvm.java.lang.System.getProperty("java.class.path")
-    result = subprocess.run([java, "-Xshare:on", *options, "-cp", classpath, "-version"],
-                            capture_output=True, text=True, timeout=120)
+    # The JVM ignores an archive whose classpath does not match, without a word: a JVM started like the
+    # session's, with -Xshare:on, must map it.
+    result = DriverJvm.of(jvm).maps(DRIVER_ARCHIVE)
     assert result.returncode == 0, result.stderr[-2000:]
