@@ -76,7 +76,8 @@ class DriverJvm:
         map (truncated, another classpath or JDK) an error, where a driver would silently start
         without it: returncode 0 means such a driver maps it."""
         return subprocess.run([java(), "-Xshare:on", *self.options, f"-XX:SharedArchiveFile={archive}",
-                               "-cp", self.classpath, "-version"], capture_output=True, text=True, timeout=120)
+                               "-cp", self.classpath, "-version"], capture_output=True, text=True, timeout=120,
+                              cwd=tempfile.gettempdir())  # a JVM that crashes on a bad archive writes hs_err_*.log here
 
 
 def spark_config(master: str, env: Mapping[str, str] | None = None,
