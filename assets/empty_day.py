@@ -92,7 +92,9 @@ def outcomes(asset: str, ctx: q.QualityContext, partitions: Sequence[str]) -> li
                                    {"instances_indexed": 0, "files_quarantined": 0}),
                   *column_rules(q.RAW, ctx)]
     elif asset == q.LINKED:
-        checks = [_per_key(ctx, q.LINKED, "records_per_image", images_affected=0),
+        checks = [evaluate_balance(ctx.rule(q.LINKED, "images_accounted"), {"images_indexed": 0},
+                                   {"images_linked": 0, "images_quarantined": 0}),
+                  _per_key(ctx, q.LINKED, "records_per_image", images_affected=0),
                   _per_key(ctx, q.LINKED, "images_per_record"),
                   _count(ctx, q.LINKED, "placeholder_keys", images_with_placeholder_key=0,
                          extract_rows_with_placeholder_key=0),

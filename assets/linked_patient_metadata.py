@@ -8,8 +8,8 @@ from assets.checks import check_results, check_specs, quality_context, summary
 from assets.linkage import as_of_join
 from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
-from imaging.catalogue import CLINICAL_QUARANTINE, LINKED, RAW_IMAGE_INDEX
-from imaging.clinical import READ_EXTRACTS, extracts_needed, load_policy
+from imaging.catalogue import CLINICAL_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX
+from imaging.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH, ExtractJob, extracts_needed, load_policy
 from imaging.quality import covering
 from imaging.records import QUARANTINED, ClinicalExtract, ClinicalRow, SiteDay, schema_of
 from imaging.run_summary import StageClock, StepSummary
@@ -20,6 +20,7 @@ from resources.spark import SparkResource, frame_of, map_batches
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
 
 EXTRACTS_PER_TASK = 16  # extracts are small: a task reads several
+KNOWN_REASONS = (STUDY_BEFORE_BIRTH, PLACEHOLDER_ROW)  # always in the metadata, 0 when absent
 
 
 @asset(
@@ -51,20 +52,26 @@ def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource
         return nothing_indexed(context, keys, clock, warehouse, deid)
     session = spark.spark_session
     images = warehouse.read(session, RAW_IMAGE_INDEX, keys)
+    policy, rules = load_policy(), quality_context(deid).rules
 
     with clock.stage("read_extracts"):
+        reader = ExtractJob(frozenset(rules.placeholder_list)).step()
         parsed = map_batches(frame_of(session, extracts, schema_of(ClinicalExtract))
-                             .repartition(max(1, len(extracts) // EXTRACTS_PER_TASK + 1)), READ_EXTRACTS).persist()
+                             .repartition(max(1, len(extracts) // EXTRACTS_PER_TASK + 1)), reader).persist()
         parsed.count()
     clinical = parsed.where(~F.expr(QUARANTINED)).select(*schema_of(ClinicalRow).names)
     # An extract is read for every later date but accounted (or quarantined) once, in its own day.
     bad = parsed.where(QUARANTINED).join(frame_of(session, keys, schema_of(SiteDay)), ["date", "site"], "left_semi")
 
-    linked = as_of_join(images, clinical).persist()
+    # The link step's rule (imaging/clinical.py): an image dated before its record's birth is held back.
+    joined = as_of_join(images, clinical).withColumn(
+        "reason", F.when(q.study_date(F.col("study_date")) < q.birth_date(policy), F.lit(STUDY_BEFORE_BIRTH))).persist()
+    linked = joined.where(~F.expr(QUARANTINED)).drop("reason")
     commit = warehouse.begin("linked_patient_metadata")
     with clock.stage("link"):
         warehouse.stage(commit, linked, LINKED, keys)
     with clock.stage("commit"):
+        warehouse.stage(commit, joined.where(QUARANTINED), LINK_QUARANTINE, keys)
         warehouse.stage(commit, bad, CLINICAL_QUARANTINE, keys)
         commit.build().apply()
 
@@ -72,17 +79,20 @@ def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource
                        F.sum(F.col("has_clinical_record").cast("int")).alias("linked")).first()
     images_n, linked_n = stats["images"], stats["linked"] or 0
     reasons = {r["reason"]: r["count"] for r in bad.groupBy("reason").count().collect()}
+    held_images = {r["reason"]: r["count"] for r in joined.where(QUARANTINED).groupBy("reason").count().collect()}
     bad_n = sum(reasons.values())
-    linked.unpersist()
-    context.log.info(f"{images_n} images, {linked_n} with a clinical record, {bad_n} extracts quarantined")
+    joined.unpersist()
+    context.log.info(f"{images_n} images linked, {linked_n} with a clinical record, {sum(held_images.values())} "
+                     f"images and {bad_n} extracts or extract rows quarantined")
 
     # Data quality: fan-out is measured on the join's inputs (the output keeps one record per image);
     # placeholder keys in the extracts accounted to this run's own site-days (each extract once).
-    ctx, policy = quality_context(deid), load_policy()
+    ctx = quality_context(deid)
     own_days = frame_of(session, keys, schema_of(SiteDay)).withColumnRenamed("date", "extract_date")
     own_rows = clinical.join(own_days, ["site", "extract_date"], "left_semi")
     committed = warehouse.read(session, LINKED, keys)
-    checks = [*q.linkage_fan_out(images, clinical, policy, ctx), q.placeholder_keys(images, own_rows, ctx),
+    checks = [q.images_linked_accounted(images, committed, warehouse.read(session, LINK_QUARANTINE, keys), ctx),
+              *q.linkage_fan_out(images, clinical, policy, ctx), q.placeholder_keys(images, own_rows, ctx),
               q.images_per_clinical_key(images, ctx), q.unlinked_share(committed, ctx),
               q.study_before_birth(committed, policy, ctx), *q.column_rules(committed, "linked_patient_metadata", ctx)]
     parsed.unpersist()
@@ -91,9 +101,11 @@ def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource
     read, written = warehouse.footprint(RAW_IMAGE_INDEX, keys), warehouse.footprint(LINKED, keys)
     step = StepSummary(
         partitions=len(keys), files_in=read.files + len(extracts), bytes_in=read.bytes, rows_out=images_n,
-        files_out=written.files, bytes_out=written.bytes, quarantined=reasons, stage_seconds=clock.seconds,
+        files_out=written.files, bytes_out=written.bytes, quarantined={**reasons, **held_images},
+        stage_seconds=clock.seconds, known_reasons=KNOWN_REASONS,
         outputs={"table": warehouse.relative(warehouse.url(LINKED)),
-                 "quarantine": warehouse.relative(warehouse.url(CLINICAL_QUARANTINE))})
+                 "quarantine": warehouse.relative(warehouse.url(LINK_QUARANTINE)),
+                 "extract_quarantine": warehouse.relative(warehouse.url(CLINICAL_QUARANTINE))})
     return MaterializeResult(metadata={
         **step.values(), "images_with_clinical_record": linked_n,
         "images_without_clinical_record": images_n - linked_n, "extracts_read": len(extracts),
@@ -109,8 +121,10 @@ def nothing_indexed(context: AssetExecutionContext, keys, clock: StageClock, war
     extracts are not read: with no image there is nothing to join them to."""
     with clock.stage("commit"):
         emptied = empty_day.commit_empty(warehouse, "linked_patient_metadata",
-                                         [(LINKED, keys), (CLINICAL_QUARANTINE, keys)])
-    outputs = {"table": warehouse.url(LINKED), "quarantine": warehouse.url(CLINICAL_QUARANTINE)}
+                                         [(LINKED, keys), (LINK_QUARANTINE, keys), (CLINICAL_QUARANTINE, keys)])
+    outputs = {"table": warehouse.url(LINKED), "quarantine": warehouse.url(LINK_QUARANTINE),
+               "extract_quarantine": warehouse.url(CLINICAL_QUARANTINE)}
     return empty_day.answer(context, "linked_patient_metadata", q.LINKED, keys, emptied, "nothing indexed", clock,
                             warehouse, deid, outputs,
-                            {"images_with_clinical_record": 0, "images_without_clinical_record": 0, "extracts_read": 0})
+                            {"images_with_clinical_record": 0, "images_without_clinical_record": 0, "extracts_read": 0},
+                            known_reasons=KNOWN_REASONS)

@@ -211,8 +211,13 @@ def mandatory_attributes(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
                                                         if (r["_any"] or 0) > rule.maximum], details=details)
 
 
+def study_date(column: Column) -> Column:
+    """A DICOM DA column as a date (null when malformed)."""
+    return F.try_to_date(column, "yyyyMMdd")
+
+
 def _dicom_date(column: str) -> Column:
-    return F.try_to_date(F.col(column), "yyyyMMdd")
+    return study_date(F.col(column))
 
 
 def study_date_in_future(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
@@ -250,6 +255,18 @@ def _per_partition(df: DataFrame) -> dict[str, int]:
 
 
 # --- linked_patient_metadata -------------------------------------------------------------------------
+
+def images_linked_accounted(index: DataFrame, linked: DataFrame, quarantine: DataFrame,
+                            ctx: QualityContext) -> CheckOutcome:
+    """Indexed = linked + quarantined by the link step, per partition of the run."""
+    rule = ctx.rule(LINKED, "images_accounted")
+    indexed, linked_n, held = _per_partition(index), _per_partition(linked), _per_partition(quarantine)
+    parts = sorted(set(indexed) | set(linked_n) | set(held))
+    failed = [p for p in parts if indexed.get(p, 0) != linked_n.get(p, 0) + held.get(p, 0)]
+    return evaluate_balance(rule, {"images_indexed": sum(indexed.values())},
+                            {"images_linked": sum(linked_n.values()), "images_quarantined": sum(held.values())},
+                            partitions=parts, failed_partitions=failed)
+
 
 def _identity_signature(policy: ClinicalPolicy) -> Column:
     """A hash of a clinical row's identity columns (names, birth date, NHS number...): one per person."""

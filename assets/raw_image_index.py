@@ -3,7 +3,7 @@
 import math
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
-from pyspark.sql import Window, functions as F
+from pyspark.sql import Column, DataFrame, Window, functions as F
 
 from assets import empty_day, quality as q
 from assets.checks import check_results, check_specs, quality_context, summary
@@ -11,9 +11,9 @@ from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging import fs as fsx
 from imaging.catalogue import INDEX_QUARANTINE, RAW_IMAGE_INDEX
-from imaging.index import DUPLICATES, INDEX, LIST, site_day_url
+from imaging.index import DUPLICATES, ELSEWHERE, LIST, IndexJob, IndexRules, site_day_url
 from imaging.quality import covering
-from imaging.records import QUARANTINED, SiteDayFolder, schema_of
+from imaging.records import QUARANTINED, SiteDay, SiteDayFolder, schema_of
 from imaging.run_summary import StageClock, StepSummary
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
@@ -59,13 +59,13 @@ def raw_image_index(context: AssetExecutionContext, spark: SparkResource, landin
         listed_by_partition = {r["p"]: r["n"] for r in per_partition}
         listed, listed_bytes = sum(listed_by_partition.values()), sum(r["bytes"] or 0 for r in per_partition)
     tasks = max(1, math.ceil(listed / landing.files_per_task))
-    outcomes = map_batches(listing.repartition(tasks), INDEX)
-
-    # The duplicate rule (imaging/index.py) as a window: the first file by path keeps the instance.
-    first = Window.partitionBy(*DUPLICATES.key).orderBy(*DUPLICATES.keep_first_by)
-    duplicate = F.col("reason").isNull() & (F.row_number().over(first) > 1)
-    outcomes = outcomes.withColumn("reason", F.when(duplicate, F.lit(DUPLICATES.reason))
-                                   .otherwise(F.col("reason"))).persist()
+    ctx = quality_context(deid)
+    rules = IndexRules(placeholders=frozenset(ctx.rules.placeholder_list), today=ctx.today.isoformat())
+    outcomes = map_batches(listing.repartition(tasks), IndexJob(rules).step())
+    # Instances indexed in site-days outside this run (one column of the table, never on the driver).
+    elsewhere = warehouse.read(session, RAW_IMAGE_INDEX).join(frame_of(session, keys, schema_of(SiteDay)),
+                                                              ["date", "site"], "left_anti")
+    outcomes = one_partition_per_instance(outcomes, elsewhere).persist()
 
     commit = warehouse.begin("raw_image_index")
     with clock.stage("index"), progress.track(context.log, session, label="raw_image_index", files=listed,
@@ -87,7 +87,6 @@ def raw_image_index(context: AssetExecutionContext, spark: SparkResource, landin
     # check (ERROR, blocking): a loss stops downstream and publication, and names the partitions.
     index = warehouse.read(session, RAW_IMAGE_INDEX, keys)
     held = warehouse.read(session, INDEX_QUARANTINE, keys)
-    ctx = quality_context(deid)
     checks = [q.scans_per_patient_site_day(index, ctx), q.instances_per_series(index, ctx),
               q.series_per_study(index, ctx), q.mandatory_attributes(index, ctx), q.study_date_in_future(index, ctx),
               q.files_accounted(listed_by_partition, index, held, ctx), *q.column_rules(index, "raw_image_index", ctx)]
@@ -97,13 +96,30 @@ def raw_image_index(context: AssetExecutionContext, spark: SparkResource, landin
     written = warehouse.footprint(RAW_IMAGE_INDEX, keys)
     step = StepSummary(
         partitions=len(keys), files_in=listed, bytes_in=listed_bytes, rows_out=indexed, files_out=written.files,
-        bytes_out=written.bytes, quarantined=tally, stage_seconds=clock.seconds, known_reasons=(DUPLICATES.reason,),
+        bytes_out=written.bytes, quarantined=tally, stage_seconds=clock.seconds, known_reasons=(DUPLICATES.reason, ELSEWHERE.reason),
         outputs={"table": warehouse.relative(warehouse.url(RAW_IMAGE_INDEX)),
                  "quarantine": warehouse.relative(warehouse.url(INDEX_QUARANTINE))})
     return MaterializeResult(metadata={
         **step.values(), "spark_tasks": tasks, "table_unchanged": False, **summary(checks),
         "summary": MetadataValue.md(step.markdown("raw_image_index")),
     }, check_results=check_results(checks, context.log))
+
+
+def one_partition_per_instance(outcomes: DataFrame, elsewhere: DataFrame) -> DataFrame:
+    """The duplicate rules of imaging/index.py as windows: a second file of an instance in one site-day
+    (DUPLICATES), then one in another site-day of the run or already indexed in a site-day outside
+    it (`elsewhere`, rows of the table; ELSEWHERE), is quarantined with the rule's reason."""
+    def later_copy(rule) -> Column:
+        first = Window.partitionBy(*rule.key, F.col("reason").isNull()).orderBy(*rule.keep_first_by)
+        return F.col("reason").isNull() & (F.row_number().over(first) > 1)
+
+    for rule in (DUPLICATES, ELSEWHERE):
+        outcomes = outcomes.withColumn("reason", F.when(later_copy(rule), F.lit(rule.reason)).otherwise(F.col("reason")))
+    indexed = elsewhere.select("sop_instance_uid").distinct().withColumn("_elsewhere", F.lit(True))
+    return (outcomes.join(indexed, "sop_instance_uid", "left")
+            .withColumn("reason", F.when(F.col("reason").isNull() & F.col("_elsewhere"), F.lit(ELSEWHERE.reason))
+                        .otherwise(F.col("reason")))
+            .select(*outcomes.columns))
 
 
 def nothing_landed(context: AssetExecutionContext, keys, clock: StageClock, warehouse: Warehouse,
@@ -115,4 +131,4 @@ def nothing_landed(context: AssetExecutionContext, keys, clock: StageClock, ware
                                          [(RAW_IMAGE_INDEX, keys), (INDEX_QUARANTINE, keys)])
     outputs = {"table": warehouse.url(RAW_IMAGE_INDEX), "quarantine": warehouse.url(INDEX_QUARANTINE)}
     return empty_day.answer(context, "raw_image_index", q.RAW, keys, emptied, "nothing landed", clock, warehouse,
-                            deid, outputs, {"spark_tasks": 0}, known_reasons=(DUPLICATES.reason,))
+                            deid, outputs, {"spark_tasks": 0}, known_reasons=(DUPLICATES.reason, ELSEWHERE.reason))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import io
+import re
 from dataclasses import dataclass
 
 import pydicom
@@ -31,6 +32,18 @@ from imaging.records import BatchStep, LinkedImage, PublishedImage, Quarantined,
 def batch_name(pseudonymizer: Pseudonymizer, date: str, site: str) -> str:
     """An opaque folder name for a site-day: real dates and sites never name de-identified files."""
     return pseudonymizer.token("batch", date, site)
+
+
+# The name of every de-identified file: its new SOP Instance UID, a `2.25.` UID (a 128-bit integer).
+OUTPUT_NAME = re.compile(r"2\.25\.[0-9]{1,39}")
+
+
+def output_name(out) -> str:
+    """The file name of a de-identified dataset, derived (never a raw value) and checked for its shape."""
+    uid = str(out.get("SOPInstanceUID", "") or "")
+    if not OUTPUT_NAME.fullmatch(uid):
+        raise NotPublishable("de-identified SOP Instance UID is not a 2.25 UID")
+    return f"{uid}.dcm"
 
 
 def _iso(dicom_date):
@@ -109,8 +122,8 @@ class _Anonymizer:
                          extra_identifiers=known, pixel_text=self.detector)
         payload = to_bytes(out)
         batch = batch_name(pseudonymizer, image.date, image.site)
-        relative = f"{ANONYMIZED_FILES.name}/{batch}/{out.SOPInstanceUID}.dcm"
-        fsx.write_bytes(f"{job.staging}/{relative}", payload)
+        relative = f"{ANONYMIZED_FILES.name}/{batch}/{output_name(out)}"
+        fsx.write_under(job.staging, relative, payload)
 
         shift = pseudonymizer.date_shift_days(namespace, image.patient_id or "")
         scan = parse_date(image.study_date, ("%Y%m%d",)) or dt.date.fromisoformat(image.date)

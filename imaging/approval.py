@@ -115,16 +115,18 @@ def decide(built: ReleaseKey, *, published: ReleaseKey | None, held: Sequence[He
                     built.release_id)
 
 
+# Cohort names come from configuration and release ids from checksums; `fsx.under` refuses any that could
+# name a folder outside the warehouse all the same.
 def held_path(warehouse: str, cohort: str, rid: str) -> str:
-    return f"{warehouse}/{HELD}/{cohort}/{rid}"
+    return fsx.under(warehouse, f"{HELD}/{cohort}/{rid}")
 
 
 def published_path(warehouse: str, cohort: str, version: int) -> str:
-    return f"{warehouse}/{COHORTS}/{cohort}/v{version}"
+    return fsx.under(warehouse, f"{COHORTS}/{cohort}/v{int(version)}")
 
 
 def approval_path(warehouse: str, rid: str) -> str:
-    return f"{warehouse}/{APPROVALS}/{rid}.json"
+    return fsx.under(warehouse, f"{APPROVALS}/{rid}.json")
 
 
 def manifest_id(root: str) -> str | None:

@@ -92,10 +92,14 @@ INDEX_QUARANTINE = Table(
     "landing files that are not usable DICOM instances, and second copies of an instance, with the reason")
 CLINICAL_QUARANTINE = Table(
     IDENTIFIABLE, "quarantine/clinical_extracts", Quarantined, SITE_DAY, ("source_path",),
-    "clinical extracts that cannot be read, accounted to their own day")
+    "clinical extracts that cannot be read, and extract rows keyed by an empty or placeholder patient_id, "
+    "accounted to their own day")
 LINKED = Table(
     IDENTIFIABLE, "linked_patient_metadata", LinkedImage, SITE_DAY, ("source_path",),
     "each indexed image with its patient's latest clinical record dated on or before the image's day")
+LINK_QUARANTINE = Table(
+    IDENTIFIABLE, "quarantine/linked_patient_metadata", Quarantined, SITE_DAY, ("source_path",),
+    "indexed images that cannot be linked (a study date before the linked record's birth date), with the reason")
 LEDGER = Table(
     IDENTIFIABLE, "anonymization_ledger", PublishedImage, SITE_DAY, ("source_path",),
     "the provenance ledger: one row per published image, landing file -> de-identified output with both "
@@ -131,7 +135,8 @@ def manifest(policy) -> Table:
 
 
 # Every table whose shape does not depend on configuration, in data-flow order.
-TABLES = (RAW_IMAGE_INDEX, INDEX_QUARANTINE, CLINICAL_QUARANTINE, LINKED, LEDGER, ANONYMIZE_QUARANTINE)
+TABLES = (RAW_IMAGE_INDEX, INDEX_QUARANTINE, CLINICAL_QUARANTINE, LINKED, LINK_QUARANTINE, LEDGER,
+          ANONYMIZE_QUARANTINE)
 FOLDERS = (ANONYMIZED_FILES, COHORTS, HELD, APPROVALS)
 
 

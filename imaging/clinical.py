@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import functools
 import io
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
-from imaging.records import BatchStep, ClinicalExtract, ClinicalRow, Quarantined, Stateless, outcome_schema
+from imaging.records import BatchStep, ClinicalExtract, ClinicalRow, Quarantined, outcome_schema
 
 ACTIONS = {"keep", "generalise", "age_at_scan", "shift_date", "pseudonymise", "drop"}
 
@@ -27,8 +28,9 @@ class ExtractError(ValueError):
 def parse_extract(data: bytes) -> Iterator[tuple[int, str, dict[str, str]]]:
     """(row number, patient_id, other columns) for each row of a site's CSV extract.
 
-    Column names are lower-cased and stripped; empty cells are left out. A later row for the
-    same patient supersedes an earlier one (the caller keeps the highest row number).
+    Column names are lower-cased and stripped; empty cells are left out; a row without a
+    patient_id is yielded with an empty one (the reader quarantines it, never drops it). A later
+    row for the same patient supersedes an earlier one (the caller keeps the highest row number).
     """
     try:
         text = data.decode("utf-8-sig")
@@ -41,8 +43,6 @@ def parse_extract(data: bytes) -> Iterator[tuple[int, str, dict[str, str]]]:
     reader.fieldnames = header
     for number, row in enumerate(reader, start=1):
         patient_id = (row.pop("patient_id", None) or "").strip()
-        if not patient_id:
-            continue
         yield number, patient_id, {k: v.strip() for k, v in row.items() if k and isinstance(v, str) and v.strip()}
 
 
@@ -196,21 +196,61 @@ def extracts_needed(site_days, list_extracts) -> list[ClinicalExtract]:
     return found
 
 
-def read_extract(extract: ClinicalExtract) -> Iterator[ClinicalRow | Quarantined]:
-    """The rows of one extract, or one quarantine record (accounted to the extract's own day)."""
+# An extract row whose linkage key is empty or a site's "unknown patient" placeholder (platform/quality.yaml
+# placeholder_keys) joins nobody's images, or everybody's: it is quarantined, a row each, never linked.
+PLACEHOLDER_ROW = "extract row with an empty or placeholder patient_id"
+
+
+@dataclass(frozen=True)
+class ExtractJob:
+    """Reading a run's extracts; `setup` for a `BatchStep`. `placeholders` are compared trimmed and
+    upper-cased, the empty key always among them."""
+
+    placeholders: frozenset[str] = frozenset({""})
+
+    def __call__(self):
+        return functools.partial(read_extract, placeholders=self.placeholders | {""})
+
+    def step(self) -> BatchStep:
+        return BatchStep(self, ClinicalExtract, outcome_schema(ClinicalRow))
+
+
+def read_extract(extract: ClinicalExtract, placeholders: frozenset[str] = frozenset({""})
+                 ) -> Iterator[ClinicalRow | Quarantined]:
+    """The rows of one extract, or one quarantine record (accounted to the extract's own day); a row
+    whose patient_id is a placeholder is a quarantine record of its own."""
     from imaging import fs as fsx  # executor-side import keeps this module light for the driver
+
+    def held(reason: str) -> Quarantined:
+        return Quarantined(date=extract.extract_date, site=extract.site, source_path=extract.url, size_bytes=None,
+                           sha256=None, reason=reason)
 
     try:
         rows = list(parse_extract(fsx.read_bytes(extract.url)))
     except ExtractError as error:
-        yield Quarantined(extract.extract_date, extract.site, extract.url, None, None, str(error))
+        yield held(str(error))
         return
     except Exception as error:  # noqa: BLE001 - a broken extract is quarantined, not fatal
-        yield Quarantined(extract.extract_date, extract.site, extract.url, None, None,
-                          f"unreadable extract ({type(error).__name__})")
+        yield held(f"unreadable extract ({type(error).__name__})")
         return
     for number, patient_id, columns in rows:
-        yield ClinicalRow(extract.site, extract.extract_date, number, patient_id, columns)
+        if patient_id.strip().upper() in placeholders:
+            yield held(PLACEHOLDER_ROW)
+        else:
+            yield ClinicalRow(extract.site, extract.extract_date, number, patient_id, columns)
 
 
-READ_EXTRACTS = BatchStep(Stateless(read_extract), ClinicalExtract, outcome_schema(ClinicalRow))
+# The link step's rule: an image whose study date is before its linked record's birth date cannot be
+# right (the study date or the record is wrong), so the image is quarantined, not linked.
+STUDY_BEFORE_BIRTH = "study date before the linked record's birth date"
+
+
+def birth_date_of(policy: "ClinicalPolicy", record: Mapping[str, str] | None) -> dt.date | None:
+    """The birth date in a clinical record: the policy's `age_at_scan` columns, in its date formats."""
+    for rule in policy.rules:
+        if rule.action == "age_at_scan":
+            for alias in rule.aliases:
+                day = parse_date((record or {}).get(alias), policy.date_formats)
+                if day is not None:
+                    return day
+    return None

@@ -7,6 +7,7 @@ nothing after the first; callers still take one per partition, never one per rec
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import fsspec
@@ -77,6 +78,43 @@ def move(src: str, dst: str) -> None:
         with fs.open(entry, "rb") as reader, dst_fs.open(target, "wb") as writer:
             shutil.copyfileobj(reader, writer, 1 << 20)
     fs.rm(src_path, recursive=True)
+
+
+class OutsideRoot(ValueError):
+    """A path that is not a plain descendant of the folder it must stay in (the message names no value)."""
+
+
+# One segment of a path the platform writes below a root: starts with a letter or digit (no `.`, `..`,
+# hidden names, empty segments or absolute paths), then letters, digits, `.`, `_`, `=` and `-` only.
+_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]{0,199}")
+
+
+def under(root: str, relative: str) -> str:
+    """`root/relative`, or OutsideRoot when `relative` could name anything outside `root`.
+
+    Every segment must be a plain name (`_SEGMENT`); locally, where a symbolic link could lead
+    elsewhere, the real path of the nearest existing folder must also lie inside the real root.
+    """
+    segments = relative.split("/")
+    if not all(_SEGMENT.fullmatch(s) for s in segments):
+        raise OutsideRoot("refused a path that is not a plain descendant of its root")
+    url = f"{root.rstrip('/')}/{relative}"
+    fs, path = filesystem(url)
+    if _is_local(fs):
+        base = os.path.realpath(filesystem(root)[1])
+        existing = os.path.dirname(path)
+        while not os.path.exists(existing) and existing != os.path.dirname(existing):
+            existing = os.path.dirname(existing)
+        if os.path.commonpath([base, os.path.realpath(existing)]) != base and os.path.exists(base):
+            raise OutsideRoot("refused a path that resolves outside its root")
+    return url
+
+
+def write_under(root: str, relative: str, data: bytes) -> str:
+    """Write `data` at `root/relative`, refusing any `relative` that could leave `root` (see `under`)."""
+    url = under(root, relative)
+    write_bytes(url, data)
+    return url
 
 
 def write_bytes(url: str, data: bytes) -> None:

@@ -2,15 +2,21 @@
 
 `list_folder` finds a site-day's files; `index_file` turns one into an `IndexedImage` or a
 `Quarantined` record with the reason. The file is streamed once for its sha256, then parsed up
-to (not including) the pixel data. `MANDATORY` is the rule for what an indexed instance must
-carry (an instance missing any of it is quarantined, naming the attributes); `DUPLICATES` the
-rule for two files holding one instance.
+to (not including) the pixel data. `problem` is the rule for what an indexed instance must be:
+it carries the `MANDATORY` attributes, its UIDs are UIDs (digits and dots, at most 64
+characters) and its instance UIDs are not the standard's own, its PatientID is no placeholder,
+its study date is not after the day it is indexed; an instance breaking any of it is
+quarantined with a fixed reason naming keywords, never values. `DUPLICATES` is the rule for two
+files holding one instance.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import hashlib
 import io
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
@@ -48,19 +54,82 @@ MANDATORY = (("patient_id", "PatientID"), ("study_instance_uid", "StudyInstanceU
              ("sop_class_uid", "SOPClassUID"), ("modality", "Modality"))
 MISSING_MANDATORY = "missing mandatory attribute"  # the reason's fixed start; the attributes' keywords follow
 
+# UIDs (PS3.5 9.1): digits and dots, at most 64 characters, no empty component. Checked where they are
+# read, so no later step (a file name, a join, a release) ever sees another shape.
+UID_PATTERN = re.compile(r"[0-9]+(?:\.[0-9]+)*")
+UID_MAX = 64
+UIDS = tuple(pair for pair in MANDATORY if pair[1].endswith("UID"))
+MALFORMED_UID = "malformed UID"  # the reason's fixed start; the attributes' keywords follow
+# Only the standard's own UIDs live under its root; an instance, series or study there would be kept
+# verbatim by the de-identification (a registered UID is not replaced) instead of getting its 2.25 UID.
+DICOM_ROOT = "1.2.840.10008."
+INSTANCE_UIDS = tuple(pair for pair in UIDS if pair[1] != "SOPClassUID")
+UID_UNDER_DICOM_ROOT = "instance UID under the DICOM root"
+PLACEHOLDER_PATIENT_ID = "placeholder PatientID"
+STUDY_DATE_AFTER_INDEXING = "study date after the day it was indexed"
+
+
+def is_uid(value: str | None) -> bool:
+    """Whether `value` has the shape of a DICOM UID (digits and dots, at most 64 characters)."""
+    return value is not None and len(value) <= UID_MAX and UID_PATTERN.fullmatch(value) is not None
+
+
+@dataclass(frozen=True)
+class IndexRules:
+    """What the index holds back besides unreadable files, beyond the file itself: linkage keys that
+    are not identifiers (`placeholders`, compared trimmed and upper-cased, from platform/quality.yaml)
+    and study dates after `today` (ISO, the run's day in UTC; None skips that rule)."""
+
+    placeholders: frozenset[str] = frozenset()
+    today: str | None = None
+
 
 def missing_mandatory(image: IndexedImage) -> tuple[str, ...]:
     """The DICOM keywords of the mandatory attributes `image` lacks (absent, empty or blank)."""
     return tuple(keyword for field_name, keyword in MANDATORY if not (getattr(image, field_name) or "").strip())
 
 
-def mandatory_rule(image: IndexedImage) -> IndexedImage | Quarantined:
-    """The image, or its quarantine record naming the missing attributes (keywords, never values)."""
+def problem(image: IndexedImage, rules: IndexRules) -> str | None:
+    """Why `image` cannot be indexed, as a fixed phrase naming keywords (never values); None if it can.
+
+    Each rule guards an ERROR check of raw_image_index (platform/quality.yaml, expectations), so a
+    value wrong in one file quarantines that file instead of failing the site-day.
+    """
     missing = missing_mandatory(image)
-    if not missing:
+    if missing:
+        return f"{MISSING_MANDATORY}{'s' if len(missing) > 1 else ''}: {', '.join(missing)}"
+    malformed = [keyword for name, keyword in UIDS if not is_uid(getattr(image, name))]
+    if malformed:
+        return f"{MALFORMED_UID}: {', '.join(malformed)}"
+    rooted = [keyword for name, keyword in INSTANCE_UIDS if getattr(image, name).startswith(DICOM_ROOT)]
+    if rooted:
+        return f"{UID_UNDER_DICOM_ROOT}: {', '.join(rooted)}"
+    if image.patient_id.strip().upper() in rules.placeholders:
+        return PLACEHOLDER_PATIENT_ID
+    if rules.today is not None:
+        study = dicom_date(image.study_date)
+        if study is not None and study.isoformat() > rules.today:
+            return STUDY_DATE_AFTER_INDEXING
+    return None
+
+
+def index_rule(image: IndexedImage, rules: IndexRules) -> IndexedImage | Quarantined:
+    """The image, or its quarantine record with the reason (it was read: its sha256 is kept)."""
+    reason = problem(image, rules)
+    if reason is None:
         return image
-    reason = f"{MISSING_MANDATORY}{'s' if len(missing) > 1 else ''}: {', '.join(missing)}"
-    return Quarantined(image.date, image.site, image.source_path, image.size_bytes, image.sha256, reason)
+    return Quarantined(date=image.date, site=image.site, source_path=image.source_path, size_bytes=image.size_bytes,
+                       sha256=image.sha256, reason=reason)
+
+
+def dicom_date(text: str | None) -> dt.date | None:
+    """A DICOM DA value (YYYYMMDD) as a date, or None when absent or malformed."""
+    if not text or len(text) != 8 or not text.isdigit():
+        return None
+    try:
+        return dt.date(int(text[:4]), int(text[4:6]), int(text[6:]))
+    except ValueError:
+        return None
 
 
 def header_text(ds: pydicom.Dataset, keyword: str) -> str | None:
@@ -145,10 +214,10 @@ def reason_for(error: Exception) -> str:
     return f"unreadable DICOM header ({type(error).__name__})"
 
 
-def index_file(listed: ListedFile) -> IndexedImage | Quarantined:
+def index_file(listed: ListedFile, rules: IndexRules = IndexRules()) -> IndexedImage | Quarantined:
     """One landing file -> its index record, or a quarantine record; errors stay with their file.
 
-    A readable instance missing a mandatory attribute is quarantined with its sha256 (it was read).
+    A readable instance that breaks a rule of `problem` is quarantined with its sha256 (it was read).
     """
     try:
         if listed.size_bytes == 0:
@@ -157,9 +226,22 @@ def index_file(listed: ListedFile) -> IndexedImage | Quarantined:
         with fs.open(path, "rb") as handle:
             image = read_header(handle, listed)
     except Exception as error:  # noqa: BLE001 - every failure becomes a quarantine record
-        return Quarantined(listed.date, listed.site, listed.source_path, listed.size_bytes, None,
-                           reason_for(error))
-    return mandatory_rule(image)
+        return Quarantined(date=listed.date, site=listed.site, source_path=listed.source_path,
+                           size_bytes=listed.size_bytes, sha256=None, reason=reason_for(error))
+    return index_rule(image, rules)
+
+
+@dataclass(frozen=True)
+class IndexJob:
+    """The index of one run; `setup` for a `BatchStep` (the rules travel with the task)."""
+
+    rules: IndexRules
+
+    def __call__(self):
+        return functools.partial(index_file, rules=self.rules)
+
+    def step(self) -> BatchStep:
+        return BatchStep(self, ListedFile, outcome_schema(IndexedImage))
 
 
 @dataclass(frozen=True)
@@ -171,14 +253,17 @@ class DuplicateRule:
     keep_first_by: tuple[str, ...]
     reason: str
 
-    def apply(self, records: list[IndexedImage]) -> list[IndexedImage | Quarantined]:
+    def apply(self, records: list[IndexedImage | Quarantined]) -> list[IndexedImage | Quarantined]:
         """The rule on a list of records, for readers and tests; Spark applies it as a window."""
         seen, out = set(), []
         for record in sorted(records, key=lambda r: tuple(getattr(r, c) for c in self.keep_first_by)):
+            if isinstance(record, Quarantined):
+                out.append(record)
+                continue
             key = tuple(getattr(record, c) for c in self.key)
             if key in seen:
-                out.append(Quarantined(record.date, record.site, record.source_path, record.size_bytes,
-                                       record.sha256, self.reason))
+                out.append(Quarantined(date=record.date, site=record.site, source_path=record.source_path,
+                                       size_bytes=record.size_bytes, sha256=record.sha256, reason=self.reason))
             else:
                 seen.add(key)
                 out.append(record)
@@ -187,6 +272,12 @@ class DuplicateRule:
 
 DUPLICATES = DuplicateRule(("date", "site", "sop_instance_uid"), ("source_path",),
                            "duplicate SOP Instance UID in this site-day")
+# After DUPLICATES, one instance in two site-days (a resend landing on another day): the first by date,
+# site and path among a run's site-days is indexed, and a copy whose instance is already indexed in a
+# site-day outside the run is quarantined too, so every SOP Instance UID is in one partition of the
+# table (the ERROR check sop_instance_uid_in_one_partition guards this) and its de-identified file,
+# named by its new UID, is written once.
+ELSEWHERE = DuplicateRule(("sop_instance_uid",), ("date", "site", "source_path"),
+                          "SOP Instance UID indexed in another site-day")
 
 LIST = BatchStep(Stateless(list_folder), SiteDayFolder, schema_of(ListedFile))
-INDEX = BatchStep(Stateless(index_file), ListedFile, outcome_schema(IndexedImage))

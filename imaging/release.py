@@ -46,7 +46,7 @@ class CopyJob:
         if digest != source.sha256:
             raise RuntimeError(f"manifest checksum mismatch for {source.output_path}")
         relative = release_path(source)
-        fsx.write_bytes(f"{self.target_root}/{relative}", data)
+        fsx.write_under(self.target_root, relative, data)  # names are manifest values: never outside the release
         return ReleaseFile(relative, digest)
 
     def step(self) -> BatchStep:

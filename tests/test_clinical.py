@@ -2,16 +2,35 @@ import datetime as dt
 
 import pytest
 
-from imaging.clinical import ClinicalPolicy, ExtractError, age_in_years, extract_date, parse_extract
+from imaging.clinical import (PLACEHOLDER_ROW, ClinicalPolicy, ExtractError, age_in_years, birth_date_of, extract_date,
+                              parse_extract, read_extract)
+from imaging.records import ClinicalExtract, ClinicalRow, Quarantined
 from imaging.config import read_yaml
 
 POLICY = ClinicalPolicy.from_dict(read_yaml("clinical_policy.yaml"))
 
 
-def test_parse_extract_normalises_header_and_skips_blank_ids():
+def test_parse_extract_normalises_header_and_keeps_blank_ids_for_the_reader():
     rows = list(parse_extract(b"Patient_ID, Full_Name ,sex\n123,Ann Lee,F\n,No One,M\n123,Ann Lee,F\n"))
-    assert [(n, pid) for n, pid, _ in rows] == [(1, "123"), (3, "123")]
+    assert [(n, pid) for n, pid, _ in rows] == [(1, "123"), (2, ""), (3, "123")]
     assert rows[0][2] == {"full_name": "Ann Lee", "sex": "F"}
+
+
+def test_rows_with_a_blank_or_placeholder_id_are_quarantined_one_each(tmp_path):
+    """No row is dropped silently: a row keyed by nothing or by a site's "unknown" is a quarantine record."""
+    extract = tmp_path / "2024-03-01.csv"
+    extract.write_bytes(b"patient_id,sex\n123,F\n,M\n unknown ,F\n0,M\n456,F\n")
+    out = list(read_extract(ClinicalExtract("site-a", "2024-03-01", str(extract)),
+                            placeholders=frozenset({"", "UNKNOWN", "0"})))
+    assert [r.patient_id for r in out if isinstance(r, ClinicalRow)] == ["123", "456"]
+    held = [r for r in out if isinstance(r, Quarantined)]
+    assert [r.reason for r in held] == [PLACEHOLDER_ROW] * 3
+    assert all(r.date == "2024-03-01" and r.source_path == str(extract) for r in held)
+
+
+def test_birth_date_comes_from_the_policy_columns_and_formats():
+    assert birth_date_of(POLICY, {"date_of_birth": "1950-06-15"}) == dt.date(1950, 6, 15)
+    assert birth_date_of(POLICY, {"date_of_birth": "not a date"}) is None and birth_date_of(POLICY, None) is None
 
 
 def test_extract_without_patient_id_is_an_error_naming_no_value():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pydicom._uid_dict import UID_dictionary  # pydicom's table of UIDs registered in PS3.6
 
 from imaging.pseudonym import Pseudonymizer
@@ -18,10 +20,17 @@ def clean(uid) -> str:
 DICOM_ROOT = "1.2.840.10008."
 
 
+# A UID's shape (PS3.5 9.1): digits and dots, at most 64 characters.
+_UID = re.compile(r"[0-9]+(?:\.[0-9]+)*")
+
+
 def is_registered(uid) -> bool:
-    """True for UIDs defined by the standard (pydicom's UID_dictionary, or under the DICOM root)."""
+    """True for UIDs defined by the standard (pydicom's UID_dictionary, or a well-formed UID under the
+    DICOM root). Anything else, a malformed value that merely starts with the root included, is
+    replaced: only a value of the standard's own shape is ever kept verbatim."""
     value = clean(uid)
-    return value in UID_dictionary or value.startswith(DICOM_ROOT)
+    return value in UID_dictionary or (value.startswith(DICOM_ROOT) and len(value) <= 64
+                                       and _UID.fullmatch(value) is not None)
 
 
 def map_uid(uid, p: Pseudonymizer) -> str:
