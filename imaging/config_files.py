@@ -51,7 +51,11 @@ class ConfigError(ValueError):
 
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
+        if len(self.problems) == 1:
+            super().__init__(self.problems[0])
+        else:
+            super().__init__(f"{len(self.problems)} problems in the platform configuration:\n"
+                             + "\n".join(f"  {p}" for p in self.problems))
 
 
 # --- shared types ----------------------------------------------------------------------------------------
