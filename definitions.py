@@ -6,7 +6,13 @@ deployment is configured by environment variables alone.
 
 from __future__ import annotations
 
-from dagster import Definitions, EnvVar, in_process_executor
+# Every file under platform/ is validated first: a mistake stops the code location at load, naming the
+# file and the field, before anything else is imported and long before a Spark session could start.
+from imaging.config_files import load_platform
+
+load_platform()
+
+from dagster import Definitions, EnvVar, in_process_executor  # noqa: E402
 
 from assets.anonymized_images import anonymized_images
 from assets.checks import TABLE_CHECKS

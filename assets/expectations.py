@@ -61,17 +61,18 @@ def _camel(expectation_type: str) -> str:
 
 
 def build_suite(spec: Mapping):
-    """A GX ExpectationSuite from the project's JSON form (unknown expectation types fail clearly)."""
+    """A GX ExpectationSuite from a validated suite (`assets.quality.load_suite`: the model's dump, every
+    key present); an expectation type GX does not have fails clearly."""
     import great_expectations as gx
 
     expectations = []
-    for position, item in enumerate(spec.get("expectations", [])):
+    for position, item in enumerate(spec["expectations"]):
         cls = getattr(gx.expectations, _camel(item["type"]), None)
         if cls is None:
             raise ValueError(f"suite {spec.get('name')!r}: unknown expectation type {item['type']!r}")
         # GX may return results in another order: the position in the suite finds each one's severity.
-        expectations.append(cls(**item.get("kwargs", {}), meta={"position": position}))
-    return gx.ExpectationSuite(name=str(spec.get("name", "suite")), expectations=expectations)
+        expectations.append(cls(**item["kwargs"], meta={"position": position}))
+    return gx.ExpectationSuite(name=spec["name"], expectations=expectations)
 
 
 def validate_suite(df: DataFrame, spec: Mapping) -> list[ExpectationResult]:
@@ -85,7 +86,7 @@ def validate_suite(df: DataFrame, spec: Mapping) -> list[ExpectationResult]:
         suite = context.suites.add(suite)
         batch = batch_definition.get_batch(batch_parameters={"dataframe": df})
         outcome = batch.validate(suite, result_format=RESULT_FORMAT)
-    severities = [str(item.get("severity", "ERROR")).upper() for item in spec.get("expectations", [])]
+    severities = [item["severity"] for item in spec["expectations"]]  # validated (SuiteFile): ERROR or WARN
     results = []
     for res in sorted(outcome.results, key=lambda r: r.expectation_config.meta["position"]):
         config = res.expectation_config

@@ -14,7 +14,6 @@ The as-of join the linkage checks mirror is `assets/linkage.py` `as_of_join`.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -22,7 +21,7 @@ from typing import Iterable, Mapping, Sequence
 from pyspark.sql import Column, DataFrame, functions as F
 
 from imaging.clinical import ClinicalPolicy
-from imaging.config import PLATFORM_DIR
+from imaging.config_files import load_file
 from imaging.index import MANDATORY as MANDATORY_ATTRIBUTES
 from imaging.pseudonym import Pseudonymizer
 from imaging.quality import (CheckOutcome, CheckRule, Distribution, Offender, QualityRules, birth_date_columns,
@@ -30,7 +29,6 @@ from imaging.quality import (CheckOutcome, CheckRule, Distribution, Offender, Qu
                              patient_offender, uid_offender)
 from imaging.release import verify_release
 
-EXPECTATIONS_DIR = PLATFORM_DIR / "expectations"
 RAW = "raw_image_index"
 LINKED = "linked_patient_metadata"
 ANONYMIZED = "anonymized_images"
@@ -475,8 +473,9 @@ def release_checksums(releases: Mapping[str, str], ctx: QualityContext) -> Check
 # --- Great Expectations suites -----------------------------------------------------------------------
 
 def load_suite(name: str) -> dict:
-    """A suite in `platform/expectations/<name>` (JSON: name + expectations of type and kwargs)."""
-    return json.loads((EXPECTATIONS_DIR / name).read_text(encoding="utf-8"))
+    """A suite in `platform/expectations/<name>` (JSON: name + expectations of type, kwargs and severity),
+    validated (imaging.config_files.SuiteFile)."""
+    return load_file(f"expectations/{name}").model_dump()
 
 
 def column_rules(df: DataFrame, asset: str, ctx: QualityContext, *,

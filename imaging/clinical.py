@@ -75,25 +75,24 @@ class ClinicalPolicy:
     date_formats: tuple[str, ...]
 
     @classmethod
-    def from_dict(cls, spec: Mapping) -> "ClinicalPolicy":
-        rules = []
-        for name, rule in (spec.get("columns") or {}).items():
-            action = rule.get("action")
-            if action not in ACTIONS:
-                raise ValueError(f"clinical policy column {name!r}: unknown action {action!r}")
-            if action == "keep" and not (rule.get("pattern") or rule.get("number")):
-                raise ValueError(f"clinical policy column {name!r}: 'keep' needs a pattern or a number range")
-            number = rule.get("number")
-            rules.append(ColumnRule(
-                name=name, action=action,
-                aliases=tuple(a.lower() for a in rule.get("aliases") or [name]),
-                pattern=rule.get("pattern"),
-                number=(float(number[0]), float(number[1])) if number else None,
-                values={str(k).upper(): str(v) for k, v in (rule.get("values") or {}).items()},
-                top_code=int(rule.get("top_code", 90)),
-            ))
-        return cls(tuple(rules), tuple(i.lower() for i in spec.get("identifiers") or ()),
-                   tuple(spec.get("date_formats") or ("%Y-%m-%d",)))
+    def from_dict(cls, spec: Mapping, source: str = "platform/clinical_policy.yaml") -> "ClinicalPolicy":
+        """From a parsed clinical_policy.yaml; a ConfigError (imaging.config_files) names every mistake."""
+        from imaging.config_files import ClinicalPolicyFile, validate
+
+        return cls.from_model(validate(ClinicalPolicyFile, spec, source))
+
+    @classmethod
+    def from_model(cls, spec) -> "ClinicalPolicy":
+        """From a validated `imaging.config_files.ClinicalPolicyFile`."""
+        rules = tuple(ColumnRule(
+            name=name, action=rule.action,
+            aliases=tuple(a.lower() for a in rule.aliases or [name]),
+            pattern=rule.pattern,
+            number=(float(rule.number[0]), float(rule.number[1])) if rule.number else None,
+            values={k.upper(): v for k, v in rule.values.items()},
+            top_code=rule.top_code,
+        ) for name, rule in spec.columns.items())
+        return cls(rules, tuple(i.lower() for i in spec.identifiers), tuple(spec.date_formats))
 
     @property
     def released(self) -> tuple[ColumnRule, ...]:
@@ -155,9 +154,9 @@ class ClinicalPolicy:
 
 def load_policy() -> ClinicalPolicy:
     """The deployment's clinical policy, `platform/clinical_policy.yaml`."""
-    from imaging.config import read_yaml
+    from imaging.config_files import load_file
 
-    return ClinicalPolicy.from_dict(read_yaml("clinical_policy.yaml"))
+    return ClinicalPolicy.from_model(load_file("clinical_policy.yaml"))
 
 
 def age_in_years(birth: dt.date, on: dt.date | None, top_code: int = 90) -> int | None:

@@ -7,13 +7,8 @@ evaluates it natively.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
-
-_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
 def _quote(value: str) -> str:
@@ -32,27 +27,29 @@ class CohortDefinition:
     age_max: int | None = None
 
     @classmethod
-    def from_dict(cls, spec: dict) -> "CohortDefinition":
-        known = {"name", "version", "description", "modalities", "diagnosis_code_prefixes", "lateralities", "age_at_scan"}
-        unknown = set(spec) - known
-        if unknown:
-            raise ValueError(f"cohort definition: unknown fields {sorted(unknown)}")
-        name = str(spec.get("name", ""))
-        if not _NAME.match(name):
-            raise ValueError(f"cohort name {name!r} must be lower-case letters, digits and '-'")
-        age = spec.get("age_at_scan") or {}
+    def from_dict(cls, spec: dict, source: str = "cohort definition") -> "CohortDefinition":
+        """From a parsed cohort YAML; a ConfigError (imaging.config_files) names every mistake."""
+        from imaging.config_files import CohortFile, validate
+
+        return cls.from_model(validate(CohortFile, spec, source))
+
+    @classmethod
+    def from_model(cls, spec) -> "CohortDefinition":
+        """From a validated `imaging.config_files.CohortFile`."""
+        age = spec.age_at_scan
         return cls(
-            name=name, version=int(spec["version"]), description=str(spec.get("description", "")),
-            modalities=tuple(spec.get("modalities") or ()),
-            diagnosis_code_prefixes=tuple(spec.get("diagnosis_code_prefixes") or ()),
-            lateralities=tuple(spec.get("lateralities") or ()),
-            age_min=age.get("min"), age_max=age.get("max"),
+            name=spec.name, version=spec.version, description=spec.description,
+            modalities=tuple(spec.modalities), diagnosis_code_prefixes=tuple(spec.diagnosis_code_prefixes),
+            lateralities=tuple(spec.lateralities),
+            age_min=age.min if age else None, age_max=age.max if age else None,
         )
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "CohortDefinition":
-        with open(path, encoding="utf-8") as handle:
-            return cls.from_dict(yaml.safe_load(handle))
+        from imaging.config_files import load_file
+
+        path = Path(path)
+        return cls.from_model(load_file(f"cohorts/{path.name}", path.parent.parent))
 
     @property
     def release(self) -> str:
@@ -77,8 +74,7 @@ class CohortDefinition:
 
 
 def load_cohorts(folder: str | Path) -> list[CohortDefinition]:
-    cohorts = [CohortDefinition.from_yaml(p) for p in sorted(Path(folder).glob("*.yaml"))]
-    names = [c.name for c in cohorts]
-    if len(names) != len(set(names)):
-        raise ValueError("two cohort definitions share a name")
-    return cohorts
+    """Every `<folder>/*.yaml` (a platform folder's `cohorts/`), validated; names must be unique."""
+    from imaging.config_files import load_cohort_files
+
+    return [CohortDefinition.from_model(c) for c in load_cohort_files(Path(folder).parent)]

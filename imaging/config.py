@@ -12,22 +12,23 @@ Environment variables (all optional but the key; defaults in brackets):
   IMAGING_MIN_K          minimum k-anonymity of a release [platform/clinical_policy.yaml: disclosure.min_k]
 
 Every other setting lives in `platform/` and nowhere else (`platform.yaml`, `issuers.yaml`,
-`pixel_text.yaml`): code reads it from `Settings`, never restates a default.
+`pixel_text.yaml`): code reads it from `Settings`, never restates a default. Each file is read
+through its pydantic model (imaging/config_files.py): a mistake is a ConfigError naming the file
+and the field.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-import yaml
+from imaging.config_files import PLATFORM_DIR, REPO_ROOT, SITE_KEY, ConfigError, load_file, read_raw
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-# `platform/` holds configuration only; IMAGING_PLATFORM_DIR lets a deployment keep it elsewhere.
-PLATFORM_DIR = Path(os.environ.get("IMAGING_PLATFORM_DIR", REPO_ROOT / "platform"))
+__all__ = ["PLATFORM_DIR", "REPO_ROOT", "ConfigError", "Settings", "load_settings", "pseudonym_key", "read_yaml"]
 
 # The contract's defaults for the environment variables that have one.
 DEFAULT_LANDING = "./data/landing"
@@ -41,8 +42,8 @@ def _root(value: str) -> str:
 
 
 def read_yaml(name: str) -> dict:
-    with open(PLATFORM_DIR / name, encoding="utf-8") as handle:
-        return yaml.safe_load(handle) or {}
+    """A platform file as parsed, unvalidated (for hashing it, or for tests that edit it)."""
+    return read_raw(name)
 
 
 @dataclass(frozen=True)
@@ -62,30 +63,19 @@ class Settings:
     min_k: int | None = None  # overrides the clinical policy's disclosure.min_k when set
 
 
-def _required(base: Mapping, key: str):
-    if key not in base:
-        raise ValueError(f"platform/platform.yaml: `{key}` is required")
-    return base[key]
-
-
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
-    base = read_yaml("platform.yaml")
+    base = load_file("platform.yaml")
     sites_env = env.get("IMAGING_SITES", "").strip()
-    sites = (tuple(s.strip() for s in sites_env.split(",") if s.strip()) if sites_env
-             else tuple(_required(base, "sites")))
-    start_date = env.get("IMAGING_START_DATE", "").strip() or str(_required(base, "start_date"))
-    dt.date.fromisoformat(start_date)  # fail early and clearly on a malformed date
+    sites = tuple(s.strip() for s in sites_env.split(",") if s.strip()) if sites_env else tuple(base.sites)
     for site in sites:
-        if not site.replace("-", "").replace("_", "").isalnum():
-            raise ValueError(f"site key {site!r} must be letters, digits, '-' or '_'")
-    files_per_task = int(_required(base, "files_per_task"))
-    if files_per_task < 1:
-        raise ValueError("platform/platform.yaml: `files_per_task` must be at least 1")
-    sensor_seconds = int(env.get("IMAGING_LANDING_SENSOR_SECONDS", "").strip()
-                         or _required(base, "landing_sensor_seconds"))
-    if sensor_seconds < 1:
-        raise ValueError("landing_sensor_seconds must be at least 1")
+        if not re.fullmatch(SITE_KEY, site):
+            raise ValueError(f"IMAGING_SITES: site key {site!r} must be letters, digits, '-' or '_'")
+    start_date = env.get("IMAGING_START_DATE", "").strip() or base.start_date.isoformat()
+    dt.date.fromisoformat(start_date)  # fail early and clearly on a malformed date
+    sensor_env = env.get("IMAGING_LANDING_SENSOR_SECONDS", "").strip()
+    if sensor_env and (not sensor_env.isdigit() or int(sensor_env) < 1):
+        raise ValueError("IMAGING_LANDING_SENSOR_SECONDS must be a whole number of at least 1")
     warehouse = _root(env.get("IMAGING_WAREHOUSE") or DEFAULT_WAREHOUSE)
     return Settings(
         landing=_root(env.get("IMAGING_LANDING") or DEFAULT_LANDING),
@@ -94,9 +84,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         sites=sites,
         start_date=start_date,
         spark_master=env.get("IMAGING_SPARK_MASTER") or DEFAULT_SPARK_MASTER,
-        deid_options=tuple(_required(base, "deid_options") or ()),
-        files_per_task=files_per_task,
-        landing_sensor_seconds=sensor_seconds,
+        deid_options=tuple(base.deid_options),
+        files_per_task=base.files_per_task,
+        landing_sensor_seconds=int(sensor_env) if sensor_env else base.landing_sensor_seconds,
         issuers=_issuers(sites),
         pixel_text=_pixel_text(),
         min_k=_min_k(env.get("IMAGING_MIN_K", "").strip()),
@@ -112,22 +102,20 @@ def _min_k(value: str) -> int | None:
 
 
 def _issuers(sites: tuple[str, ...]) -> dict:
-    """platform/issuers.yaml, checked now: every configured site must resolve to a namespace."""
+    """platform/issuers.yaml (the resource passes it on as a dict), checked now: every configured
+    site must resolve to a namespace."""
     from imaging.issuers import IssuerPolicy
 
-    spec = read_yaml("issuers.yaml")
-    policy = IssuerPolicy.from_dict(spec)
+    policy = IssuerPolicy.from_model(load_file("issuers.yaml"))
     for site in sites:
         policy.namespace(site)  # raises, naming the site, when it has none
-    return spec
+    return read_raw("issuers.yaml")
 
 
 def _pixel_text() -> dict:
-    from imaging.deid.pixel_text import load_pixel_text_settings
-
-    spec = read_yaml("pixel_text.yaml")
-    load_pixel_text_settings(spec)  # fail at load, not on an executor
-    return spec
+    """platform/pixel_text.yaml, validated here so a mistake fails at load, not on an executor."""
+    load_file("pixel_text.yaml")
+    return read_raw("pixel_text.yaml")
 
 
 def pseudonym_key(env: Mapping[str, str] | None = None) -> str:

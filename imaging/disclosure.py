@@ -75,30 +75,28 @@ class DisclosurePolicy:
     suppress_below: int = DEFAULT_SUPPRESS_BELOW
 
     @classmethod
-    def from_dict(cls, spec: Mapping, min_k: int | None = None) -> "DisclosurePolicy":
-        """From the clinical policy's `quasi_identifiers:` list and `disclosure:` settings.
+    def from_dict(cls, spec: Mapping, min_k: int | None = None,
+                  source: str = "platform/clinical_policy.yaml") -> "DisclosurePolicy":
+        """From the clinical policy's `quasi_identifiers:` list and `disclosure:` settings (a parsed
+        clinical_policy.yaml; a ConfigError from imaging.config_files names every mistake).
 
         `min_k` (IMAGING_MIN_K, see imaging.config) overrides the policy's minimum when given.
         """
-        columns = spec.get("columns") or {}
+        from imaging.config_files import ClinicalPolicyFile, validate
+
+        return cls.from_model(validate(ClinicalPolicyFile, spec, source), min_k=min_k)
+
+    @classmethod
+    def from_model(cls, spec, min_k: int | None = None) -> "DisclosurePolicy":
+        """From a validated `imaging.config_files.ClinicalPolicyFile` (it has checked every column)."""
         qis = []
-        for item in spec.get("quasi_identifiers") or ():
-            item = {"column": item} if isinstance(item, str) else dict(item)
-            column = str(item["column"])
-            if column not in columns or columns[column].get("action") == "drop":
-                raise ValueError(f"quasi-identifier {column!r} is not a released clinical column")
-            band = item.get("band_years")
-            if band is not None and (int(band) < 1 or columns[column].get("action") != "age_at_scan"):
-                raise ValueError(f"quasi-identifier {column!r}: band_years needs an age_at_scan column and >= 1")
-            top = columns[column].get("top_code", 90) if band is not None else None
-            qis.append(QuasiIdentifier(column, str(item.get("released_as") or column),
-                                       int(band) if band is not None else None, int(top) if top is not None else None))
-        settings = spec.get("disclosure") or {}
-        min_k = int(min_k if min_k is not None else settings.get("min_k", DEFAULT_MIN_K))
-        below = int(settings.get("suppress_below", DEFAULT_SUPPRESS_BELOW))
-        if min_k < 1 or below < 1:
-            raise ValueError("disclosure: min_k and suppress_below must be at least 1")
-        return cls(tuple(qis), min_k, below)
+        for item in spec.quasi_identifiers:
+            top = spec.columns[item.column].top_code if item.band_years is not None else None
+            qis.append(QuasiIdentifier(item.column, item.released_as or item.column, item.band_years, top))
+        min_k = int(min_k if min_k is not None else spec.disclosure.min_k)
+        if min_k < 1:
+            raise ValueError("disclosure: min_k must be at least 1")
+        return cls(tuple(qis), min_k, spec.disclosure.suppress_below)
 
     @property
     def released_columns(self) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ devices write ("NHS", "NHSNUMBER", a trust code, ...). A value that is unknown, 
 another namespace, never splits a patient: the site's namespace wins, and the resolution says
 so (`status`), for the run to count. Pure: a dict in, named records out.
 
-    policy = IssuerPolicy.from_dict(yaml.safe_load(open("platform/issuers.yaml")))
+    policy = IssuerPolicy.from_model(load_file("issuers.yaml"))   # imaging.config_files
     resolution = policy.resolve("site-a", ds.get("IssuerOfPatientID"))
     resolution.namespace   # "NHS"
     resolution.status      # "configured" | "alias" | "absent" | "unknown" | "inconsistent"
@@ -57,30 +57,22 @@ class IssuerPolicy:
     default_namespace: str | None = None  # for sites not listed; None: an unlisted site is an error
 
     @classmethod
-    def from_dict(cls, spec: Mapping | None) -> "IssuerPolicy":
+    def from_dict(cls, spec: Mapping | None, source: str = "platform/issuers.yaml") -> "IssuerPolicy":
         """From parsed YAML: `sites: {site: namespace}`, `aliases: {header value: namespace}`,
-        optional `default_namespace`. Every namespace is also an alias of itself."""
-        spec = dict(spec or {})
-        unknown = sorted(set(spec) - {"sites", "aliases", "default_namespace"})
-        if unknown:
-            raise ValueError(f"issuers: unknown key(s) {unknown}")
-        sites = {str(site): _name(ns, f"site {site!r}") for site, ns in (spec.get("sites") or {}).items()}
-        default = spec.get("default_namespace")
-        default = _name(default, "default_namespace") if default not in (None, "") else None
-        if not sites and default is None:
-            raise ValueError("issuers: no site has a namespace (give `sites` or `default_namespace`)")
-        aliases: dict[str, str] = {}
-        for value, namespace in (spec.get("aliases") or {}).items():
-            namespace = _name(namespace, f"alias {value!r}")
-            key = normalise(value)
-            if not key:
-                raise ValueError("issuers: an empty header value cannot be an alias")
-            if aliases.get(key, namespace) != namespace:
-                raise ValueError(f"issuers: header value {value!r} is given to two namespaces")
-            aliases[key] = namespace
+        optional `default_namespace`; a ConfigError (imaging.config_files) names every mistake."""
+        from imaging.config_files import IssuersFile, validate
+
+        return cls.from_model(validate(IssuersFile, spec or {}, source))
+
+    @classmethod
+    def from_model(cls, spec) -> "IssuerPolicy":
+        """From a validated `imaging.config_files.IssuersFile` (it has checked the alias table).
+        Every namespace is also an alias of itself."""
+        sites = {site: namespace.strip() for site, namespace in spec.sites.items()}
+        default = spec.default_namespace.strip() if spec.default_namespace else None
+        aliases = {normalise(value): namespace.strip() for value, namespace in spec.aliases.items()}
         for namespace in {*sites.values(), *([default] if default else [])}:
-            if aliases.setdefault(normalise(namespace), namespace) != namespace:
-                raise ValueError(f"issuers: namespace {namespace!r} is an alias of another namespace")
+            aliases.setdefault(normalise(namespace), namespace)
         return cls(sites=sites, aliases=aliases, default_namespace=default)
 
     def namespace(self, site: str) -> str:
@@ -102,13 +94,6 @@ class IssuerPolicy:
         if named != namespace:
             return IssuerResolution(namespace, INCONSISTENT)
         return IssuerResolution(namespace, CONFIGURED if key == normalise(namespace) else ALIAS)
-
-
-def _name(value, what: str) -> str:
-    text = str(value or "").strip()
-    if not text:
-        raise ValueError(f"issuers: {what} has an empty namespace")
-    return text
 
 
 def count_statuses(resolutions: Iterable[IssuerResolution]) -> dict[str, int]:

@@ -24,6 +24,28 @@ ERROR = "ERROR"
 WARN = "WARN"
 SEVERITIES = (ERROR, WARN)
 
+# Every check the assets evaluate (`ctx.rule(asset, name)` in assets/quality.py, assets/empty_day.py),
+# and its kind: MAX passes while the observed value is at most `max`; BALANCE compares the two sides of
+# an accounting equation (no `max`); SUITE counts failed expectations of a suite in platform/expectations/.
+# platform/quality.yaml must configure exactly these (imaging/config_files.py).
+MAX, BALANCE, SUITE = "max", "balance", "suite"
+QUALITY_CHECKS: dict[str, dict[str, str]] = {
+    "raw_image_index": {
+        "scans_per_patient_site_day": MAX, "scans_per_patient": MAX, "instances_per_series": MAX,
+        "series_per_study": MAX, "sop_instance_uid_in_one_partition": MAX, "mandatory_attributes": MAX,
+        "study_date_in_future": MAX, "files_accounted": BALANCE, "column_rules": SUITE, "column_warnings": SUITE,
+    },
+    "linked_patient_metadata": {
+        "records_per_image": MAX, "images_per_record": MAX, "unlinked_share": MAX, "placeholder_keys": MAX,
+        "images_per_clinical_key": MAX, "study_before_birth": MAX, "column_rules": SUITE, "column_warnings": SUITE,
+    },
+    "anonymized_images": {
+        "images_accounted": BALANCE, "manifest_files": MAX, "pseudonyms_per_patient": MAX,
+        "patients_per_pseudonym": MAX, "column_rules": SUITE, "column_warnings": SUITE,
+    },
+    "published_cohort": {"release_checksums": MAX},
+}
+
 
 @dataclass(frozen=True)
 class CheckRule:
@@ -41,6 +63,10 @@ class CheckRule:
         return self.severity == ERROR
 
 
+def _float(value) -> float | None:
+    return None if value is None else float(value)
+
+
 @dataclass(frozen=True)
 class QualityRules:
     """Every check's rule, plus the shared settings of offenders, percentiles and placeholders."""
@@ -51,23 +77,22 @@ class QualityRules:
     placeholder_keys: frozenset[str] = frozenset()
 
     @classmethod
-    def from_dict(cls, spec: Mapping) -> "QualityRules":
-        checks: dict[str, dict[str, CheckRule]] = {}
-        for asset, named in (spec.get("checks") or {}).items():
-            for name, rule in (named or {}).items():
-                severity = str(rule.get("severity", "")).upper()
-                if severity not in SEVERITIES:
-                    raise ValueError(f"quality check {asset}.{name}: severity must be ERROR or WARN, not {severity!r}")
-                maximum = rule.get("max")
-                checks.setdefault(asset, {})[name] = CheckRule(
-                    asset=asset, name=name, severity=severity,
-                    maximum=None if maximum is None else float(maximum),
-                    description=str(rule.get("description", "")).strip(), suite=rule.get("suite"))
-        percentiles = tuple(float(p) for p in spec.get("percentiles") or (0.5, 0.9, 0.99))
-        if any(not 0 < p < 1 for p in percentiles):
-            raise ValueError("quality percentiles must lie strictly between 0 and 1")
-        return cls(checks=checks, top_offenders=int(spec.get("top_offenders", 5)), percentiles=percentiles,
-                   placeholder_keys=frozenset(normal_key(k) for k in spec.get("placeholder_keys") or ()))
+    def from_dict(cls, spec: Mapping, source: str = "platform/quality.yaml") -> "QualityRules":
+        """From a parsed quality.yaml; a ConfigError (imaging.config_files) names every mistake."""
+        from imaging.config_files import QualityFile, validate
+
+        return cls.from_model(validate(QualityFile, spec, source))
+
+    @classmethod
+    def from_model(cls, spec) -> "QualityRules":
+        """From a validated `imaging.config_files.QualityFile`."""
+        checks = {asset: {name: CheckRule(asset=asset, name=name, severity=rule.severity,
+                                          maximum=_float(getattr(rule, "max", None)), description=rule.description.strip(),
+                                          suite=getattr(rule, "suite", None))
+                          for name, rule in named}
+                  for asset, named in spec.checks}
+        return cls(checks=checks, top_offenders=spec.top_offenders, percentiles=tuple(spec.percentiles),
+                   placeholder_keys=frozenset(normal_key(k) for k in spec.placeholder_keys))
 
     def rule(self, asset: str, name: str) -> CheckRule:
         try:
@@ -416,9 +441,9 @@ def blocking_message(blockers: Sequence[Blocker], limit: int = 10) -> str:
 
 def load_quality_rules() -> QualityRules:
     """The rules of `platform/quality.yaml`."""
-    from imaging.config import read_yaml
+    from imaging.config_files import load_file
 
-    return QualityRules.from_dict(read_yaml("quality.yaml"))
+    return QualityRules.from_model(load_file("quality.yaml"))
 
 
 # Executor side of `manifest_files` (a Spark mapInPandas body; pandas frames in and out, no Spark import).

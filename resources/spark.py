@@ -25,7 +25,7 @@ import pyarrow as pa
 from dagster import InitResourceContext
 from dagster_pyspark import PySparkResource
 
-from imaging.config import read_yaml
+from imaging.config_files import load_file
 from imaging.records import BatchStep, to_batch
 
 _SHIPPED: set[int] = set()
@@ -90,7 +90,7 @@ def spark_config(master: str, env: Mapping[str, str] | None = None,
     maps `archive` (the class-data-sharing archive) when it exists.
     """
     env = os.environ if env is None else env
-    config = {k: str(v) for k, v in read_yaml("spark.yaml").items()}
+    config = dict(load_file("spark.yaml").root)  # every value a string, checked by the model
     config.pop("spark.master", None)
     if is_connect(master):
         config["spark.remote"] = master

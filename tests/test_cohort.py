@@ -19,8 +19,8 @@ def test_predicate_expresses_every_criterion():
 
 
 def test_values_are_quoted():
-    cohort = CohortDefinition.from_dict({"name": "x", "version": 1, "modalities": ["O'P"]})
-    assert "'O\\'P'" in cohort.sql_predicate()
+    cohort = CohortDefinition.from_dict({"name": "x", "version": 1, "diagnosis_code_prefixes": ["H3'5"]})
+    assert "'H3\\'5'" in cohort.sql_predicate()
 
 
 @pytest.mark.parametrize("spec", [{"name": "Bad Name", "version": 1}, {"name": "ok", "version": 1, "sql": "1=1"}])

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from imaging.config import read_yaml
 from imaging.pseudonym import Pseudonymizer
 from imaging.quality import (ERROR, WARN, CheckEvaluation, Distribution, QualityRules, blocking_message,
                              evaluate_balance, evaluate_max, latest_by_partition, java_date_pattern, load_quality_rules, parse_dicom_date,
@@ -33,10 +34,12 @@ def test_every_check_of_the_issue_is_configured_with_a_severity():
 
 
 def test_bad_severity_and_percentiles_are_refused():
-    with pytest.raises(ValueError, match="ERROR or WARN"):
-        QualityRules.from_dict({"checks": {"a": {"b": {"severity": "fatal", "max": 1}}}})
-    with pytest.raises(ValueError, match="percentiles"):
-        QualityRules.from_dict({"percentiles": [50]})
+    spec = read_yaml("quality.yaml")
+    spec["checks"]["raw_image_index"]["series_per_study"]["severity"] = "fatal"
+    with pytest.raises(ValueError, match=r"checks\.raw_image_index\.series_per_study\.severity: must be 'ERROR' or 'WARN'"):
+        QualityRules.from_dict(spec)
+    with pytest.raises(ValueError, match=r"percentiles\[0\]: must be < 1"):
+        QualityRules.from_dict({**read_yaml("quality.yaml"), "percentiles": [50]})
 
 
 def test_placeholders_are_compared_trimmed_and_upper_case():

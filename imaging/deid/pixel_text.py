@@ -9,7 +9,7 @@ with the reason "text in pixel data".
 Set-up (loading Tesseract's English model) costs tens of milliseconds and memory, so a
 `PixelTextDetector` is made once per process or Spark partition and reused for every file:
 
-    settings = PixelTextSettings.from_dict(yaml.safe_load(open("platform/pixel_text.yaml")))
+    settings = PixelTextSettings.from_model(load_file("pixel_text.yaml"))   # imaging.config_files
     with PixelTextDetector(settings) as detector:
         for ds in files:
             out = deidentify(ds, ..., pixel_text=detector)
@@ -67,41 +67,29 @@ class PixelTextSettings:
     tessdata: str | None = None  # folder of <language>.traineddata; None: TESSDATA_PREFIX, then Debian's
 
     @classmethod
-    def from_dict(cls, spec: Mapping | None) -> "PixelTextSettings":
-        """Settings from a parsed YAML mapping; unknown keys and bad values are errors, not ignored."""
-        spec = dict(spec or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(spec) - known)
-        if unknown:
-            raise ValueError(f"pixel text settings: unknown key(s) {unknown}; known: {sorted(known)}")
-        if "thresholding" in spec:
-            value = spec["thresholding"]
-            spec["thresholding"] = tuple([value] if isinstance(value, str) else value)
-        if "pass_max_side" in spec:
-            value = spec["pass_max_side"] or {}
-            if not isinstance(value, Mapping):
-                raise ValueError("pixel text settings: pass_max_side must map a thresholding pass to a side")
-            spec["pass_max_side"] = tuple(sorted((str(k), int(v)) for k, v in value.items()))
-        settings = cls(**spec)
-        settings.validate()
-        return settings
+    def from_dict(cls, spec: Mapping | None, source: str = "platform/pixel_text.yaml") -> "PixelTextSettings":
+        """Settings from a parsed YAML mapping; unknown keys and bad values are a ConfigError
+        (imaging.config_files), naming each, not ignored."""
+        from imaging.config_files import PixelTextFile, validate
+
+        return cls.from_model(validate(PixelTextFile, spec or {}, source))
+
+    @classmethod
+    def from_model(cls, spec) -> "PixelTextSettings":
+        """From a validated `imaging.config_files.PixelTextFile`."""
+        return cls(min_confidence=float(spec.min_confidence), min_word_chars=spec.min_word_chars,
+                   min_words=spec.min_words, frame_sample=spec.frame_sample, thresholding=tuple(spec.thresholding),
+                   page_segmentation=spec.page_segmentation, max_side=spec.max_side,
+                   pass_max_side=tuple(sorted(spec.pass_max_side.items())), pad=spec.pad, language=spec.language,
+                   tessdata=spec.tessdata)
 
     def validate(self) -> None:
-        if not 0 <= float(self.min_confidence) <= 100:
-            raise ValueError("pixel text settings: min_confidence must be in [0, 100]")
-        if int(self.min_word_chars) < 1 or int(self.min_words) < 1:
-            raise ValueError("pixel text settings: min_word_chars and min_words must be at least 1")
-        if int(self.frame_sample) < 1:
-            raise ValueError("pixel text settings: frame_sample must be at least 1")
-        if not self.thresholding or any(t not in THRESHOLDING for t in self.thresholding):
-            raise ValueError(f"pixel text settings: thresholding must be a list of {sorted(THRESHOLDING)}")
-        if self.page_segmentation not in PAGE_SEGMENTATION:
-            raise ValueError(f"pixel text settings: page_segmentation must be one of {PAGE_SEGMENTATION}")
-        if int(self.max_side) < 64 or int(self.pad) < 0:
-            raise ValueError("pixel text settings: max_side must be at least 64 and pad not negative")
-        for method, side in self.pass_max_side:
-            if method not in THRESHOLDING or int(side) < 64:
-                raise ValueError("pixel text settings: pass_max_side needs a known pass and a side of at least 64")
+        """Settings made in code (not from the file) meet the file's rules too."""
+        from imaging.config_files import PixelTextFile, validate
+
+        spec = {f.name: getattr(self, f.name) for f in fields(self)}
+        validate(PixelTextFile, {**spec, "thresholding": list(self.thresholding),
+                                 "pass_max_side": dict(self.pass_max_side)}, "pixel text settings")
 
     def side_for(self, method: str) -> int:
         """The longest side a pass reads at."""
