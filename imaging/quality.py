@@ -36,7 +36,7 @@ QUALITY_CHECKS: dict[str, dict[str, str]] = {
         "study_date_in_future": MAX, "files_accounted": BALANCE, "column_rules": SUITE, "column_warnings": SUITE,
     },
     "linked_patient_metadata": {
-        "records_per_image": MAX, "images_per_record": MAX, "unlinked_share": MAX, "placeholder_keys": MAX,
+        "images_accounted": BALANCE, "records_per_image": MAX, "images_per_record": MAX, "unlinked_share": MAX, "placeholder_keys": MAX,
         "images_per_clinical_key": MAX, "study_before_birth": MAX, "column_rules": SUITE, "column_warnings": SUITE,
     },
     "anonymized_images": {

@@ -19,7 +19,7 @@ def test_every_check_of_the_issue_is_configured_with_a_severity():
         "raw_image_index": {"scans_per_patient_site_day", "scans_per_patient", "instances_per_series",
                             "series_per_study", "sop_instance_uid_in_one_partition", "mandatory_attributes",
                             "study_date_in_future", "files_accounted", "column_rules", "column_warnings"},
-        "linked_patient_metadata": {"records_per_image", "images_per_record", "unlinked_share", "placeholder_keys",
+        "linked_patient_metadata": {"images_accounted", "records_per_image", "images_per_record", "unlinked_share", "placeholder_keys",
                                     "images_per_clinical_key", "study_before_birth", "column_rules",
                                     "column_warnings"},
         "anonymized_images": {"images_accounted", "manifest_files", "pseudonyms_per_patient",
