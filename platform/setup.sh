@@ -4,16 +4,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Every system prerequisite first, all named at once, in seconds: nothing is built until they are met.
+# (Tesseract and its English model come from the lock file; the demo needs only Python and Java.)
+PYTHON="${PYTHON:-python3}"
+missing=()
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  missing+=("Python 3.11 or newer ($PYTHON not found; set PYTHON=/path/to/python3.11 to use another)")
+elif ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  missing+=("Python 3.11 or newer ($PYTHON is $("$PYTHON" -c 'import platform; print(platform.python_version())'))")
+elif [ ! -x .venv/bin/python ] && ! "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null; then
+  missing+=("Python's venv module with pip (Debian/Ubuntu: sudo apt-get install -y python3-venv)")
+fi
 java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
-if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
-  echo "Spark needs Java 17 or 21 and none was found on PATH." >&2
-  echo "  Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless" >&2
-  echo "  macOS:         brew install openjdk@17" >&2
+if ! command -v java >/dev/null 2>&1; then
+  missing+=("Java 17 or 21 for Spark (Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless; macOS: brew install openjdk@17)")
+elif [ "$(java_major)" -lt 17 ] 2>/dev/null || [ -z "$(java_major)" ]; then
+  missing+=("Java 17 or 21 for Spark (found: $(java -version 2>&1 | head -1))")
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "Cannot set up: install first" >&2
+  printf '  - %s\n' "${missing[@]}" >&2
   exit 1
 fi
 
-PYTHON="${PYTHON:-python3}"
-"$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 stamp=".venv/.installed-$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
