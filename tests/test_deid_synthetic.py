@@ -92,16 +92,29 @@ def test_one_pseudonym_per_patient_and_intervals_kept(published):
 
 
 def test_broken_files_never_escape(hospital):
-    """Junk the hospital writes (truncated, garbage, empty, notes) is unreadable or quarantined."""
-    for rel in hospital.broken_kinds:
+    """Junk the hospital writes (truncated, garbage, empty, notes) is quarantined by the index, with a
+    reason; and read by force past the index, whatever dataset pydicom makes of it, the
+    de-identification refuses it too, so no junk is ever written de-identified."""
+    from imaging.index import index_file
+    from imaging.records import ListedFile
+    from imaging.records import Quarantined as QuarantineRecord
+
+    forced = []
+    assert set(hospital.broken_kinds.values()) == {"notes", "empty", "truncated", "garbage"}
+    for rel, kind in hospital.broken_kinds.items():
         path = os.path.join(hospital.landing, rel)
+        _, site, date, *_ = rel.split("/")  # images/<site>/<date>/...
+        record = index_file(ListedFile(date, site, path, os.path.getsize(path)))
+        assert isinstance(record, QuarantineRecord) and record.reason, (kind, record)
         try:
             with quiet():
-                ds = dcmread(path)
-        except Exception:  # noqa: BLE001 - not readable: the pipeline quarantines it before us
+                ds = dcmread(path, force=True)
+        except Exception:  # noqa: BLE001 - not even a forced read makes a dataset of it
             continue
+        forced.append(kind)
         with pytest.raises(Quarantined):
             to_bytes(deidentify(ds, pseudonymizer=KEY))
+    assert forced, "no junk file was read by force: the de-identification's refusal was never exercised"
 
 
 def test_reads_back_identically(published):

@@ -10,7 +10,7 @@ from dagster import (AssetCheckKey, AssetKey, AssetSelection, DagsterInstance, D
                      define_asset_job)
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_QUARANTINE, INDEX_QUARANTINE,
+from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_QUARANTINE, INDEX_QUARANTINE, LINK_QUARANTINE,
                                LEDGER, LINKED, RAW_IMAGE_INDEX, manifest, partition_dir)
 from imaging.records import SiteDay
 
@@ -164,7 +164,8 @@ def test_empty_day_outcomes_equal_sparks_on_empty_frames():
         q.RAW: [q.scans_per_patient_site_day(index, ctx), q.instances_per_series(index, ctx),
                 q.series_per_study(index, ctx), q.mandatory_attributes(index, ctx), q.study_date_in_future(index, ctx),
                 q.files_accounted({}, index, held, ctx), *q.column_rules(index, q.RAW, ctx)],
-        q.LINKED: [*q.linkage_fan_out(index, clinical, policy, ctx), q.placeholder_keys(index, clinical, ctx),
+        q.LINKED: [q.images_linked_accounted(index, linked, empty(LINK_QUARANTINE.schema), ctx),
+                   *q.linkage_fan_out(index, clinical, policy, ctx), q.placeholder_keys(index, clinical, ctx),
                    q.images_per_clinical_key(index, ctx), q.unlinked_share(linked, ctx),
                    q.study_before_birth(linked, policy, ctx), *q.column_rules(linked, q.LINKED, ctx)],
         q.ANONYMIZED: [q.images_accounted(linked, published, quarantined, {KEY: "batch"}, ctx),

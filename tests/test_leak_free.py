@@ -21,7 +21,7 @@ import pydicom
 import pytest
 from pydicom.data import get_testdata_files
 
-from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINKED,
+from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINK_QUARANTINE, LINKED,
                                 RAW_IMAGE_INDEX, manifest)
 from imaging.clinical import load_policy
 
@@ -84,11 +84,13 @@ def test_every_file_is_published_or_quarantined(run):
     warehouse, _, _, files, _ = run
     index = table(warehouse / RAW_IMAGE_INDEX.path)
     held_at_index = table(warehouse / INDEX_QUARANTINE.path)
+    linked, held_at_link = table(warehouse / LINKED.path), table(warehouse / LINK_QUARANTINE.path)
     published = table(warehouse / MANIFEST.path)
     held = table(warehouse / ANONYMIZE_QUARANTINE.path)
     assert len(index) + len(held_at_index) == files
-    assert len(published) + len(held) == len(index) and len(published) > 50
-    assert all(r["reason"] for r in held + held_at_index)
+    assert len(linked) + len(held_at_link) == len(index)
+    assert len(published) + len(held) == len(linked) and len(published) > 50
+    assert all(r["reason"] for r in held + held_at_link + held_at_index)
 
 
 def test_vendor_files_missing_a_mandatory_attribute_are_quarantined_by_the_index(run):
