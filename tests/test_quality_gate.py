@@ -1,8 +1,8 @@
 """Publication is held by failed ERROR checks, across runs, through the command line and a real instance."""
 
+import csv
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -58,19 +58,44 @@ def test_a_failed_error_check_on_a_partition_holds_publication_in_later_runs(tmp
     published = snapshot(releases)
     assert published
 
-    # Plant the bad partition: a file of the first day copied into the second day's folder, so one
-    # SOP Instance UID is indexed in two partitions. Only the second day is re-run.
-    source = Path(sorted(hospital.dicom_files[(DATES[0], SITE)])[0])
-    source = source if source.is_absolute() else landing / source
-    shutil.copy(source, landing / "images" / SITE / DATES[1] / "copied-from-the-day-before.dcm")
+    # Plant a systemic fault, the kind blocking checks exist for: a linkage key gone wrong. The second
+    # day's extract files two different people under one patient's id, so that patient's images of the
+    # day would be joined to more than one person (records_per_image). Only the second day is re-run.
+    plant_two_people_under_one_id(landing, hospital, DATES[1])
     code, out = materialize(images, "--partition", f"{DATES[1]}|{SITE}")
     assert code != 0  # the blocking check failed: downstream assets of this run did not run
-    assert "sop_instance_uid_in_one_partition" in out
-    assert "copied-from-the-day-before" not in out and str(landing) not in out and KEY not in out
+    assert "records_per_image" in out
+    assert "Somebody Else" not in out and str(landing) not in out and KEY not in out
 
-    # A later run of the cohort alone refuses, naming the check and the partitions; nothing changes.
+    # A later run of the cohort alone refuses, naming the check and the partition; nothing changes.
     code, out = materialize("published_cohort")
     assert code != 0
-    assert "publication refused" in out and "raw_image_index:sop_instance_uid_in_one_partition" in out
-    assert f"{DATES[0]}|{SITE}" in out and f"{DATES[1]}|{SITE}" in out
+    assert "publication refused" in out and "linked_patient_metadata:records_per_image" in out
+    assert f"{DATES[1]}|{SITE}" in out
     assert snapshot(releases) == published
+
+
+def plant_two_people_under_one_id(landing: Path, hospital, date: str) -> None:
+    """Append to `date`'s extract a second, different person (other name, birth date and number) under
+    the id of a patient imaged that day, after a copy of that patient's own latest record."""
+    import pydicom
+
+    with pydicom.config.disable_value_validation():
+        imaged = pydicom.dcmread(landing / sorted(hospital.dicom_files[(date, SITE)])[0], stop_before_pixels=True)
+    patient = str(imaged.PatientID)
+    extracts = sorted((landing / "clinical" / SITE).glob("*.csv"))
+    rows, header = [], None
+    for extract in extracts:
+        with extract.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            header = reader.fieldnames
+            rows += [r for r in reader if r["patient_id"] == patient and extract.stem <= date]
+    own = dict(rows[-1])
+    other = {**own, **{c: v for c, v in {"full_name": "Somebody Else", "surname": "Else", "forename": "Somebody",
+                                         "nhs_number": "9999999999", "date_of_birth": "1931-01-01",
+                                         "dob": "01/01/1931"}.items() if c in header}}
+    target = landing / "clinical" / SITE / f"{date}.csv"
+    existing = target.read_text() if target.exists() else ",".join(header) + "\n"
+    with target.open("w", newline="") as handle:
+        handle.write(existing)
+        csv.DictWriter(handle, fieldnames=header).writerows([own, other])
