@@ -5,8 +5,10 @@ TLS). The standalone run over an authenticated, encrypted cluster is in tests/te
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,6 +130,16 @@ def test_a_standalone_master_without_the_shared_secret_is_refused_naming_the_var
         spark_config("spark://master.internal:7077", env={}, archive=None)
     with pytest.raises(RuntimeError, match=AUTH_SECRET_ENV):  # checked again where the session starts
         session_config({"spark.master": "spark://master.internal:7077"}, env={})
+
+
+def test_the_code_location_refuses_a_standalone_master_without_the_secret_at_load():
+    """A fresh process, as a deployment loads the definitions: the error names the variable; no session."""
+    env = {k: v for k, v in os.environ.items() if k != AUTH_SECRET_ENV}
+    env["IMAGING_SPARK_MASTER"] = "spark://127.0.0.1:7077"
+    done = subprocess.run([sys.executable, "-c", "import definitions"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode != 0 and f"{AUTH_SECRET_ENV} is not set" in done.stderr, done.stderr[-2000:]
+    assert "SparkContext" not in done.stderr and env["IMAGING_PSEUDONYM_KEY"] not in done.stderr
 
 
 def test_a_standalone_master_gets_authentication_and_encryption_and_the_secret_only_at_session_start():
