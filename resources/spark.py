@@ -81,18 +81,25 @@ def is_loopback(host: str) -> bool:
 def connect_transport_error(remote: str) -> str | None:
     """Why the pseudonym key may not be sent to the Spark Connect server `remote` (`sc://host:port/;...`),
     or None when it may: a server on loopback, or any other host reached with `use_ssl=true` (TLS, as
-    pyspark's Connect client reads the connection string). Pure: no server is contacted."""
+    pyspark's Connect client reads the connection string). A `token=` in the URL is refused too: the URL
+    is resource configuration, shown in Dagster's UI (the token goes in SPARK_CONNECT_AUTHENTICATE_TOKEN).
+    Pure: no server is contacted."""
     parsed = urllib.parse.urlparse("http" + remote[2:]) if is_connect(remote) else None
     if parsed is None or not parsed.hostname:
         return "IMAGING_SPARK_MASTER is not a Spark Connect URL with a host (sc://host:port)"
+    params = dict(p.split("=", 1) for p in parsed.params.split(";") if "=" in p)
+    if "token" in params:
+        return ("IMAGING_SPARK_MASTER carries a Spark Connect token: the master URL is part of the Spark "
+                "resource's configuration, which Dagster's UI shows. Give the token in "
+                "SPARK_CONNECT_AUTHENTICATE_TOKEN (pyspark's Connect client reads it) and keep "
+                "sc://host:port/;use_ssl=true in IMAGING_SPARK_MASTER.")
     if is_loopback(parsed.hostname):
         return None
-    params = dict(p.split("=", 1) for p in parsed.params.split(";") if "=" in p)
     if urllib.parse.unquote(params.get("use_ssl", "")).lower() == "true":
         return None
     return ("IMAGING_SPARK_MASTER names a Spark Connect server off this machine without `use_ssl=true`: the "
             "pseudonym key travels inside every de-identification task and would cross the network in "
-            "clear. Put a TLS front before the server and connect with sc://host:port/;use_ssl=true;token=... "
+            "clear. Put a TLS front before the server and connect with sc://host:port/;use_ssl=true "
             "(docs/deployment.md, \"The pseudonym key\").")
 
 

@@ -168,7 +168,6 @@ def serve(procs: list[subprocess.Popen], argv: list[str], log: Path, what: str, 
     return proc
 
 
-@contextlib.contextmanager
 def security_properties(workdir: Path, secret: str) -> Path:
     """A Spark properties file (mode 600) turning on authentication and network encryption with `secret`,
     as docs/deployment.md has an operator give the master and each worker (`--properties-file`)."""

@@ -99,7 +99,7 @@ def test_the_card_marks_a_demo_key_release_and_only_that():
 @pytest.mark.parametrize("remote", [
     "sc://127.0.0.1:15002", "sc://127.8.9.10:15002", "sc://localhost:15002", "sc://LOCALHOST",
     "sc://[::1]:15002", "sc://[::ffff:127.0.0.1]:15002",
-    "sc://connect.internal:443/;use_ssl=true;token=abc", "sc://10.0.0.7:15002/;token=abc;use_ssl=TRUE",
+    "sc://connect.internal:443/;use_ssl=true", "sc://10.0.0.7:15002/;user_id=etl;use_ssl=TRUE",
 ])
 def test_connect_to_loopback_or_over_tls_is_allowed(remote):
     assert connect_transport_error(remote) is None
@@ -116,8 +116,13 @@ def test_connect_off_this_machine_without_tls_is_refused_before_any_session(remo
     assert error and "IMAGING_SPARK_MASTER" in error
     with pytest.raises(RuntimeError):
         spark_config(remote, env={}, archive=None)
-    if "token=" in remote:
-        assert "abc" not in error  # the connection string's token is never repeated
+
+
+@pytest.mark.parametrize("remote", ["sc://connect.internal:443/;use_ssl=true;token=abc-token",
+                                    "sc://localhost:15002/;token=abc-token"])
+def test_a_token_in_the_master_url_is_refused_it_would_show_in_the_ui(remote):
+    error = connect_transport_error(remote)
+    assert error and "SPARK_CONNECT_AUTHENTICATE_TOKEN" in error and "abc-token" not in error
 
 
 def test_loopback_hosts():
