@@ -224,7 +224,8 @@ def ship_code(session) -> None:
 def session_config(config: Mapping[str, str], env: Mapping[str, str] | None = None) -> dict[str, str]:
     """What a session starts with: `config` checked again (`check_master`, in the run's own environment)
     and, on a standalone cluster, the shared secret from IMAGING_SPARK_AUTH_SECRET (Spark's UI and logs
-    redact `spark.authenticate.secret`; the driver never passes it to executors, their worker does)."""
+    redact `spark.authenticate.secret`; executors are started with it by their worker, which has its own
+    copy, never on a command line)."""
     env = os.environ if env is None else env
     master = str(config.get("spark.remote") or config.get("spark.master") or "")
     check_master(master, env)
