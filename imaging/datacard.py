@@ -11,6 +11,8 @@ The card is published inside the release, so it holds no identifying value: coun
 shown as "<10", equivalence classes as sizes only, input partitions (and the partitions a check
 result is for) by their opaque batch token (never the real date or site: those stay in the
 identifiable provenance ledger), checks by name, result, severity, run and time (no check metadata).
+The pseudonym key appears as its fingerprint only (`imaging.pseudonym.key_fingerprint`), with a mark
+when it is the demo's key.
 """
 
 from __future__ import annotations
