@@ -72,7 +72,7 @@ def anonymized_images(context: AssetExecutionContext, spark: SparkResource, land
     linked = warehouse.read(session, LINKED, keys)
 
     commit = warehouse.begin("anonymized_images")
-    job = AnonymizeJob(deid.pseudonym_key, tuple(deid.options), policy, deid.issuer_policy(),
+    job = AnonymizeJob(deid.key, tuple(deid.options), policy, deid.issuer_policy(),
                        deid.pixel_text_settings(), staging=commit.staging(warehouse.zone(DEIDENTIFIED)))
     sizes = linked.agg(F.count("*").alias("images"), F.sum("size_bytes").alias("bytes")).first()
     images, bytes_in = sizes["images"], sizes["bytes"] or 0
@@ -135,6 +135,8 @@ def anonymized_images(context: AssetExecutionContext, spark: SparkResource, land
         "issuer_of_patient_id": issuers,
         **{f"issuer_of_patient_id/{status}": count for status, count in issuers.items()},
         "table_unchanged": False, **summary(checks),
+        # Which key made these pseudonyms: its fingerprint, never the key (the data card records it too).
+        **deid.run_metadata(),
         "summary": MetadataValue.md(step.markdown("anonymized_images")),
     }, check_results=check_results(checks, context.log))
 

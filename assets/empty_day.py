@@ -126,5 +126,6 @@ def answer(context: AssetExecutionContext, asset: str, checks_of: str, keys: Seq
         outputs={name: warehouse.relative(url) for name, url in outputs.items()})
     return MaterializeResult(metadata={
         **step.values(), **metadata, "table_unchanged": not emptied.changed, **summary(checks),
+        **deid.run_metadata(),  # the key fingerprint, as on the Spark path
         "summary": MetadataValue.md(step.markdown(asset)),
     }, check_results=check_results(checks, context.log))

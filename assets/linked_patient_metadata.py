@@ -109,7 +109,7 @@ def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource
     return MaterializeResult(metadata={
         **step.values(), "images_with_clinical_record": linked_n,
         "images_without_clinical_record": images_n - linked_n, "extracts_read": len(extracts),
-        "table_unchanged": False, **summary(checks),
+        "table_unchanged": False, **summary(checks), **deid.run_metadata(),
         "summary": MetadataValue.md(step.markdown("linked_patient_metadata")),
     }, check_results=check_results(checks, context.log))
 

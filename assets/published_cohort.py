@@ -164,7 +164,8 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
         deid=DeidSummary.from_options(deid.options), checks=checks,
         inputs=with_landing_versions(facts, read) if facts is not None else read.partitions,
         code_versions=tuple(CodeVersion(a, v) for a, v in sorted(CODE_VERSIONS.items())),
-        disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below)
+        disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below,
+        key_fingerprint=deid.key_fingerprint)
     built = finish_release(building, card, images=_image_entries(f"{work}/images.sha256"))
     # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.
     own = [c for c in checks if c.asset == "published_cohort" and c.name != "k_anonymity"]

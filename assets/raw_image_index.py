@@ -101,6 +101,7 @@ def raw_image_index(context: AssetExecutionContext, spark: SparkResource, landin
                  "quarantine": warehouse.relative(warehouse.url(INDEX_QUARANTINE))})
     return MaterializeResult(metadata={
         **step.values(), "spark_tasks": tasks, "table_unchanged": False, **summary(checks),
+        **deid.run_metadata(),  # which key keyed the batch tokens and checks: its fingerprint, never the key
         "summary": MetadataValue.md(step.markdown("raw_image_index")),
     }, check_results=check_results(checks, context.log))
 

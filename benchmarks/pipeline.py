@@ -190,8 +190,8 @@ def platform_loop(t: Tree, scratch: Path) -> float:
     from imaging.records import IndexedImage, LinkedImage, ListedFile
     from resources.deid import Deidentifier
 
-    settings = load_settings({**os.environ, "IMAGING_PSEUDONYM_KEY": "benchmark-key-not-a-secret"})
-    deid = Deidentifier(pseudonym_key="benchmark-key-not-a-secret", options=list(settings.deid_options),
+    settings = load_settings({**os.environ, "IMAGING_PSEUDONYM_KEY": "benchmark-key-not-a-secret-" + "b" * 8})
+    deid = Deidentifier(pseudonym_key="benchmark-key-not-a-secret-" + "b" * 8, options=list(settings.deid_options),
                         issuers=settings.issuers, pixel_text=settings.pixel_text)
     out = scratch / f"platform-loop-{t.label}"
     job = AnonymizeJob(deid.pseudonym_key, tuple(deid.options), load_policy(), deid.issuer_policy(),
@@ -405,7 +405,7 @@ def materialize(label: str, landing: Path, work: Path, day: str, profile: Path |
     shutil.copy(REPO / "platform" / "dagster.yaml", home / "dagster.yaml")
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGING_")}
     env.update(IMAGING_LANDING=str(landing), IMAGING_WAREHOUSE=str(work / f"warehouse-{label}"),
-               IMAGING_SITES=SITE, IMAGING_START_DATE=EMPTY_DAY, IMAGING_PSEUDONYM_KEY="benchmark-key-not-a-secret",
+               IMAGING_SITES=SITE, IMAGING_START_DATE=EMPTY_DAY, IMAGING_PSEUDONYM_KEY="benchmark-key-not-a-secret-" + "b" * 8,
                IMAGING_SPARK_MASTER="local[2]", SPARK_LOCAL_IP="127.0.0.1", DAGSTER_HOME=str(home),
                # Spark's own event log, for jobs/stages/executor CPU (a classic session reads this).
                PYSPARK_SUBMIT_ARGS=f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{events} "

@@ -46,7 +46,7 @@ print(json.dumps({asset: run(asset, "%(day)s") for asset in %(assets)r}))
 
 def child(checkout: Path, root: Path, tag: str) -> dict:
     env = dict(os.environ, IMAGING_LANDING=str(root / "landing"), IMAGING_WAREHOUSE=str(root / f"warehouse-{tag}"),
-               IMAGING_PSEUDONYM_KEY="benchmark-key-not-secret", IMAGING_SITES=SITE, IMAGING_START_DATE=WARM_DAY,
+               IMAGING_PSEUDONYM_KEY="benchmark-key-not-secret-" + "b" * 8, IMAGING_SITES=SITE, IMAGING_START_DATE=WARM_DAY,
                IMAGING_SPARK_MASTER="local[2]", SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(checkout))
     code = CHILD % {"assets": ASSETS, "warm": f"{WARM_DAY}|{SITE}", "day": f"{DAY}|{SITE}"}
     result = subprocess.run([sys.executable, "-c", code], cwd=checkout, env=env, capture_output=True, text=True)

@@ -6,8 +6,14 @@ Environment variables (all optional but the key; defaults in brackets):
   IMAGING_TABLES         root of Spark's Parquet tables, when apart from the files [IMAGING_WAREHOUSE]
   IMAGING_SITES          comma-separated site partition keys [platform/platform.yaml: sites]
   IMAGING_START_DATE     first date partition, YYYY-MM-DD [platform/platform.yaml: start_date]
-  IMAGING_PSEUDONYM_KEY  secret for keyed pseudonyms [required]
+  IMAGING_PSEUDONYM_KEY  secret for keyed pseudonyms, at least 32 bytes (UTF-8) [required]. It travels
+                         to the executors inside every de-identification task (docs/deployment.md, "The
+                         pseudonym key"): a run refuses a short key, a `spark://` master without
+                         IMAGING_SPARK_AUTH_SECRET and a remote `sc://` server without `use_ssl=true`
   IMAGING_SPARK_MASTER   Spark master: local[N], spark://..., k8s://... or sc://... (Spark Connect) [local[*]]
+  IMAGING_SPARK_AUTH_SECRET  shared secret of a standalone cluster (`spark://` only, required there): the
+                         driver turns on spark.authenticate and spark.network.crypto.enabled with it; the
+                         master and workers must be started with the same secret [none]
   IMAGING_LANDING_SENSOR_SECONDS  seconds between landing_sensor ticks [platform/platform.yaml]
   IMAGING_MIN_K          minimum k-anonymity of a release [platform/clinical_policy.yaml: disclosure.min_k]
 
@@ -119,12 +125,9 @@ def _pixel_text() -> dict:
 
 
 def pseudonym_key(env: Mapping[str, str] | None = None) -> str:
-    """The secret key; a clear error rather than a silent default when it is missing."""
+    """The secret key, checked: a clear error (naming the variable and the rule, never the key) when it is
+    missing or shorter than `imaging.pseudonym.MIN_KEY_BYTES` bytes, rather than a silent default."""
+    from imaging.pseudonym import KEY_VARIABLE, check_key
+
     env = os.environ if env is None else env
-    key = env.get("IMAGING_PSEUDONYM_KEY", "")
-    if not key:
-        raise RuntimeError(
-            "IMAGING_PSEUDONYM_KEY is not set: it keys every pseudonym, UID and date shift. "
-            "Set a long random secret (the demo sets a demo key and says so)."
-        )
-    return key
+    return check_key(env.get(KEY_VARIABLE, ""))

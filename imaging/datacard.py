@@ -11,6 +11,8 @@ The card is published inside the release, so it holds no identifying value: coun
 shown as "<10", equivalence classes as sizes only, input partitions (and the partitions a check
 result is for) by their opaque batch token (never the real date or site: those stay in the
 identifiable provenance ledger), checks by name, result, severity, run and time (no check metadata).
+The pseudonym key appears as its fingerprint only (`imaging.pseudonym.key_fingerprint`), with a mark
+when it is the demo's key.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Mapping
 
 from imaging.disclosure import DEFAULT_SUPPRESS_BELOW, KAnonymity, suppress
 from imaging.lineage import MANIFEST, RELEASE, ColumnLineage
+from imaging.pseudonym import DEMO_KEY_FINGERPRINT
 
 _TOKEN = re.compile(r"^[0-9a-f]{8,64}$")  # the opaque batch token of a site-day
 _VERSIONISH = re.compile(r"^[0-9A-Za-z._:+-]{1,128}$")  # run ids, data and code versions: no free text
@@ -172,6 +175,9 @@ class DataCardInputs:
     lineage: tuple[ColumnLineage, ...]
     data_digest: str
     suppress_below: int = DEFAULT_SUPPRESS_BELOW
+    # `imaging.pseudonym.key_fingerprint` of the key the release was built under (never the key); None:
+    # not recorded.
+    key_fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +200,22 @@ def _chain(entry: ColumnLineage, manifest: Mapping[str, ColumnLineage]) -> list[
         if upstream is not None and len(entry.sources) == 1:
             steps += _chain(upstream, {})
     return steps
+
+
+DEMO_KEY_NOTE = "demo key: not for real data"
+
+
+def key_section(fingerprint: str | None) -> dict:
+    """The card's record of the pseudonym key: its fingerprint, and whether it is the demo's key."""
+    if fingerprint is None:
+        return {"fingerprint": NOT_RECORDED, "demo_key": None}
+    if not _TOKEN.match(fingerprint):
+        raise ValueError("a key fingerprint is hex digits (imaging.pseudonym.key_fingerprint), never a key")
+    demo = fingerprint == DEMO_KEY_FINGERPRINT
+    return {"fingerprint": fingerprint, "demo_key": demo, **({"note": DEMO_KEY_NOTE} if demo else {})}
+
+
+NOT_RECORDED = "not recorded"
 
 
 def build_datacard(inputs: DataCardInputs) -> DataCard:
@@ -227,6 +249,8 @@ def build_datacard(inputs: DataCardInputs) -> DataCard:
         "disclosure": inputs.disclosure.report(below),
         "deidentification": {"standard": inputs.deid.standard, "engine": inputs.deid.engine,
                              "options": [{"name": n, "code": code, "meaning": m} for n, code, m in inputs.deid.options]},
+        # Which key made the pseudonyms, UIDs and date shifts: a keyed hash of a fixed string, never the key.
+        "pseudonym_key": key_section(inputs.key_fingerprint),
         "columns": columns,
         # Every check of the release and of the upstream assets it read, per partition where the check
         # is per partition (batch tokens); ordered so the same results give the same bytes.
@@ -270,7 +294,10 @@ def _scope(check: Mapping) -> str:
 
 def render_markdown(card: Mapping) -> str:
     counts, k = card["counts"], card["disclosure"]
-    out = [f"# Data card: {card['cohort']} v{card['version']}\n", f"{card['description']}\n" if card["description"] else "",
+    key = card.get("pseudonym_key") or key_section(None)
+    out = [f"# Data card: {card['cohort']} v{card['version']}\n",
+           f"**{DEMO_KEY_NOTE.upper()}**: pseudonymised with the demo's built-in key.\n\n" if key["demo_key"] else "",
+           f"{card['description']}\n" if card["description"] else "",
            f"- Release id: {card['release_id']}\n- Data digest (images and metadata only): `{card['data_digest']}`\n",
            "\n## Selection\n\n", _table(["criterion", "value"],
                                        [[name, json.dumps(v)] for name, v in card["selection"]["criteria"].items()]),
@@ -291,6 +318,9 @@ def render_markdown(card: Mapping) -> str:
             f"{card['deidentification']['engine']}.\n\n",
             _table(["option", "CID 7050 code", "meaning"],
                    [[o["name"], o["code"], o["meaning"]] for o in card["deidentification"]["options"]]),
+            f"\nPseudonym key fingerprint: `{key['fingerprint']}` (HMAC-SHA256 of a fixed string under the key, "
+            "first 16 hex digits: the same key gives the same fingerprint; the key is never recorded)"
+            + (f". **{DEMO_KEY_NOTE}**" if key["demo_key"] else "") + ".\n",
             "\n## Released columns\n\nEach column's transforms, from the release back to the identifiable source.\n\n",
             _table(["column", "transforms (release <- manifest)", "from", "how"],
                    [[c["column"], " <- ".join(s["transform"] + (" (masked)" if s["masked"] else "") for s in c["steps"]),

@@ -24,6 +24,45 @@ MAX_TIME_SHIFT_SECONDS = 86400 - 3600
 
 DAY_SECONDS = 86400
 
+KEY_VARIABLE = "IMAGING_PSEUDONYM_KEY"
+# A deployment's key must be at least this many bytes (UTF-8): HMAC-SHA256's own output size, so the key
+# is not the weaker part. `Pseudonymizer` itself takes any non-empty key (pure unit tests use short ones);
+# the key a run uses goes through `check_key` first (imaging.config, resources/deid.py).
+MIN_KEY_BYTES = 32
+# The demo's key, in this one place: platform/demo-env.sh exports the same literal (a test holds the two
+# equal), and a data card whose key fingerprint is this key's says "demo key: not for real data".
+DEMO_KEY = "demo-only-pseudonym-key-never-for-real-data"
+# What the key fingerprint is an HMAC of: a fixed string, so the fingerprint says which key was used
+# (the same key, the same fingerprint) and reveals nothing of any identifier or of the key.
+FINGERPRINT_MESSAGE = b"imaging pseudonym key fingerprint"
+
+
+def check_key(key: str | bytes | None) -> str | bytes:
+    """`key` unchanged when it is long enough for a deployment; otherwise a clear error that names the
+    variable and the rule, never the key (nor its length, which would say something about it)."""
+    size = len(key.encode("utf-8") if isinstance(key, str) else bytes(key or b""))
+    if not key:
+        raise ValueError(f"{KEY_VARIABLE} is not set: it keys every pseudonym, UID and date shift. "
+                         f"Set a random secret of at least {MIN_KEY_BYTES} bytes (the demo sets a demo key "
+                         f"and says so).")
+    if size < MIN_KEY_BYTES:
+        raise ValueError(f"{KEY_VARIABLE} is too short: a pseudonym key must be at least {MIN_KEY_BYTES} bytes "
+                         f"(UTF-8), for example `openssl rand -base64 48`.")
+    return key
+
+
+def key_fingerprint(key: str | bytes) -> str:
+    """Which key a run used, without the key: the first 16 hex digits of HMAC-SHA256(key, a fixed string).
+
+    Recorded in each image asset's materialization metadata and in every release's data card, so two
+    runs (or a release and a run) can be seen to share a key, and a demo-key release be told apart.
+    """
+    raw = key.encode("utf-8") if isinstance(key, str) else bytes(key)
+    return hmac.new(raw, FINGERPRINT_MESSAGE, hashlib.sha256).hexdigest()[:16]
+
+
+DEMO_KEY_FINGERPRINT = key_fingerprint(DEMO_KEY)
+
 
 @dataclass(frozen=True)
 class DateTimeShift:

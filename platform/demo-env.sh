@@ -4,7 +4,9 @@ export IMAGING_LANDING="${IMAGING_LANDING:-$PWD/data/landing}"
 export IMAGING_WAREHOUSE="${IMAGING_WAREHOUSE:-$PWD/data/warehouse}"
 if [ -z "${IMAGING_PSEUDONYM_KEY:-}" ]; then
   # The demo's data is pseudonymised with this key; runs launched from the UI must use the same one.
-  export IMAGING_PSEUDONYM_KEY="demo-only-key-not-secret"
+  # The same literal as imaging/pseudonym.py's DEMO_KEY (tests/test_key_protection.py holds them equal):
+  # a release made with it says "demo key: not for real data" in its data card.
+  export IMAGING_PSEUDONYM_KEY="demo-only-pseudonym-key-never-for-real-data"
   echo "NOTE: using the built-in DEMO pseudonym key. Never use it for real data: set IMAGING_PSEUDONYM_KEY."
 fi
 if [ -z "${IMAGING_MIN_K:-}" ]; then

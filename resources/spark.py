@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import io
+import ipaddress
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +47,75 @@ EXECUTOR_ENV = ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "GCSFS_EXPERIME
 DRIVER_ARCHIVE = Path(sys.prefix) / "spark-driver.jsa"
 
 
+# The shared secret of a standalone cluster (`spark://`): the pseudonym key travels to the executors
+# inside every de-identification task, so a standalone driver authenticates to the cluster and encrypts
+# its RPC and block transfers with it (docs/deployment.md, "The pseudonym key").
+AUTH_SECRET_ENV = "IMAGING_SPARK_AUTH_SECRET"
+STANDALONE_SECURITY = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
+_AUTH_SECRET_CONF = "spark.authenticate.secret"
+
+
 def is_connect(master: str) -> bool:
     """`sc://host:port` is a Spark Connect server; anything else is a classic master URL."""
     return master.startswith("sc://")
+
+
+def is_standalone(master: str) -> bool:
+    return master.startswith("spark://")
+
+
+def is_loopback(host: str) -> bool:
+    """`localhost`, 127.0.0.0/8 and ::1 (also as an IPv4-mapped address): a connection that never leaves
+    the machine."""
+    host = host.strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # any other name may resolve anywhere
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def connect_transport_error(remote: str) -> str | None:
+    """Why the pseudonym key may not be sent to the Spark Connect server `remote` (`sc://host:port/;...`),
+    or None when it may: a server on loopback, or any other host reached with `use_ssl=true` (TLS, as
+    pyspark's Connect client reads the connection string). A `token=` in the URL is refused too: the URL
+    is resource configuration, shown in Dagster's UI (the token goes in SPARK_CONNECT_AUTHENTICATE_TOKEN).
+    Pure: no server is contacted."""
+    parsed = urllib.parse.urlparse("http" + remote[2:]) if is_connect(remote) else None
+    if parsed is None or not parsed.hostname:
+        return "IMAGING_SPARK_MASTER is not a Spark Connect URL with a host (sc://host:port)"
+    params = dict(p.split("=", 1) for p in parsed.params.split(";") if "=" in p)
+    if "token" in params:
+        return ("IMAGING_SPARK_MASTER carries a Spark Connect token: the master URL is part of the Spark "
+                "resource's configuration, which Dagster's UI shows. Give the token in "
+                "SPARK_CONNECT_AUTHENTICATE_TOKEN (pyspark's Connect client reads it) and keep "
+                "sc://host:port/;use_ssl=true in IMAGING_SPARK_MASTER.")
+    if is_loopback(parsed.hostname):
+        return None
+    if urllib.parse.unquote(params.get("use_ssl", "")).lower() == "true":
+        return None
+    return ("IMAGING_SPARK_MASTER names a Spark Connect server off this machine without `use_ssl=true`: the "
+            "pseudonym key travels inside every de-identification task and would cross the network in "
+            "clear. Put a TLS front before the server and connect with sc://host:port/;use_ssl=true "
+            "(docs/deployment.md, \"The pseudonym key\").")
+
+
+def check_master(master: str, env: Mapping[str, str]) -> None:
+    """Refuse, before any session starts, a master the pseudonym key must not be sent to as configured:
+    a `spark://` cluster without IMAGING_SPARK_AUTH_SECRET, a remote `sc://` server without TLS."""
+    if is_standalone(master) and not env.get(AUTH_SECRET_ENV):
+        raise RuntimeError(
+            f"IMAGING_SPARK_MASTER is a standalone cluster (spark://) but {AUTH_SECRET_ENV} is not set: the "
+            f"pseudonym key travels inside every de-identification task, so the driver authenticates to the "
+            f"cluster and encrypts its traffic (spark.authenticate, spark.network.crypto.enabled) with this "
+            f"shared secret, the one the master and workers were started with (docs/deployment.md).")
+    if is_connect(master):
+        error = connect_transport_error(master)
+        if error:
+            raise RuntimeError(error)
 
 
 def java() -> str:
@@ -88,14 +156,22 @@ def spark_config(master: str, env: Mapping[str, str] | None = None,
     the builder connect to a Spark Connect server (`spark.remote`), which applies the `spark.sql.*`
     settings to the session and ignores the static ones (the server owns them). A classic driver
     maps `archive` (the class-data-sharing archive) when it exists.
+
+    A `spark://` master gets authentication and network encryption on (`STANDALONE_SECURITY`); the shared
+    secret itself is not in this configuration (Dagster shows resource configuration in its UI): the
+    session reads it from IMAGING_SPARK_AUTH_SECRET when it starts. `check_master` refuses a master the
+    pseudonym key must not be sent to, here and again when the session starts.
     """
     env = os.environ if env is None else env
+    check_master(master, env)
     config = dict(load_file("spark.yaml").root)  # every value a string, checked by the model
     config.pop("spark.master", None)
     if is_connect(master):
         config["spark.remote"] = master
         return config
     config["spark.master"] = master
+    if is_standalone(master):
+        config.update(STANDALONE_SECURITY)
     if archive is not None and archive.is_file():
         options = config.get("spark.driver.extraJavaOptions", "")
         config["spark.driver.extraJavaOptions"] = f"{options} -XX:SharedArchiveFile={archive}".strip()
@@ -145,6 +221,20 @@ def ship_code(session) -> None:
     _SHIPPED.add(id(session))
 
 
+def session_config(config: Mapping[str, str], env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What a session starts with: `config` checked again (`check_master`, in the run's own environment)
+    and, on a standalone cluster, the shared secret from IMAGING_SPARK_AUTH_SECRET (Spark's UI and logs
+    redact `spark.authenticate.secret`; executors are started with it by their worker, which has its own
+    copy, never on a command line)."""
+    env = os.environ if env is None else env
+    master = str(config.get("spark.remote") or config.get("spark.master") or "")
+    check_master(master, env)
+    config = dict(config)
+    if is_standalone(master):
+        config[_AUTH_SECRET_CONF] = env[AUTH_SECRET_ENV]
+    return config
+
+
 class SparkResource(PySparkResource):
     """PySparkResource that starts its session on first use, ships the platform's code and keeps
     Spark quiet on loopback.
@@ -169,7 +259,7 @@ class SparkResource(PySparkResource):
                 # pydicom and the platform code are the same on both sides. A cluster's executors
                 # use their own (PYSPARK_PYTHON there, see README).
                 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            session = spark_session_from_config(self.spark_config)
+            session = spark_session_from_config(session_config(self.spark_config))
             if "spark.remote" not in self.spark_config:  # a Connect session has no SparkContext
                 session.sparkContext.setLogLevel("WARN")
             ship_code(session)

@@ -40,7 +40,18 @@ def run(repo: str, partition: str) -> dict:
         for held in list_held(load_settings().warehouse):
             record_approval(held.path, "deployment-test", "approved by the deployment tests")
         execute("cohort", {})  # publishes what was approved
-    return {"executor_imaging": executor_imaging_origin(defs)}
+    return {"executor_imaging": executor_imaging_origin(defs), "security": security_settings(defs)}
+
+
+def security_settings(defs) -> dict:
+    """The session's authentication and encryption settings (a classic session's; a Connect server owns
+    its own), values only for the two switches: never the secret."""
+    import os
+
+    if os.environ["IMAGING_SPARK_MASTER"].startswith("sc://"):
+        return {}
+    conf = _session(defs).sparkContext.getConf()
+    return {name: conf.get(name, None) for name in ("spark.authenticate", "spark.network.crypto.enabled")}
 
 
 def executor_imaging_origin(defs) -> str:
@@ -64,10 +75,10 @@ def _session(defs):
 
     from pyspark.sql import SparkSession
 
-    from resources.spark import spark_config
+    from resources.spark import session_config, spark_config
 
     builder = SparkSession.builder
-    for key, value in spark_config(os.environ["IMAGING_SPARK_MASTER"]).items():
+    for key, value in session_config(spark_config(os.environ["IMAGING_SPARK_MASTER"])).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

@@ -36,6 +36,7 @@ from imaging.index import index_file
 from imaging.lineage import column_lineage, release_row
 from imaging.catalogue import LEDGER
 from imaging.provenance import ProvenanceRecord, write_ledger
+from imaging.pseudonym import key_fingerprint
 from imaging.records import IndexedImage, LinkedImage, ListedFile
 from imaging.release_bundle import BuiltRelease, finish_release
 from synth import generate_hospital
@@ -100,8 +101,10 @@ def make_hospital(root: Path, patients: int = 4, min_k: int = 1) -> Hospital:
 
 
 def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | None = None,
-                  checks: tuple[CheckResult, ...] | None = None, run_ids: dict | None = None) -> BuiltRelease:
-    """A release of `cohort` (default: every image) written into `target` as the asset would."""
+                  checks: tuple[CheckResult, ...] | None = None, run_ids: dict | None = None,
+                  key: str = KEY) -> BuiltRelease:
+    """A release of `cohort` (default: every image) written into `target` as the asset would; its data card
+    records `key`'s fingerprint (the images are always pseudonymised under KEY)."""
     cohort = cohort or CohortDefinition.from_dict({"name": "small-test", "version": 1, "description": "all images"})
     rows = [r for r in hospital.manifest if not cohort.modalities or r["modality"] in cohort.modalities]
     lineage = column_lineage(hospital.policy, RESEARCH_DEFAULT, hospital.disclosure)
@@ -147,6 +150,6 @@ def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | N
         selection=Selection.from_cohort(cohort), counts=counts, deid=DeidSummary.from_options(RESEARCH_DEFAULT),
         checks=checks, inputs=inputs, code_versions=hospital.code_versions,
         disclosure=k_anonymity(class_sizes(rows, hospital.disclosure), hospital.disclosure),
-        lineage=tuple(lineage), data_digest="")
+        lineage=tuple(lineage), data_digest="", key_fingerprint=key_fingerprint(key))
     entries = sorted((ManifestEntry(p, h) for p, h in known.items()), key=lambda e: e.path.encode())
     return finish_release(str(target), card, images=lambda: iter(entries))

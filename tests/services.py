@@ -7,7 +7,8 @@ each skips with the reason only when the program it needs is absent on this mach
 them all: see `.ci/run`).
 
 - `spark_standalone`: a Spark standalone master and one worker, from the installed pyspark's own
-  `bin/spark-class`.
+  `bin/spark-class`, with authentication and network encryption on under a fresh shared secret (what
+  a driver gets from IMAGING_SPARK_AUTH_SECRET), read from a properties file, never a command line.
 - `spark_connect_server`: a Spark Connect server, from pyspark's own `sbin/start-connect-server.sh`.
 - `gcs_emulator`: the `gcp-storage-emulator` package's server (the GCS JSON API), in memory.
 - `postgres_server`: Debian's PostgreSQL, `initdb` + `postgres` on a temporary data directory, run
@@ -20,6 +21,7 @@ import contextlib
 import json
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import socket
@@ -128,6 +130,10 @@ class SparkStandalone:
     master_ui: str
     worker_cores: int
     workdir: Path
+    auth_secret: str = ""  # the cluster's shared secret: a driver's IMAGING_SPARK_AUTH_SECRET
+
+    def __repr__(self) -> str:  # never show the secret (pytest prints fixtures on failure)
+        return f"SparkStandalone(master_url={self.master_url!r}, master_ui={self.master_ui!r})"
 
 
 def _alive_workers(master_ui: str) -> int:
@@ -162,26 +168,42 @@ def serve(procs: list[subprocess.Popen], argv: list[str], log: Path, what: str, 
     return proc
 
 
+def security_properties(workdir: Path, secret: str) -> Path:
+    """A Spark properties file (mode 600) turning on authentication and network encryption with `secret`,
+    as docs/deployment.md has an operator give the master and each worker (`--properties-file`)."""
+    path = workdir / "spark-security.conf"
+    path.touch(mode=0o600)
+    path.write_text("spark.authenticate true\n"
+                    f"spark.authenticate.secret {secret}\n"
+                    "spark.network.crypto.enabled true\n")
+    return path
+
+
 @contextlib.contextmanager
 def spark_standalone(cores: int = 2, memory: str = "2g", timeout: float = 90) -> Iterator[SparkStandalone]:
-    """A master and one worker from pyspark's `bin/spark-class`, on loopback and free ports."""
+    """A master and one worker from pyspark's `bin/spark-class`, on loopback and free ports, both started
+    with authentication and RPC/block-transfer encryption on under one fresh shared secret."""
     spark_class = str(spark_home() / "bin" / "spark-class")
     master_port, master_ui_port, worker_port, worker_ui_port = (free_port() for _ in range(4))
     master_url = f"spark://{LOOPBACK}:{master_port}"
     master_ui = f"http://{LOOPBACK}:{master_ui_port}"
+    secret = secrets.token_urlsafe(32)
     with owned_processes("spark-standalone-") as (workdir, procs):
         env = spark_env(SPARK_LOG_DIR=str(workdir), SPARK_WORKER_DIR=str(workdir / "work"),
                         # The web UIs would otherwise also bind 0.0.0.0.
                         SPARK_PUBLIC_DNS=LOOPBACK)
+        security = ["--properties-file", str(security_properties(workdir, secret))]
         serve(procs, [spark_class, "org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
-                      "--port", str(master_port), "--webui-port", str(master_ui_port)],
+                      "--port", str(master_port), "--webui-port", str(master_ui_port), *security],
               workdir / "master.log", "Spark master", lambda: port_open(master_port), timeout, env=env, cwd=workdir)
         serve(procs, [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", LOOPBACK,
                       "--port", str(worker_port), "--webui-port", str(worker_ui_port),
-                      "--cores", str(cores), "--memory", memory, "--work-dir", str(workdir / "work"), master_url],
+                      "--cores", str(cores), "--memory", memory, "--work-dir", str(workdir / "work"), *security,
+                      master_url],
               workdir / "worker.log", "Spark worker registration", lambda: _alive_workers(master_ui) >= 1,
               timeout, [workdir / "master.log"], env=env, cwd=workdir)
-        yield SparkStandalone(master_url=master_url, master_ui=master_ui, worker_cores=cores, workdir=workdir)
+        yield SparkStandalone(master_url=master_url, master_ui=master_ui, worker_cores=cores, workdir=workdir,
+                              auth_secret=secret)
 
 
 # --- Spark Connect ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ def test_materialize_command_for_a_partition_of_env_configured_sites(tmp_path):
     hospital = generate_hospital(tmp_path / "landing", seed=5, sites=sites, dates=dates, patients_per_site=3)
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGING_")}
     env.update(IMAGING_LANDING=str(tmp_path / "landing"), IMAGING_WAREHOUSE=str(tmp_path / "warehouse"),
-               IMAGING_SITES=",".join(sites), IMAGING_START_DATE=dates[0], IMAGING_PSEUDONYM_KEY="cli-test-key",
+               IMAGING_SITES=",".join(sites), IMAGING_START_DATE=dates[0], IMAGING_PSEUDONYM_KEY="cli-test-key-" + "c" * 20,
                IMAGING_SPARK_MASTER="local[2]", DAGSTER_HOME=str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
     dagster = Path(sys.executable).with_name("dagster")

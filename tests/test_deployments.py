@@ -35,6 +35,7 @@ class PipelineRun:
     tables: str
     landing: str
     executor_imaging: str
+    security: dict  # the driver session's spark.authenticate / spark.network.crypto.enabled
 
 
 def run_pipeline(tmp: Path, landing: str, master: str, warehouse: str | None = None, tables: str | None = None,
@@ -53,7 +54,7 @@ def run_pipeline(tmp: Path, landing: str, master: str, warehouse: str | None = N
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     return PipelineRun(warehouse=warehouse, tables=tables or warehouse, landing=landing,
-                       executor_imaging=report["executor_imaging"])
+                       executor_imaging=report["executor_imaging"], security=report["security"])
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +87,16 @@ def assert_equal_to_local(run: PipelineRun, local: PipelineRun) -> None:
 
 
 def test_standalone_cluster_equals_local(spark_cluster, tiny_landing, local_run, tmp_path):  # noqa: F811
+    """Over a cluster whose master and worker require authentication and encrypt RPC and block transfers
+    (the pseudonym key rides in every de-identification task): the driver authenticates with the shared
+    secret from IMAGING_SPARK_AUTH_SECRET, its executors (started by the worker with that secret) run the
+    tasks, and the outputs equal the local run's."""
     # The operator names the executors' interpreter (the project's environment on the workers); the
     # driver no longer lends its own to a cluster. Here the workers share this machine's venv.
     run = run_pipeline(tmp_path, str(tiny_landing), spark_cluster.master_url,
-                       extra_env={"PYSPARK_PYTHON": sys.executable})
+                       extra_env={"PYSPARK_PYTHON": sys.executable,
+                                  "IMAGING_SPARK_AUTH_SECRET": spark_cluster.auth_secret})
+    assert run.security == {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
     assert ".zip" in run.executor_imaging, run.executor_imaging  # the shipped code, not the driver's tree
     assert_equal_to_local(run, local_run)
 

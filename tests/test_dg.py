@@ -12,7 +12,7 @@ ASSETS = {"raw_image_index", "linked_patient_metadata", "anonymized_images", "pu
 
 
 def _dg(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, DAGSTER_HOME=str(tmp_path), IMAGING_PSEUDONYM_KEY="dg-test-key-not-secret")
+    env = dict(os.environ, DAGSTER_HOME=str(tmp_path), IMAGING_PSEUDONYM_KEY="dg-test-key-not-secret-" + "d" * 10)
     return subprocess.run([str(DG), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -60,6 +60,12 @@ def test_empty_site_day_starts_no_spark_and_reports_every_check(defs):
     assert metadata["linked_patient_metadata"]["dagster/row_count"] == 0
     assert metadata["anonymized_images"]["files_in"] == 0 and metadata["anonymized_images"]["spark_tasks"] == 0
     assert all(m["table_unchanged"] and m["quality_checks_failed"] == [] for m in metadata.values())
+    # The key's fingerprint, as on the Spark path (assets record it on both), never the key.
+    from imaging.pseudonym import key_fingerprint
+
+    fingerprint = key_fingerprint(os.environ["IMAGING_PSEUDONYM_KEY"])
+    assert all(m["pseudonym_key_fingerprint"] == fingerprint for m in metadata.values())
+    assert os.environ["IMAGING_PSEUDONYM_KEY"] not in repr(metadata)
 
     # Every check spec of every asset has a result, each passed and covering the site-day.
     checks = _checks_by_name(result)

@@ -1,5 +1,6 @@
 """End to end on real Spark and real DICOM: landing -> index -> linked -> anonymized -> cohort."""
 
+import os
 from pathlib import Path
 
 import pyarrow.dataset as pads
@@ -203,13 +204,24 @@ def test_no_identifier_in_dagster_metadata_or_logs(hospital, defs, warehouse):
     key = f"{DATES[0]}|{SITES[1]}"
     results = [run_assets(defs, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key)),
                run_assets(defs, ["published_cohort"])]
-    shown = []
+    shown, fingerprints = [], {}
     for result in results:
         for event in result.all_events:
             shown.append(event.message or "")
             if event.is_step_materialization:
-                shown += [repr(v.value) for v in event.step_materialization_data.materialization.metadata.values()]
+                materialization = event.step_materialization_data.materialization
+                shown += [repr(v.value) for v in materialization.metadata.values()]
+                if "pseudonym_key_fingerprint" in materialization.metadata:
+                    fingerprints[materialization.asset_key.path[-1]] = \
+                        materialization.metadata["pseudonym_key_fingerprint"].value
     text = "\n".join(shown)
+    # Each image asset records which key it used, by fingerprint only; the key itself is never shown.
+    from imaging.pseudonym import key_fingerprint
+
+    key_in_use = os.environ["IMAGING_PSEUDONYM_KEY"]
+    assert fingerprints == dict.fromkeys(["raw_image_index", "linked_patient_metadata", "anonymized_images"],
+                                         key_fingerprint(key_in_use))
+    assert key_in_use not in text
     assert "published_cohort" in text and "unchanged" in text
     values = set(hospital.identifying_strings()) | {p.patient_id for p in hospital.patients}
     values |= {p.full_name for p in hospital.patients} | {i.sop_instance_uid for i in hospital.instances}
@@ -230,6 +242,10 @@ def test_the_data_card_lists_every_upstream_check_and_each_inputs_landing_versio
 
     release = warehouse / Path(COHORTS.path) / "amd-oct/v1"
     card = json.loads((release / "datacard.json").read_text())
+    from imaging.pseudonym import key_fingerprint
+
+    assert card["pseudonym_key"] == {"fingerprint": key_fingerprint(os.environ["IMAGING_PSEUDONYM_KEY"]),
+                                     "demo_key": False}
     site_day = {r["batch"]: f"{r['date']}|{r['site']}" for r in table(warehouse / LEDGER.path)}
     tokens = sorted(p["batch"] for p in card["inputs"])
     assert tokens and set(tokens) <= set(site_day)

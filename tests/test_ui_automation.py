@@ -66,7 +66,7 @@ def _wait(predicate, what: str, timeout: float, server):
 def dev(tmp_path_factory):
     root = tmp_path_factory.mktemp("automation")
     (root / "landing").mkdir()
-    env = platform_env(root, sites=SITES, start_date=START, key="automation-test-key-not-secret")
+    env = platform_env(root, sites=SITES, start_date=START, key="automation-test-key-not-secret-long")
     env["IMAGING_LANDING_SENSOR_SECONDS"] = str(TICK)
     server = DagsterProcess.start("dev", env, root / "dagster-dev.log", workspace=WORKSPACE)
     try:

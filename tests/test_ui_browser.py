@@ -173,7 +173,7 @@ def ui(tmp_path_factory, request):
 
     root = tmp_path_factory.mktemp("ui")
     generate_hospital(root / "landing", seed=3, sites=SITES, dates=DATES, patients_per_site=2)
-    env = platform_env(root, sites=SITES, start_date=DATES[0], key="ui-test-key-not-secret")
+    env = platform_env(root, sites=SITES, start_date=DATES[0], key="ui-test-key-not-secret-" + "u" * 10)
     shots = Path(os.environ.get("UI_SCREENSHOTS") or REPO / "build" / "ui-screenshots")
     shutil.rmtree(shots, ignore_errors=True)
     shots.mkdir(parents=True)

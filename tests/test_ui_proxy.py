@@ -83,7 +83,7 @@ def _request(port: int, method: str, path: str, *, auth: tuple[str, str] | None,
 @pytest.fixture(scope="module")
 def proxied_ui(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("proxy")
-    env = platform_env(tmp, sites=("site-a",), start_date="2024-03-01", key="proxy-test-key-not-secret")
+    env = platform_env(tmp, sites=("site-a",), start_date="2024-03-01", key="proxy-test-key-not-secret-" + "p" * 8)
     server = DagsterProcess.start("webserver", env, tmp / "webserver.log")
     port = free_port()
     conf = _render(tmp, port, server.url.removeprefix("http://"))
