@@ -16,7 +16,6 @@ Counts by kind and reason are printed (run with -s to see them):
 from __future__ import annotations
 
 import ast
-import builtins
 import collections
 import dataclasses
 import datetime as dt
@@ -170,14 +169,19 @@ def _phrases() -> list[re.Pattern]:
 
 
 PHRASES = _phrases()
-EXCEPTIONS = {name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)}
+def _exception_names(cls=BaseException) -> set[str]:
+    """Names of every exception class loaded (builtins, struct.error, pydicom's...): a type name is no value."""
+    names = {cls.__name__}
+    for sub in cls.__subclasses__():
+        names |= _exception_names(sub)
+    return names
 
 
 def _inserted_ok(text: str) -> bool:
     """What an f-string put into a reason: "", "s", keywords or exception type names, comma-separated."""
     for token in text.split(", "):
         token = token.strip()
-        if token in ("", "s", "attribute") or token in EXCEPTIONS:
+        if token in ("", "s", "attribute") or token in _exception_names():
             continue
         if re.fullmatch(r"[A-Z][A-Za-z0-9]*(Error|Exception|Warning)", token):
             continue

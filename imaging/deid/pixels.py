@@ -9,6 +9,7 @@ from pydicom.uid import UID
 
 from .errors import Quarantined
 
+MISSING = "image attributes without pixel data"
 SHORT = "pixel data shorter than the image it describes"
 LONG = "pixel data longer than the image it describes"
 FRAMES = "number of frames is not a positive integer"
@@ -55,6 +56,8 @@ def check_length(ds: Dataset, syntax: UID) -> None:
     offset per frame) then non-empty fragments, each inside the value, at least one per frame. A lying Number of Frames is quarantined.
     """
     if "PixelData" not in ds:
+        if ("Rows" in ds or "Columns" in ds) and "FloatPixelData" not in ds and "DoubleFloatPixelData" not in ds:
+            raise Quarantined(MISSING)  # an image whose file ends before its pixels: cut off
         return
     frames = frame_count(ds)
     data = ds.PixelData or b""
