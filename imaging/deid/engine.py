@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from pydicom.datadict import keyword_for_tag
@@ -99,13 +100,34 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
     ctx.walk_items = lambda items, dummy: [_walk(item, ctx, dummy) for item in items]
 
     out = _walk(ds, ctx, dummy=False)
-    out.PatientID = pseudonym  # replaces the table's Z/D: one stable pseudonym per patient
-    out.PatientName = pseudonym
+    # Replaces the table's Z/D: one stable pseudonym per patient. New elements with the dictionary's
+    # VR: the walk keeps a source's VR, and a file may say PatientName is FD.
+    out.add(DataElement(0x00100020, "LO", pseudonym))
+    out.add(DataElement(0x00100010, "PN", pseudonym))
+    _check_identity(out)
     if read_pixels:
         out.BurnedInAnnotation = "NO"  # checked by OCR, not taken from the device
     declare(out, profile, pixels_read=read_pixels)
     out.file_meta = meta.build(out, syntax)
     return out
+
+
+def _check_identity(out: Dataset) -> None:
+    """The de-identified instance is addressable: its SOP Class and Instance UIDs (and its Study and
+    Series UIDs, when present) are each one UID, digits and dots, at most 64 characters. A
+    source whose element of one of these had another VR (the walk then writes a dummy, "0") or
+    several values is quarantined, so nothing is published under a name that is not a UID.
+    """
+    for keyword in ("SOPClassUID", "SOPInstanceUID", "StudyInstanceUID", "SeriesInstanceUID"):
+        elem = out[keyword] if keyword in out else None
+        if elem is None and keyword in ("StudyInstanceUID", "SeriesInstanceUID"):
+            continue  # absent in the source (the index quarantines that; the engine does not require it)
+        value = elem.value if elem is not None and elem.VR == "UI" else None
+        if not isinstance(value, str) or len(value) > 64 or not _UID.fullmatch(value):
+            raise Quarantined(f"unreadable {keyword}")
+
+
+_UID = re.compile(r"[0-9]+(\.[0-9]+)+")  # digits and dots (as the index requires); at most 64 characters
 
 
 def _walk(src: Dataset, ctx: Context, dummy: bool) -> Dataset:

@@ -45,6 +45,8 @@ TEXT_FOUND = "text in pixel data"
 UNCHECKABLE = "pixel data could not be checked for text"
 THRESHOLDING = {"otsu": "0", "adaptive_otsu": "1", "sauvola": "2"}  # Tesseract's thresholding_method
 PAGE_SEGMENTATION = ("sparse_text", "auto", "single_block")
+# The largest decoded frame read for text (a 6000 x 6000 colour photograph is ~110 MB).
+MAX_FRAME_BYTES = 512 << 20
 TESSDATA_GLOBS = ("/usr/share/tesseract-ocr/*/tessdata", "/usr/share/tessdata", "/usr/local/share/tessdata")
 
 
@@ -209,6 +211,9 @@ class PixelTextDetector:
         """
         started = time.perf_counter()
         try:
+            if frame_bytes(ds) > MAX_FRAME_BYTES:  # a header's size, not the data's: never allocated
+                self.stats.files_uncheckable += 1
+                raise Quarantined(UNCHECKABLE)
             frames = max(1, _int(ds.get("NumberOfFrames", 1)) or 1)
             photometric = str(ds.get("PhotometricInterpretation", "") or "").strip().upper()
             checked = 0
@@ -270,6 +275,17 @@ class PixelTextDetector:
             if sum(ch.isalnum() for ch in text) >= self.settings.min_word_chars:
                 counted += 1
         return counted
+
+
+def frame_bytes(ds: Dataset) -> int:
+    """Bytes one decoded frame takes, by the header (Rows x Columns x Samples x Bits Allocated).
+
+    A decoder allocates this before it reads a byte of a frame, so a header that claims a
+    65535 x 65535 colour image of a few kilobytes must be refused first.
+    """
+    rows, cols = _int(ds.get("Rows")) or 0, _int(ds.get("Columns")) or 0
+    samples, bits = _int(ds.get("SamplesPerPixel", 1)) or 1, _int(ds.get("BitsAllocated", 8)) or 8
+    return max(rows, 0) * max(cols, 0) * max(samples, 1) * max((bits + 7) // 8, 1)
 
 
 def _int(value) -> int | None:

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import struct
+
 from pydicom.dataset import Dataset
 from pydicom.uid import UID
 
 from .errors import Quarantined
+
+MISSING = "image attributes without pixel data"
+SHORT = "pixel data shorter than the image it describes"
+LONG = "pixel data longer than the image it describes"
+FRAMES = "number of frames is not a positive integer"
+ENCAPSULATION = "malformed encapsulated pixel data"
+FEWER_FRAGMENTS = "fewer pixel data fragments than frames"
+
+_ITEM, _DELIMITER = 0xFFFEE000, 0xFFFEE0DD
+RLE_LOSSLESS = "1.2.840.10008.1.2.5"
 
 
 def _int(ds: Dataset, keyword: str, default: int | None = None) -> int | None:
@@ -15,19 +27,77 @@ def _int(ds: Dataset, keyword: str, default: int | None = None) -> int | None:
         return default
 
 
-def check_length(ds: Dataset, syntax: UID) -> None:
-    """Quarantine native pixel data shorter than its Rows x Columns x Frames x Samples x Bits.
+def frame_count(ds: Dataset) -> int:
+    """Number of Frames, 1 when absent or empty; Quarantined when it is not a positive integer.
 
-    A cut-off file would otherwise be published as a valid-looking but broken image.
-    Encapsulated (compressed) pixel data is opaque to us and not checked.
+    A count that is 0, negative, fractional or not a number says nothing true about the pixels,
+    and the decoders and the OCR sample would read them by it.
     """
-    if "PixelData" not in ds or syntax.is_compressed:
+    try:
+        elem = ds["NumberOfFrames"] if "NumberOfFrames" in ds else None
+        value = None if elem is None else elem.value
+    except Exception:  # noqa: BLE001 - an unreadable count is no count
+        raise Quarantined(FRAMES) from None
+    if value is None or value == "":
+        return 1
+    text = str(value).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise Quarantined(FRAMES)
+    return int(text)
+
+
+def check_length(ds: Dataset, syntax: UID) -> None:
+    """Quarantine pixel data that does not hold the image its header describes.
+
+    Native pixel data must be exactly Rows x Columns x Frames x Samples x Bits (plus the one
+    padding byte of an odd length): shorter is a cut-off image, published as a valid-looking but
+    broken one; longer is bytes no reader shows (and no check reads). Encapsulated (compressed)
+    pixel data is not decoded here, only its items walked: a Basic Offset Table (empty or one
+    offset per frame) then non-empty fragments, each inside the value, at least one per frame. A lying Number of Frames is quarantined.
+    """
+    if "PixelData" not in ds:
+        if ("Rows" in ds or "Columns" in ds) and "FloatPixelData" not in ds and "DoubleFloatPixelData" not in ds:
+            raise Quarantined(MISSING)  # an image whose file ends before its pixels: cut off
+        return
+    frames = frame_count(ds)
+    data = ds.PixelData or b""
+    if syntax.is_compressed:
+        fragments = _check_encapsulated(bytes(data), frames, syntax.is_little_endian)
+        if syntax == RLE_LOSSLESS and fragments != frames:  # PS3.5 A.4.2: one fragment per frame
+            raise Quarantined(ENCAPSULATION)
         return
     rows, cols, bits = _int(ds, "Rows"), _int(ds, "Columns"), _int(ds, "BitsAllocated")
     if not rows or not cols or not bits:
         return
-    frames = _int(ds, "NumberOfFrames", 1) or 1
     samples = _int(ds, "SamplesPerPixel", 1) or 1
     expected = (rows * cols * frames * samples * bits + 7) // 8
-    if len(ds.PixelData) < expected:
-        raise Quarantined("pixel data shorter than the image it describes")
+    if len(data) < expected:
+        raise Quarantined(SHORT)
+    if len(data) > expected + expected % 2:
+        raise Quarantined(LONG)
+
+
+def _check_encapsulated(data: bytes, frames: int, little_endian: bool) -> int:
+    """The number of fragments of well-formed encapsulated pixel data; else Quarantined."""
+    end = "<" if little_endian else ">"
+    offset, items = 0, 0
+    while offset < len(data):
+        if offset + 8 > len(data):
+            raise Quarantined(ENCAPSULATION)
+        group, element, length = struct.unpack_from(end + "HHL", data, offset)
+        tag = (group << 16) | element
+        if tag == _DELIMITER and length == 0 and offset + 8 == len(data):
+            break
+        if tag != _ITEM or length == 0xFFFFFFFF or offset + 8 + length > len(data):
+            raise Quarantined(ENCAPSULATION)
+        if items == 0 and length not in (0, 4 * frames):
+            raise Quarantined(ENCAPSULATION)  # a Basic Offset Table has one offset per frame, or none
+        if items > 0 and length == 0:
+            raise Quarantined(ENCAPSULATION)  # an empty fragment: a second table, or data spliced in
+        offset += 8 + length
+        items += 1
+    if items == 0:
+        raise Quarantined(ENCAPSULATION)  # not even the Basic Offset Table item
+    if items - 1 < frames:
+        raise Quarantined(FEWER_FRAGMENTS)
+    return items - 1
