@@ -13,6 +13,7 @@ import datetime as dt
 import hashlib
 import io
 import re
+import warnings
 from dataclasses import dataclass
 
 import pydicom
@@ -32,6 +33,24 @@ from imaging.records import BatchStep, LinkedImage, PublishedImage, Quarantined,
 def batch_name(pseudonymizer: Pseudonymizer, date: str, site: str) -> str:
     """An opaque folder name for a site-day: real dates and sites never name de-identified files."""
     return pseudonymizer.token("batch", date, site)
+
+
+TRUNCATED = "file ends inside an element (truncated)"
+UNREADABLE_PAST_HEADER = "file reads differently past its header"
+# How pydicom reports a file that ends inside an element read from memory: it warns (unless told to
+# raise, which would also raise on every malformed value) and returns what it read so far.
+_EOF_WARNING = " in file <no filename>"
+
+
+def read_whole(data: bytes) -> pydicom.Dataset:
+    """The whole dataset of a Part 10 file in memory, or NotPublishable when the file ends inside an
+    element: a cut file must not be published as if it were complete."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = pydicom.dcmread(io.BytesIO(data))
+    if any(str(w.message).endswith(_EOF_WARNING) for w in caught):
+        raise NotPublishable(TRUNCATED)
+    return ds
 
 
 # The name of every de-identified file: its new SOP Instance UID, a `2.25.` UID (a 128-bit integer).
@@ -114,7 +133,9 @@ class _Anonymizer:
         if hashlib.sha256(data).hexdigest() != image.sha256:
             raise NotPublishable("source file changed since it was indexed")
         clinical = image.clinical or {}
-        ds = pydicom.dcmread(io.BytesIO(data))
+        ds = read_whole(data)
+        if header_text(ds, "SOPInstanceUID") != image.sop_instance_uid:
+            raise NotPublishable(UNREADABLE_PAST_HEADER)
         known = job.policy.identifying_values({**clinical, "patient_id": image.patient_id or ""})
         # The patient's namespace comes from the site, never from the file's IssuerOfPatientID.
         namespace = job.issuers.resolve(image.site, image.issuer_of_patient_id).namespace

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import io
 import re
+import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
@@ -209,8 +210,9 @@ def reason_for(error: Exception) -> str:
         return str(error)
     if isinstance(error, InvalidDicomError):
         return "not a DICOM Part 10 file"
-    if isinstance(error, (EOFError, OSError)) or "truncat" in str(error).lower():
-        return f"truncated or unreadable file ({type(error).__name__})"
+    if isinstance(error, (EOFError, OSError, struct.error)) or "truncat" in str(error).lower():
+        name = "struct.error" if isinstance(error, struct.error) else type(error).__name__
+        return f"truncated or unreadable file ({name})"
     return f"unreadable DICOM header ({type(error).__name__})"
 
 
