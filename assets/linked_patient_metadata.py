@@ -52,10 +52,10 @@ def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource
         return nothing_indexed(context, keys, clock, warehouse, deid)
     session = spark.spark_session
     images = warehouse.read(session, RAW_IMAGE_INDEX, keys)
-    policy, rules = load_policy(), quality_context(deid).rules
+    policy, ctx = load_policy(), quality_context(deid)
 
     with clock.stage("read_extracts"):
-        reader = ExtractJob(frozenset(rules.placeholder_list)).step()
+        reader = ExtractJob(frozenset(ctx.rules.placeholder_list)).step()
         parsed = map_batches(frame_of(session, extracts, schema_of(ClinicalExtract))
                              .repartition(max(1, len(extracts) // EXTRACTS_PER_TASK + 1)), reader).persist()
         parsed.count()
@@ -87,7 +87,6 @@ def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource
 
     # Data quality: fan-out is measured on the join's inputs (the output keeps one record per image);
     # placeholder keys in the extracts accounted to this run's own site-days (each extract once).
-    ctx = quality_context(deid)
     own_days = frame_of(session, keys, schema_of(SiteDay)).withColumnRenamed("date", "extract_date")
     own_rows = clinical.join(own_days, ["site", "extract_date"], "left_semi")
     committed = warehouse.read(session, LINKED, keys)
