@@ -266,11 +266,12 @@ def test_a_failed_error_check_in_the_card_is_a_problem_a_warn_or_unevaluated_one
                 "severity": severity, "partitions": list(partitions)}
     card = {"checks": [check("passed", "ERROR"), check("failed", "WARN", ["ab" * 10]), check("not evaluated", "ERROR")],
             "inputs": [{"landing_data_version": "not observed"}, {"landing_data_version": "ab" * 8}]}
-    problems, notes = card_check_findings(card)
+    findings = card_check_findings(card)
+    problems, notes = findings.problems, findings.notes
     assert problems == []
     assert any("c_failed_WARN (1 partitions)" in n for n in notes)
     assert any("1 checks have no recorded evaluation" in n for n in notes)
     assert any("1 input partitions have no observed landing data version" in n for n in notes)
     card["checks"].append(check("failed", "ERROR", ["cd" * 10, "ef" * 10]))
-    problems, _ = card_check_findings(card)
+    problems = card_check_findings(card).problems
     assert problems == ["failed ERROR checks recorded in the data card: raw_image_index:c_failed_ERROR (2 partitions)"]
