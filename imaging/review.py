@@ -187,7 +187,8 @@ def review(path: str, warehouse: str | None = None) -> Review:
                             "was not read; shown is what the release itself proves")
 
     if warehouse and check.release_id:
-        images = [e for e in read_manifest(root).entries if e.path.startswith("images/") and (inner is None or e.path == inner)]
+        images = [e for e in read_manifest(root).entries
+                  if e.path.startswith("images/") and (inner is None or e.path == inner)]
         found = lookup(f"{warehouse}/{LEDGER.path}", [e.sha256 for e in images])
         for entry in images:
             records = found.get(entry.sha256) or [None]
