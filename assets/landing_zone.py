@@ -16,7 +16,7 @@ from dagster import (DataVersion, DataVersionsByPartition, MultiPartitionsDefini
                      observable_source_asset)
 
 from assets.partitions import PARTITIONS, SETTINGS
-from imaging.landing import LandingScan, scan_landing
+from imaging.landing import DateRange, LandingScan, scan_landing
 from resources.landing import LandingZone
 
 KEY = "landing_zone"
@@ -24,18 +24,18 @@ KEY = "landing_zone"
 warnings.filterwarnings("ignore", message="Function `observable_source_asset`", category=BetaWarning)
 
 
-def partition_dates(partitions_def: MultiPartitionsDefinition) -> tuple[str, str]:
+def partition_dates(partitions_def: MultiPartitionsDefinition) -> DateRange:
     """First and last date partitions (the last is yesterday: today is not complete yet)."""
     daily = next(d.partitions_def for d in partitions_def.partitions_defs
                  if isinstance(d.partitions_def, TimeWindowPartitionsDefinition))
     fmt = daily.fmt
-    return daily.start.strftime(fmt), daily.get_last_partition_key() or daily.start.strftime(fmt)
+    return DateRange(first=daily.start.strftime(fmt), last=daily.get_last_partition_key() or daily.start.strftime(fmt))
 
 
 def scan(root: str) -> LandingScan:
     """The landing zone's site-days that are partitions of the image assets."""
-    first, last = partition_dates(PARTITIONS)
-    return scan_landing(root, SETTINGS.sites, first, last)
+    dates = partition_dates(PARTITIONS)
+    return scan_landing(root, SETTINGS.sites, dates.first, dates.last)
 
 
 @observable_source_asset(

@@ -14,10 +14,11 @@ from assets.checks import RULES, RecordedFacts, check_results, check_specs, publ
 from assets.governance import (CODE_VERSIONS, DISCLOSURE, LINEAGE, OWNERS, column_lineage, definition_metadata,
                                tags)
 from imaging import fs as fsx
-from imaging.approval import (BLOCKED, CONFLICT, HOLD, PUBLISH, UNCHANGED, Decision, ReleaseKey, decide,
-                              list_held, load_approval, manifest_id)
-from imaging.bundle import APPROVAL, content_key_of, parse_manifest, verify_bundle
-from imaging.catalogue import COHORTS, DEIDENTIFIED, HELD, LEDGER, manifest
+from imaging.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH, UNCHANGED, ApprovalError, Decision,
+                              ReleaseKey, ReleasePlan, building_url, carry_out, decide, list_held, load_approval,
+                              manifest_id)
+from imaging.bundle import content_key_of, parse_manifest
+from imaging.catalogue import COHORTS, DEIDENTIFIED, LEDGER, manifest
 from imaging.clinical import load_policy
 from imaging.cohort import CohortDefinition, load_cohorts
 from imaging.config import PLATFORM_DIR
@@ -27,7 +28,7 @@ from imaging.disclosure import k_anonymity
 from imaging.quality import NOT_EVALUATED, PASSED
 from imaging.lineage import RELEASE, release_columns
 from imaging.release import CopyJob, WriteParquet
-from imaging.release_bundle import finish_release
+from imaging.release_bundle import CheckedRelease, finish_release
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.spark import SparkResource, map_batches
@@ -132,8 +133,9 @@ def with_landing_versions(facts: RecordedFacts, inputs: ReleaseInputs) -> tuple[
 
 
 def build_release(session, cohort: CohortDefinition, selected, ledger, images: int, building: str, work: str,
-                  source_root: str, files_per_task: int, deid: Deidentifier, facts: RecordedFacts | None = None):
-    """Stage one cohort's release bundle in `building`; returns what `finish_release` made and the k result.
+                  source_root: str, files_per_task: int, deid: Deidentifier,
+                  facts: RecordedFacts | None = None) -> CheckedRelease:
+    """Stage one cohort's release bundle in `building`; returns what `finish_release` made and what it checked.
 
     With what the Dagster instance recorded (`facts`), the data card lists the latest result of every
     upstream check on the partitions the release read and each input's landing data version. Only
@@ -169,7 +171,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     built = finish_release(building, card, images=_image_entries(f"{work}/images.sha256"))
     # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.
     own = [c for c in checks if c.asset == "published_cohort" and c.name != "k_anonymity"]
-    return built, k, all(c.passed for c in own)
+    return CheckedRelease(built=built, k=k, verified=all(c.passed for c in own))
 
 
 @asset(
@@ -205,95 +207,62 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     ledger = warehouse.read(session, LEDGER)
     commit = warehouse.begin("published_cohort")
     root = warehouse.root
-    plans: dict[str, tuple[CohortDefinition, Decision, str, int]] = {}
+    plans: dict[str, ReleasePlan] = {}
     for cohort in load_cohorts(PLATFORM_DIR / "cohorts"):
         selected = rows.where(cohort.sql_predicate()).persist()
         images = selected.count()
         if images == 0:
             selected.unpersist()
             context.log.info(f"cohort {cohort.name} {cohort.release}: selects no image, nothing to release")
-            plans[cohort.name] = (cohort, Decision("empty", "selects no image", ""), "", 0)
+            plans[cohort.name] = ReleasePlan(cohort=cohort, decision=Decision(EMPTY, "selects no image", ""),
+                                             building="", images=0)
             continue
-        building = warehouse.staged_url(commit, HELD, cohort.name, "_building")
+        building = building_url(commit, root, cohort.name)
         # Spark writes the checksum list and the CSV: on a tables root it can write (not gs:// files).
         work = warehouse.scratch(commit, cohort.name)
-        built, k, verified = build_release(session, cohort, selected, ledger, images, building, work,
-                                           warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts)
+        release = build_release(session, cohort, selected, ledger, images, building, work,
+                                warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts)
         selected.unpersist()
-        if not verified:
+        if not release.verified:
             raise Failure(f"cohort {cohort.name}: the release's own checks failed (see its data card)")
+        built, k = release.built, release.k
         target = warehouse.url(COHORTS, cohort.name, cohort.release)
         published = ReleaseKey(manifest_id(target), content_key_of(target)) if fsx.exists(target) else None
         decision = decide(ReleaseKey(built.release_id, built.content_key), published=published,
                           held=list_held(root, cohort.name, cohort.version),
                           approval=load_approval(root, built.release_id), k_passed=k.passed, k_reason=k.reason())
-        plans[cohort.name] = (cohort, decision, building, images)
+        plans[cohort.name] = ReleasePlan(cohort=cohort, decision=decision, building=building, images=images)
         log = context.log.warning if decision.action in (BLOCKED, CONFLICT) else context.log.info
         log(f"cohort {cohort.name} {cohort.release}: {decision.action} (release {decision.release_id}, "
             f"{images} images): {decision.reason}")
 
-    conflicts = sorted(name for name, (_, d, _, _) in plans.items() if d.action == CONFLICT)
-    if conflicts:  # nothing of this run is published: releases go out together or not at all
-        raise Failure(f"cohort releases already published with other content: {', '.join(conflicts)}; releases "
-                      f"are immutable: raise `version` in their definitions to publish anew")
-    paths = {}
-    for name, (cohort, decision, building, _) in plans.items():
-        rid = decision.release_id
-        if decision.action == HOLD and not decision.from_held:
-            fsx.move(building, warehouse.staged_url(commit, HELD, name, rid))
-            warehouse.stage_folders(commit, HELD, [f"{name}/{rid}"])
-        if decision.action == PUBLISH:
-            _stage_publication(warehouse, commit, cohort, decision, building)
-        if decision.action in (HOLD, PUBLISH):
-            entry = HELD if decision.action == HOLD else COHORTS
-            paths[name] = warehouse.relative(warehouse.url(entry, name, rid if entry is HELD else cohort.release))
-    commit.build().apply()
-    for name, (_, decision, _, _) in plans.items():
-        if decision.action == PUBLISH:  # the held copy went with the commit; drop its cohort's folder if empty
-            fsx.remove_empty(warehouse.url(HELD, name))
+    try:  # a conflict refuses the run before anything is staged: releases go out together or not at all
+        outcomes = carry_out(list(plans.values()), commit, root)
+    except ApprovalError as error:
+        raise Failure(str(error)) from error
+    paths = {name: warehouse.relative(o.path) for name, o in outcomes.items() if o.path is not None}
 
     # Every published release of these cohorts verifies against its SHA256SUMS (data-quality check).
-    released = {name: warehouse.url(COHORTS, name, cohort.release) for name, (cohort, d, _, _) in plans.items()
-                if d.action in (PUBLISH, UNCHANGED)}
+    released = {name: warehouse.url(COHORTS, name, p.cohort.release) for name, p in plans.items()
+                if p.decision.action in (PUBLISH, UNCHANGED)}
     checksums = q.release_checksums(released, quality_context(deid))
     table_md = ["| cohort | state | release id | images | path (warehouse-relative) |", "|---|---|---|---:|---|"]
-    table_md += [f"| {name} | {d.action} | {d.release_id or ''} | {n} | "
+    table_md += [f"| {name} | {p.decision.action} | {p.decision.release_id or ''} | {p.images} | "
                  f"{('`' + paths[name] + '`') if name in paths else ''} |"
-                 for name, (_, d, _, n) in sorted(plans.items())]
+                 for name, p in sorted(plans.items())]
     return MaterializeResult(check_results=check_results([checksums], context.log), metadata={
-        "dagster/row_count": sum(n for (_, d, _, n) in plans.values() if d.action in (PUBLISH, UNCHANGED)),
+        "dagster/row_count": sum(p.images for p in plans.values() if p.decision.action in (PUBLISH, UNCHANGED)),
         "cohorts": len(plans),
-        "releases_published": sum(d.action == PUBLISH for (_, d, _, _) in plans.values()),
-        "releases_held": sum(d.action == HOLD for (_, d, _, _) in plans.values()),
+        "releases_published": sum(p.decision.action == PUBLISH for p in plans.values()),
+        "releases_held": sum(p.decision.action == HOLD for p in plans.values()),
         "seconds": round(time.monotonic() - started, 3),
         "summary": MetadataValue.md("\n".join(table_md)),
-        "states": {name: d.action for name, (_, d, _, _) in plans.items()},
-        "reasons": {name: d.reason for name, (_, d, _, _) in plans.items()},
-        "release_ids": {name: d.release_id for name, (_, d, _, _) in plans.items() if d.release_id},
+        "states": {name: p.decision.action for name, p in plans.items()},
+        "reasons": {name: p.decision.reason for name, p in plans.items()},
+        "release_ids": {name: p.decision.release_id for name, p in plans.items() if p.decision.release_id},
         "paths": paths,
-        "images": {name: n for name, (_, _, _, n) in plans.items()},
+        "images": {name: p.images for name, p in plans.items()},
         "min_k": DISCLOSURE.min_k,
         "dagster/column_lineage": column_lineage(RELEASE),
     })
-
-
-def _stage_publication(warehouse: Warehouse, commit, cohort: CohortDefinition, decision: Decision,
-                       building: str) -> None:
-    """Stage the approved bundle at cohorts/<name>/v<version> with its approval copy; drop the held copy."""
-    rid, root = decision.release_id, warehouse.root
-    approval = load_approval(root, rid)
-    staged = warehouse.staged_url(commit, COHORTS, cohort.name, cohort.release)
-    if decision.from_held:  # copied, not moved: the held copy leaves only when the commit succeeds
-        fs, source = fsx.filesystem(warehouse.url(HELD, cohort.name, rid))
-        _, target = fsx.filesystem(staged)
-        fs.makedirs(fs._parent(target), exist_ok=True)
-        fs.copy(source, target, recursive=True)
-    else:
-        fsx.move(building, staged)
-    fsx.write_bytes(f"{staged}/{APPROVAL}", approval.to_json())
-    check = verify_bundle(staged)
-    if not check.ok or check.release_id != rid or (approval.cohort, approval.version) != (cohort.name, cohort.version):
-        raise Failure(f"cohort {cohort.name}: the bundle to publish does not verify as the approved content")
-    warehouse.stage_folders(commit, COHORTS, [f"{cohort.name}/{cohort.release}"])
-    warehouse.stage_folders(commit, HELD, [f"{cohort.name}/{rid}"])  # nothing staged there: removes the held copy
 

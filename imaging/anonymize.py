@@ -125,7 +125,8 @@ class _Anonymizer:
             return self._held(image, f"de-identification failed ({type(error).__name__})")
 
     def _held(self, image: LinkedImage, reason: str) -> Quarantined:
-        return Quarantined(image.date, image.site, image.source_path, None, image.sha256, reason)
+        return Quarantined(date=image.date, site=image.site, source_path=image.source_path, size_bytes=None,
+                           sha256=image.sha256, reason=reason)
 
     def _publish(self, image: LinkedImage) -> PublishedImage:
         job, pseudonymizer = self.job, self.pseudonymizer

@@ -9,7 +9,9 @@ Layout (`<warehouse>` is the warehouse root):
   of its approval (unlisted in SHA256SUMS: it is about the content, and names the id it approves).
 
 `decide` is the whole policy, pure: the asset builds the bundle (its id is its content), then asks
-what to do with it. The rest moves folders and reads and writes the small JSON records.
+what to do with it. `carry_out` is the one way its answers are done: staged in the run's crash-safe
+commit (`imaging.commit`), so a run's releases appear together or not at all. The rest reads and
+writes the small JSON records.
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from imaging import fs as fsx
-from imaging.catalogue import APPROVALS as _APPROVALS, COHORTS as _COHORTS, HELD as _HELD
+from imaging.catalogue import APPROVALS as _APPROVALS, COHORTS as _COHORTS, HELD as _HELD, Folder
 from imaging.bundle import APPROVAL, MANIFEST, content_key_of, sha256_url, verify_bundle
+from imaging.cohort import CohortDefinition
+from imaging.commit import CommitBuilder
 
 HELD, APPROVALS, COHORTS = _HELD.path, _APPROVALS.path, _COHORTS.path  # below the warehouse root
 
 HOLD, PUBLISH, UNCHANGED, CONFLICT, BLOCKED = "held", "publish", "unchanged", "conflict", "blocked"
+EMPTY = "empty"  # a cohort that selects no image: nothing built, nothing released
 
 
 class ApprovalError(ValueError):
@@ -75,7 +80,7 @@ class ReleaseKey:
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # held | publish | unchanged | conflict | blocked
+    action: str  # held | publish | unchanged | conflict | blocked (| empty: nothing was built)
     reason: str
     release_id: str  # the release acted on: the one just built, or a held or published one of the same content
     from_held: bool = False  # act on the held release of that id rather than the one just built
@@ -202,35 +207,20 @@ def list_held(warehouse: str, cohort: str | None = None, version: int | None = N
     return out
 
 
-def hold(staging: str, warehouse: str, cohort: str, rid: str) -> str:
-    """Move a built release to its held folder (or drop it when that exact release is held already)."""
-    target = held_path(warehouse, cohort, rid)
-    if manifest_id(target) == rid and verify_bundle(target).ok:
-        fsx.remove(staging)
-    else:
-        fsx.remove(target)
-        fsx.move(staging, target)
-    return target
-
-
-def publish(bundle: str, warehouse: str, approval: Approval) -> str:
-    """Publish a verified bundle whose id is the approved one, with a copy of its approval."""
-    check = verify_bundle(bundle)
-    if not check.ok or check.release_id != approval.release_id:
-        raise ApprovalError("the bundle does not verify as the approved content: not published")
-    target = published_path(warehouse, approval.cohort, approval.version)
-    if fsx.exists(target):
-        raise ApprovalError("the target version exists: releases are immutable")
-    fsx.write_bytes(f"{bundle}/{APPROVAL}", approval.to_json())  # unlisted: the id does not change
-    fsx.move(bundle, target)
-    return target
-
-
 def approval_copy(root: str) -> Approval | None:
     """The approval a published release carries, if any."""
     url = f"{root}/{APPROVAL}"
     return Approval.from_json(_read(url)) if fsx.exists(url) else None
 
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """One cohort version in a run: its definition, what `decide` said, its staged build, its image count."""
+
+    cohort: CohortDefinition
+    decision: Decision
+    building: str  # the build staged in the run's commit (`building_url`); "" when nothing was built
+    images: int
 
 
 @dataclass(frozen=True)
@@ -240,34 +230,77 @@ class Outcome:
     action: str
     reason: str
     release_id: str
-    path: str | None  # where the release now is (held or published); None when blocked or in conflict
+    path: str | None  # where the release now is, held or published; None for any other action
 
 
-def apply_decision(decision: Decision, *, staging: str, warehouse: str, cohort: str, version: int,
-                   approval: Approval | None) -> Outcome:
-    """Carry out `decide`'s answer for a release built in `staging` (which is always consumed).
+def _staged(commit: CommitBuilder, warehouse: str, folder: Folder, *parts: str) -> str:
+    return "/".join([commit.staging(f"{warehouse}/{folder.zone}"), folder.name, *parts])
 
-    The asset does the same through its crash-safe commit; this direct form serves tools and tests.
-    held: the build moved to identifiable/held/<cohort>/<id>/ (or dropped when that content is held
-    already). publish: the approved bundle (the build, or the held one) published with its approval
-    copy, the held copy removed. unchanged, conflict, blocked: the build is dropped; a published
-    release is never touched.
+
+def _swap(commit: CommitBuilder, warehouse: str, folder: Folder, sub: str) -> None:
+    commit.replace(f"{warehouse}/{folder.zone}", f"{folder.name}/{sub}")
+
+
+def building_url(commit: CommitBuilder, warehouse: str, cohort: str) -> str:
+    """Where a run builds a cohort's release: staged in its commit, so whatever is not kept goes with it."""
+    return _staged(commit, warehouse, _HELD, cohort, "_building")
+
+
+def carry_out(plans: Sequence[ReleasePlan], commit: CommitBuilder, warehouse: str) -> dict[str, Outcome]:
+    """Carry out `decide`'s answers for a run's cohorts through its commit, then apply it (the one way).
+
+    `commit` must stage the warehouse's zones (`<warehouse>/identifiable`, `<warehouse>/deidentified`).
+    Any conflict refuses the whole run before anything is staged: releases go out together or not at
+    all. held: the build is swapped in at held/<cohort>/<id>/ (when that content is held already, the
+    build is left to the staging). publish: the approved bundle (the build, or a copy of the held one)
+    is swapped in at cohorts/<cohort>/v<version>/ with its approval copy, and the same commit removes
+    the held copy. unchanged, blocked, empty: the build is left to the staging, which the commit
+    removes; a published release is never touched. Returns each cohort's outcome, by name.
     """
-    rid = decision.release_id
-    if decision.action == HOLD:
-        if decision.from_held:
-            fsx.remove(staging)
-            return Outcome(HOLD, decision.reason, rid, held_path(warehouse, cohort, rid))
-        return Outcome(HOLD, decision.reason, rid, hold(staging, warehouse, cohort, rid))
-    if decision.action == PUBLISH:
-        if approval is None or approval.release_id != rid or (approval.cohort, approval.version) != (cohort, version):
-            fsx.remove(staging)
-            raise ApprovalError("publication needs the approval of this exact release")
-        source = held_path(warehouse, cohort, rid) if decision.from_held else staging
-        target = publish(source, warehouse, approval)
-        fsx.remove(staging)
-        fsx.remove(held_path(warehouse, cohort, rid))
-        return Outcome(PUBLISH, decision.reason, rid, target)
-    fsx.remove(staging)
-    path = published_path(warehouse, cohort, version) if decision.action == UNCHANGED else None
-    return Outcome(decision.action, decision.reason, rid, path)
+    conflicts = sorted(p.cohort.name for p in plans if p.decision.action == CONFLICT)
+    if conflicts:
+        raise ApprovalError(f"cohort releases already published with other content: {', '.join(conflicts)}; "
+                            f"releases are immutable: raise `version` in their definitions to publish anew")
+    outcomes = {}
+    for plan in plans:
+        cohort, decision = plan.cohort, plan.decision
+        name, rid, path = cohort.name, decision.release_id, None
+        if decision.action == HOLD and not decision.from_held:
+            fsx.move(plan.building, _staged(commit, warehouse, _HELD, name, rid))
+            _swap(commit, warehouse, _HELD, f"{name}/{rid}")
+        if decision.action == PUBLISH:
+            _stage_publication(commit, warehouse, plan)
+        if decision.action == HOLD:
+            path = f"{warehouse}/{HELD}/{name}/{rid}"
+        if decision.action == PUBLISH:
+            path = f"{warehouse}/{COHORTS}/{name}/{cohort.release}"
+        outcomes[name] = Outcome(decision.action, decision.reason, rid, path)
+    commit.build().apply()
+    for plan in plans:
+        if plan.decision.action == PUBLISH:  # the held copy went with the commit; drop its cohort's folder if empty
+            fsx.remove_empty(f"{warehouse}/{HELD}/{plan.cohort.name}")
+    return outcomes
+
+
+def _stage_publication(commit: CommitBuilder, warehouse: str, plan: ReleasePlan) -> None:
+    """Stage the approved bundle at cohorts/<name>/v<version> with its approval copy; drop the held copy."""
+    cohort, rid = plan.cohort, plan.decision.release_id
+    if fsx.exists(f"{warehouse}/{COHORTS}/{cohort.name}/{cohort.release}"):
+        raise ApprovalError("the target version exists: releases are immutable")
+    approval = load_approval(warehouse, rid)
+    staged = _staged(commit, warehouse, _COHORTS, cohort.name, cohort.release)
+    if plan.decision.from_held:  # copied, not moved: the held copy leaves only when the commit succeeds
+        fs, source = fsx.filesystem(f"{warehouse}/{HELD}/{cohort.name}/{rid}")
+        _, target = fsx.filesystem(staged)
+        fs.makedirs(fs._parent(target), exist_ok=True)
+        fs.copy(source, target, recursive=True)
+    else:
+        fsx.move(plan.building, staged)
+    if approval is not None:
+        fsx.write_bytes(f"{staged}/{APPROVAL}", approval.to_json())
+    check = verify_bundle(staged)
+    if (approval is None or not check.ok or check.release_id != rid
+            or (approval.cohort, approval.version) != (cohort.name, cohort.version)):
+        raise ApprovalError(f"cohort {cohort.name}: the bundle to publish does not verify as the approved content")
+    _swap(commit, warehouse, _COHORTS, f"{cohort.name}/{cohort.release}")
+    _swap(commit, warehouse, _HELD, f"{cohort.name}/{rid}")  # nothing staged there: removes the held copy

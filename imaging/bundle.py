@@ -135,11 +135,19 @@ def write_manifest(root: str, known: Mapping[str, str] | None = None) -> str:
     return release_id(data)
 
 
-def read_manifest(root: str) -> tuple[bytes, list[ManifestEntry]]:
+@dataclass(frozen=True)
+class Manifest:
+    """A bundle's SHA256SUMS: its bytes (their sha256 is the release id) and the entries they list."""
+
+    data: bytes
+    entries: list[ManifestEntry]
+
+
+def read_manifest(root: str) -> Manifest:
     fs, base = fsx.filesystem(f"{root}/{MANIFEST}")
     with fs.open(base, "rb") as handle:
         data = handle.read()
-    return data, parse_manifest(data)
+    return Manifest(data=data, entries=parse_manifest(data))
 
 
 def verify_bundle(root: str, only: str | None = None) -> BundleCheck:
@@ -150,12 +158,12 @@ def verify_bundle(root: str, only: str | None = None) -> BundleCheck:
     release. Listing (nothing missing, nothing unlisted) is checked either way.
     """
     try:
-        data, entries = read_manifest(root)
+        listed = read_manifest(root)
     except FileNotFoundError:
         return BundleCheck(root, None, (f"no {MANIFEST}: not a release bundle",), 0, 0)
     except (ValueError, UnicodeDecodeError) as error:
         return BundleCheck(root, None, (f"unreadable {MANIFEST}: {error}",), 0, 0)
-    expected = {e.path: e.sha256 for e in entries}
+    expected = {e.path: e.sha256 for e in listed.entries}
     present = {p for p in bundle_files(root) if p not in UNLISTED}
     problems = [f"not listed: {p}" for p in sorted(present - set(expected))]
     problems += [f"missing: {p}" for p in sorted(set(expected) - present)]
@@ -165,11 +173,19 @@ def verify_bundle(root: str, only: str | None = None) -> BundleCheck:
     if only is not None:
         to_check = [p for p in to_check if p == only or not p.startswith("images/")]
     problems += [f"checksum differs: {p}" for p in to_check if sha256_url(f"{root}/{p}") != expected[p]]
-    return BundleCheck(root, release_id(data), tuple(problems), len(to_check), len(expected))
+    return BundleCheck(root, release_id(listed.data), tuple(problems), len(to_check), len(expected))
 
 
-def find_bundle_root(path: str) -> tuple[str, str | None]:
-    """(bundle root, path of the file inside it or None) for a bundle folder or any file in one."""
+@dataclass(frozen=True)
+class BundleLocation:
+    """Where a path is in a release bundle: the bundle's root, and the file inside it (None: the bundle)."""
+
+    root: str
+    inner: str | None
+
+
+def find_bundle_root(path: str) -> BundleLocation:
+    """The bundle a bundle folder or any file in one belongs to, and the file's path inside it."""
     fs, local = fsx.filesystem(path)
     local = local.rstrip("/")
     start = local if fs.isdir(local) else posixpath.dirname(local)
@@ -177,7 +193,7 @@ def find_bundle_root(path: str) -> tuple[str, str | None]:
     while True:
         if fs.exists(f"{current}/{MANIFEST}"):
             inner = None if current == local else local[len(current) + 1:]
-            return fsx.qualify(fs, current), inner
+            return BundleLocation(root=fsx.qualify(fs, current), inner=inner)
         parent = posixpath.dirname(current)
         if parent == current or not parent:
             raise FileNotFoundError(f"no {MANIFEST} in {path} or any folder above it")
@@ -191,7 +207,7 @@ def content_key_of(root: str) -> str | None:
     two builds of the same data under the same code share it even when their inputs' runs differ.
     """
     try:
-        _, entries = read_manifest(root)
+        entries = read_manifest(root).entries
     except (FileNotFoundError, ValueError):
         return None
     return next((e.sha256 for e in entries if e.path == "release.json"), None)

@@ -25,8 +25,17 @@ class ExtractError(ValueError):
     """A clinical extract that cannot be used; the message names no value from it."""
 
 
-def parse_extract(data: bytes) -> Iterator[tuple[int, str, dict[str, str]]]:
-    """(row number, patient_id, other columns) for each row of a site's CSV extract.
+@dataclass(frozen=True)
+class ExtractLine:
+    """One row of a site's CSV extract, as parsed: before the placeholder rule (`read_extract`)."""
+
+    number: int  # from 1, after the header
+    patient_id: str  # stripped; "" when the row has none
+    columns: dict[str, str]  # the other non-empty cells, by lower-cased, stripped column name
+
+
+def parse_extract(data: bytes) -> Iterator[ExtractLine]:
+    """Each row of a site's CSV extract: its row number, patient_id and other columns.
 
     Column names are lower-cased and stripped; empty cells are left out; a row without a
     patient_id is yielded with an empty one (the reader quarantines it, never drops it). A later
@@ -43,7 +52,8 @@ def parse_extract(data: bytes) -> Iterator[tuple[int, str, dict[str, str]]]:
     reader.fieldnames = header
     for number, row in enumerate(reader, start=1):
         patient_id = (row.pop("patient_id", None) or "").strip()
-        yield number, patient_id, {k: v.strip() for k, v in row.items() if k and isinstance(v, str) and v.strip()}
+        yield ExtractLine(number=number, patient_id=patient_id,
+                          columns={k: v.strip() for k, v in row.items() if k and isinstance(v, str) and v.strip()})
 
 
 def parse_date(text: str | None, formats: tuple[str, ...]) -> dt.date | None:
@@ -232,11 +242,12 @@ def read_extract(extract: ClinicalExtract, placeholders: frozenset[str] = frozen
     except Exception as error:  # noqa: BLE001 - a broken extract is quarantined, not fatal
         yield held(f"unreadable extract ({type(error).__name__})")
         return
-    for number, patient_id, columns in rows:
-        if patient_id.strip().upper() in placeholders:
+    for line in rows:
+        if line.patient_id.strip().upper() in placeholders:
             yield held(PLACEHOLDER_ROW)
         else:
-            yield ClinicalRow(extract.site, extract.extract_date, number, patient_id, columns)
+            yield ClinicalRow(site=extract.site, extract_date=extract.extract_date, row_number=line.number,
+                              patient_id=line.patient_id, clinical=line.columns)
 
 
 # The link step's rule: an image whose study date is before its linked record's birth date cannot be

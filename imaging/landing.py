@@ -85,14 +85,22 @@ def _seconds(value) -> float:
     return 0.0
 
 
-def _stamp(info: Mapping) -> tuple[str, float]:
+@dataclass(frozen=True)
+class FileStamp:
+    """What a listing says of a file's version: a change marker and its modification time (epoch seconds)."""
+
+    marker: str
+    mtime: float
+
+
+def _stamp(info: Mapping) -> FileStamp:
     """A change marker and a modification time from an fsspec `info` record, whatever the store."""
     mtime = _seconds(info.get("mtime") or info.get("updated") or info.get("LastModified")
                      or info.get("last_modified") or info.get("created"))
     for key in ("generation", "md5Hash", "ETag", "etag", "crc32c"):
         if info.get(key):
-            return f"{key}={info[key]}", mtime
-    return str(int(mtime * 1_000_000_000)), mtime
+            return FileStamp(marker=f"{key}={info[key]}", mtime=mtime)
+    return FileStamp(marker=str(int(mtime * 1_000_000_000)), mtime=mtime)
 
 
 def _is_date(text: str) -> bool:
@@ -100,6 +108,14 @@ def _is_date(text: str) -> bool:
         return dt.date.fromisoformat(text).isoformat() == text
     except ValueError:
         return False
+
+
+@dataclass(frozen=True)
+class DateRange:
+    """The first and last date partitions (ISO dates, both included)."""
+
+    first: str
+    last: str
 
 
 def scan_landing(root: str, sites: Iterable[str], first_date: str, last_date: str) -> LandingScan:
@@ -128,9 +144,9 @@ def scan_landing(root: str, sites: Iterable[str], first_date: str, last_date: st
             if site not in sites or not _is_date(date) or not first_date <= date <= last_date:
                 ignored += 1
                 continue
-            stamp, mtime = _stamp(info)
-            grouped.setdefault((date, site), []).append((LandedFile(relative, int(info.get("size") or 0), stamp),
-                                                         mtime))
+            stamp = _stamp(info)
+            grouped.setdefault((date, site), []).append(
+                (LandedFile(relative, int(info.get("size") or 0), stamp.marker), stamp.mtime))
     site_days = {}
     for (date, site), entries in grouped.items():
         files = [f for f, _ in entries]

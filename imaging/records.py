@@ -188,9 +188,12 @@ class ListedFile:
     size_bytes: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Quarantined:
-    """An input that could not be used, with the reason (a fixed phrase, never a value from it)."""
+    """An input that could not be used, with the reason (a fixed phrase, never a value from it).
+
+    Keywords only: six fields, two of them optional strings, read wrongly when given by position.
+    """
 
     date: str
     site: str

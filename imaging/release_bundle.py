@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 from imaging import fs as fsx
 from imaging.bundle import MANIFEST, ManifestEntry, hash_files, manifest_bytes, sha256_url
 from imaging.datacard import DataCardInputs, build_datacard
-from imaging.disclosure import suppress
+from imaging.disclosure import KAnonymity, suppress
 from imaging.lineage import RELEASE
 from imaging.lineage_events import EVENTS_FILE, events_jsonl, release_events
 
@@ -34,6 +34,16 @@ class BuiltRelease:
     data_digest: str  # images and metadata only
     content_key: str  # sha256 of release.json: data digest, selection, options, code versions; no run facts
     files: int  # files listed in SHA256SUMS
+
+
+@dataclass(frozen=True)
+class CheckedRelease:
+    """A built release and what its build checked: k-anonymity decides hold or block; its own checks
+    (images copied and verified, one metadata row per image) failing means the bundle itself is wrong."""
+
+    built: BuiltRelease
+    k: KAnonymity
+    verified: bool  # every own check but k-anonymity passed
 
 
 def _json(value) -> bytes:

@@ -110,8 +110,16 @@ def _scope(check: dict) -> str:
     return {"whole table": "[whole table]", "release": "[this release]"}.get(check.get("scope", "release"), "")
 
 
-def card_check_findings(card: dict) -> tuple[list[str], list[str]]:
-    """What the card's checks mean for a review: (problems, notes).
+@dataclass(frozen=True)
+class CardFindings:
+    """What a data card's checks mean for a review: problems fail it, notes are shown."""
+
+    problems: list[str]
+    notes: list[str]
+
+
+def card_check_findings(card: dict) -> CardFindings:
+    """What the card's checks mean for a review: problems and notes.
 
     A failed ERROR check is a problem (it should have blocked publication); a failed WARN check and
     a check with no evaluation on some input partitions are shown as notes. Input partitions whose
@@ -134,12 +142,13 @@ def card_check_findings(card: dict) -> tuple[list[str], list[str]]:
     unobserved = sum(1 for p in card.get("inputs", []) if p.get("landing_data_version") in (None, NOT_OBSERVED))
     if unobserved:
         notes.append(f"{unobserved} input partitions have no observed landing data version")
-    return problems, notes
+    return CardFindings(problems=problems, notes=notes)
 
 
 def review(path: str, warehouse: str | None = None) -> Review:
     """Verify a release folder or one published file and gather its lineage."""
-    root, inner = find_bundle_root(path)
+    location = find_bundle_root(path)
+    root, inner = location.root, location.inner
     check = verify_bundle(root, only=inner)
     result = Review(root, inner, _state(root), check, warehouse=warehouse)
     result.problems += list(check.problems)
@@ -149,9 +158,9 @@ def review(path: str, warehouse: str | None = None) -> Review:
     else:
         if not result.card.get("disclosure", {}).get("passed", False):
             result.problems.append("the data card records a failed k-anonymity check")
-        problems, notes = card_check_findings(result.card)
-        result.problems += problems
-        result.notes += notes
+        findings = card_check_findings(result.card)
+        result.problems += findings.problems
+        result.notes += findings.notes
     if inner is not None:
         if inner.startswith("images/"):
             result.row = _metadata_row(root, inner)
@@ -178,8 +187,8 @@ def review(path: str, warehouse: str | None = None) -> Review:
                             "was not read; shown is what the release itself proves")
 
     if warehouse and check.release_id:
-        _, entries = read_manifest(root)
-        images = [e for e in entries if e.path.startswith("images/") and (inner is None or e.path == inner)]
+        images = [e for e in read_manifest(root).entries
+                  if e.path.startswith("images/") and (inner is None or e.path == inner)]
         found = lookup(f"{warehouse}/{LEDGER.path}", [e.sha256 for e in images])
         for entry in images:
             records = found.get(entry.sha256) or [None]

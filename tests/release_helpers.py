@@ -23,9 +23,10 @@ from imaging.anonymize import AnonymizeJob
 from imaging.deid.pixel_text import load_pixel_text_settings
 from imaging.issuers import IssuerPolicy
 from imaging.bundle import ManifestEntry
-from imaging.catalogue import manifest as manifest_table
+from imaging.catalogue import ZONES, manifest as manifest_table
 from imaging.clinical import ClinicalPolicy
 from imaging.code_version import code_version, module_files
+from imaging.commit import CommitBuilder
 from imaging.cohort import CohortDefinition
 from imaging.config import read_yaml
 from imaging.datacard import (MISSING, CheckResult, CodeVersion, DataCardInputs, DeidSummary, InputPartition,
@@ -43,6 +44,7 @@ from synth import generate_hospital
 
 KEY = "release-test-key-" + "k" * 16
 SITE, DATES = "site-a", ("2024-03-01", "2024-03-02")
+SMALL_TEST = CohortDefinition.from_dict({"name": "small-test", "version": 1, "description": "all images"})
 RUN_IDS = {DATES[0]: str(uuid.UUID(int=1)), DATES[1]: str(uuid.UUID(int=2))}
 TIMES = {DATES[0]: "2026-11-20T10:00:00+00:00", DATES[1]: "2026-11-20T11:00:00+00:00"}
 LANDING_VERSIONS = {DATES[0]: "0123456789abcdef0123456789abcdef"}
@@ -100,12 +102,19 @@ def make_hospital(root: Path, patients: int = 4, min_k: int = 1) -> Hospital:
     return hospital
 
 
+def begin_commit(warehouse: Path) -> CommitBuilder:
+    """A commit over the warehouse's zones, as `Warehouse.begin` starts published_cohort's (files and tables
+    share the root here)."""
+    return CommitBuilder.start("published_cohort", f"{warehouse}/identifiable/_journal",
+                               [f"{warehouse}/{zone}" for zone in ZONES])
+
+
 def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | None = None,
                   checks: tuple[CheckResult, ...] | None = None, run_ids: dict | None = None,
                   key: str = KEY) -> BuiltRelease:
     """A release of `cohort` (default: every image) written into `target` as the asset would; its data card
     records `key`'s fingerprint (the images are always pseudonymised under KEY)."""
-    cohort = cohort or CohortDefinition.from_dict({"name": "small-test", "version": 1, "description": "all images"})
+    cohort = cohort or SMALL_TEST
     rows = [r for r in hospital.manifest if not cohort.modalities or r["modality"] in cohort.modalities]
     lineage = column_lineage(hospital.policy, RESEARCH_DEFAULT, hospital.disclosure)
     released = sorted((release_row(r, lineage, hospital.disclosure) for r in rows), key=lambda r: r["file"])

@@ -12,8 +12,8 @@ POLICY = ClinicalPolicy.from_dict(read_yaml("clinical_policy.yaml"))
 
 def test_parse_extract_normalises_header_and_keeps_blank_ids_for_the_reader():
     rows = list(parse_extract(b"Patient_ID, Full_Name ,sex\n123,Ann Lee,F\n,No One,M\n123,Ann Lee,F\n"))
-    assert [(n, pid) for n, pid, _ in rows] == [(1, "123"), (2, ""), (3, "123")]
-    assert rows[0][2] == {"full_name": "Ann Lee", "sex": "F"}
+    assert [(r.number, r.patient_id) for r in rows] == [(1, "123"), (2, ""), (3, "123")]
+    assert rows[0].columns == {"full_name": "Ann Lee", "sex": "F"}
 
 
 def test_rows_with_a_blank_or_placeholder_id_are_quarantined_one_each(tmp_path):

@@ -12,29 +12,38 @@ import pytest
 
 from imaging import approval as gate
 from imaging.bundle import APPROVAL, content_key_of, verify_bundle
+from imaging.cohort import CohortDefinition
 from imaging.review import main, review
 from imaging.review_html import render_html
-from release_helpers import DATES, RUN_IDS, SITE, build_release, make_hospital
+from release_helpers import DATES, RUN_IDS, SITE, SMALL_TEST, begin_commit, build_release, make_hospital
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def flow(tmp_path_factory):
-    """A release built, held, approved and published as the asset will do it."""
+    """A release built, held, approved and published as the asset does it (`gate.carry_out`, through a commit)."""
     hospital = make_hospital(tmp_path_factory.mktemp("review"))
     warehouse = str(hospital.warehouse)
-    staging = hospital.warehouse / "identifiable" / "_staging" / "r1"
+    commit = begin_commit(hospital.warehouse)
+    staging = Path(gate.building_url(commit, warehouse, "small-test"))
     built = build_release(hospital, staging)
     first = gate.decide(_key(built), published=None, k_passed=True)
     assert first.action == gate.HOLD
-    held = gate.hold(str(staging), warehouse, "small-test", built.release_id)
+    held = _carry_out(commit, warehouse, first, staging).path
     assert not staging.exists() and held.endswith(f"/identifiable/held/small-test/{built.release_id}")
     return hospital, warehouse, built, held
 
 
 def _key(built):
     return gate.ReleaseKey(built.release_id, built.content_key)
+
+
+def _carry_out(commit, warehouse, decision, building, cohort=SMALL_TEST):
+    """What the asset does with one cohort's decision: `gate.carry_out` through the run's commit."""
+    images = len(list(Path(building).rglob("*.dcm"))) if str(building) else 0
+    plan = gate.ReleasePlan(cohort=cohort, decision=decision, building=str(building), images=images)
+    return gate.carry_out([plan], commit, warehouse)[cohort.name]
 
 
 def _flip_last_byte(path: Path) -> None:
@@ -74,12 +83,13 @@ def test_hold_approve_publish(flow, monkeypatch, capsys):
     assert gate.record_approval(held, "someone else").approved_by == "Governance Reviewer"
 
     # The next materialization rebuilds the same content (same id) and publishes exactly that.
-    rebuilt = build_release(hospital, hospital.warehouse / "identifiable" / "_staging" / "r2")
+    commit = begin_commit(hospital.warehouse)
+    rebuilt = build_release(hospital, Path(gate.building_url(commit, warehouse, "small-test")))
     assert rebuilt.release_id == built.release_id
     decision = gate.decide(_key(rebuilt), published=None, approval=approval, k_passed=True)
     assert decision.action == gate.PUBLISH and "Governance Reviewer" in decision.reason
-    target = gate.publish(held, warehouse, approval)
-    shutil.rmtree(rebuilt.root)
+    target = _carry_out(commit, warehouse, decision, rebuilt.root).path
+    assert not Path(rebuilt.root).exists() and not Path(held).exists()
     assert target == gate.published_path(warehouse, "small-test", 1)
     assert verify_bundle(target).ok and verify_bundle(target).release_id == built.release_id
     assert gate.approval_copy(target) == approval
@@ -89,8 +99,8 @@ def test_hold_approve_publish(flow, monkeypatch, capsys):
     assert gate.decide(_key(built), published=published, k_passed=True).action == gate.UNCHANGED
     assert gate.decide(gate.ReleaseKey("0" * 64, "1" * 64), published=published, approval=approval,
                        k_passed=True).action == gate.CONFLICT
-    with pytest.raises(gate.ApprovalError):
-        gate.publish(target, warehouse, approval)
+    with pytest.raises(gate.ApprovalError):  # a published version is never replaced, whatever is asked
+        _carry_out(begin_commit(hospital.warehouse), warehouse, decision, rebuilt.root)
 
 
 def test_an_approval_is_of_that_content_only(flow, tmp_path):
@@ -113,11 +123,13 @@ def test_an_approval_is_of_that_content_only(flow, tmp_path):
 
 @pytest.fixture(scope="module")
 def published(flow):
-    _, warehouse, built, held = flow
+    hospital, warehouse, built, held = flow
     target = Path(gate.published_path(warehouse, "small-test", 1))
     if not target.exists():
         gate.record_approval(held, "Governance Reviewer")
-        gate.publish(held, warehouse, gate.load_approval(warehouse, built.release_id))
+        decision = gate.decide(_key(built), published=None, held=gate.list_held(warehouse), k_passed=True)
+        assert (decision.action, decision.from_held) == (gate.PUBLISH, True)
+        _carry_out(begin_commit(hospital.warehouse), warehouse, decision, "")
     return target
 
 
@@ -185,36 +197,41 @@ def test_cli_runs_as_a_program(published, tmp_path):
     assert done.returncode == 1 and "no SHA256SUMS" in done.stderr
 
 
-def test_apply_decision_holds_then_publishes_then_leaves_alone(tmp_path):
+def test_carry_out_holds_then_publishes_then_leaves_alone_and_refuses_a_conflict(tmp_path):
     hospital = make_hospital(tmp_path)
     warehouse = str(hospital.warehouse)
 
-    def run(n):
-        """One materialization of the gate for the small cohort: build, decide, act."""
-        staging = hospital.warehouse / "identifiable" / "_staging" / f"run{n}"
-        built = build_release(hospital, staging)
+    def run(cohort=SMALL_TEST):
+        """One materialization of the gate for the small cohort: build, decide, carry out (as the asset)."""
+        commit = begin_commit(hospital.warehouse)
+        staging = Path(gate.building_url(commit, warehouse, cohort.name))
+        built = build_release(hospital, staging, cohort)
         target = gate.published_path(warehouse, "small-test", 1)
         published = gate.ReleaseKey(gate.manifest_id(target), content_key_of(target)) if Path(target).exists() \
             else None
         held = gate.list_held(warehouse, "small-test", 1)
         decision = gate.decide(_key(built), published=published, held=held,
                                approval=gate.load_approval(warehouse, built.release_id), k_passed=True)
-        approval = gate.load_approval(warehouse, decision.release_id)
-        outcome = gate.apply_decision(decision, staging=str(staging), warehouse=warehouse, cohort="small-test",
-                                      version=1, approval=approval)
+        outcome = _carry_out(commit, warehouse, decision, staging, cohort)
         assert not staging.exists()
         return outcome
 
-    first, second = run(1), run(2)
+    first, second = run(), run()
     assert first.action == second.action == gate.HOLD and first.path == second.path
     assert [h.path for h in gate.list_held(warehouse)] == [first.path]
     gate.record_approval(first.path, "demo", "approved by the demo itself")
-    third = run(3)
+    third = run()
     assert third.action == gate.PUBLISH and third.path == gate.published_path(warehouse, "small-test", 1)
     assert not Path(first.path).exists() and gate.list_held(warehouse) == []
     assert review(third.path, warehouse).ok
-    fourth = run(4)
+    fourth = run()
     assert fourth.action == gate.UNCHANGED and fourth.release_id == third.release_id
+    # Other content under the published version: the run is refused and nothing published is touched.
+    other = CohortDefinition.from_dict({"name": "small-test", "version": 1, "description": "other content"})
+    with pytest.raises(gate.ApprovalError, match="already published with other content: small-test"):
+        run(other)
+    assert gate.manifest_id(third.path) == third.release_id and review(third.path, warehouse).ok
+    assert gate.list_held(warehouse) == []
 
 
 def test_a_rebuild_naming_other_runs_publishes_the_approved_held_bytes(tmp_path):
@@ -222,11 +239,12 @@ def test_a_rebuild_naming_other_runs_publishes_the_approved_held_bytes(tmp_path)
     release id) but the same content key; what gets published is the held release that was approved."""
     hospital = make_hospital(tmp_path)
     warehouse = str(hospital.warehouse)
-    staging = hospital.warehouse / "identifiable" / "_staging"
-    first = build_release(hospital, staging / "a")
-    held = gate.hold(str(staging / "a"), warehouse, "small-test", first.release_id)
-    rebuilt = build_release(hospital, staging / "b", run_ids={d: str(uuid.UUID(int=90 + i))
-                                                              for i, d in enumerate(DATES)})
+    commit = begin_commit(hospital.warehouse)
+    first = build_release(hospital, Path(gate.building_url(commit, warehouse, "small-test")))
+    held = _carry_out(commit, warehouse, gate.decide(_key(first), published=None, k_passed=True), first.root).path
+    commit = begin_commit(hospital.warehouse)
+    staging = Path(gate.building_url(commit, warehouse, "small-test"))
+    rebuilt = build_release(hospital, staging, run_ids={d: str(uuid.UUID(int=90 + i)) for i, d in enumerate(DATES)})
     assert rebuilt.release_id != first.release_id and rebuilt.content_key == first.content_key
     assert rebuilt.data_digest == first.data_digest
     waiting = gate.decide(_key(rebuilt), published=None, held=gate.list_held(warehouse), k_passed=True)
@@ -235,10 +253,9 @@ def test_a_rebuild_naming_other_runs_publishes_the_approved_held_bytes(tmp_path)
     decision = gate.decide(_key(rebuilt), published=None, held=gate.list_held(warehouse),
                            approval=gate.load_approval(warehouse, rebuilt.release_id), k_passed=True)
     assert (decision.action, decision.release_id, decision.from_held) == (gate.PUBLISH, first.release_id, True)
-    outcome = gate.apply_decision(decision, staging=str(staging / "b"), warehouse=warehouse, cohort="small-test",
-                                  version=1, approval=gate.load_approval(warehouse, first.release_id))
+    outcome = _carry_out(commit, warehouse, decision, staging)
     assert outcome.action == gate.PUBLISH and gate.manifest_id(outcome.path) == first.release_id
-    assert not (staging / "b").exists() and not Path(held).exists()
+    assert not staging.exists() and not Path(held).exists()
 
 
 def test_a_failed_error_check_in_the_card_is_a_problem_a_warn_or_unevaluated_one_a_note():
@@ -249,11 +266,12 @@ def test_a_failed_error_check_in_the_card_is_a_problem_a_warn_or_unevaluated_one
                 "severity": severity, "partitions": list(partitions)}
     card = {"checks": [check("passed", "ERROR"), check("failed", "WARN", ["ab" * 10]), check("not evaluated", "ERROR")],
             "inputs": [{"landing_data_version": "not observed"}, {"landing_data_version": "ab" * 8}]}
-    problems, notes = card_check_findings(card)
+    findings = card_check_findings(card)
+    problems, notes = findings.problems, findings.notes
     assert problems == []
     assert any("c_failed_WARN (1 partitions)" in n for n in notes)
     assert any("1 checks have no recorded evaluation" in n for n in notes)
     assert any("1 input partitions have no observed landing data version" in n for n in notes)
     card["checks"].append(check("failed", "ERROR", ["cd" * 10, "ef" * 10]))
-    problems, _ = card_check_findings(card)
+    problems = card_check_findings(card).problems
     assert problems == ["failed ERROR checks recorded in the data card: raw_image_index:c_failed_ERROR (2 partitions)"]

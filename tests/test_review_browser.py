@@ -13,7 +13,7 @@ import pytest
 from imaging import approval as gate
 from imaging.review import review
 from imaging.review_html import render_html
-from release_helpers import build_release, make_hospital
+from release_helpers import SMALL_TEST, begin_commit, build_release, make_hospital
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "review"
 DRIVER = shutil.which("chromedriver")
@@ -27,11 +27,18 @@ def test_report_renders_the_lineage_graph_in_chromium(tmp_path):
     from selenium.webdriver.chrome.service import Service
 
     hospital = make_hospital(tmp_path)
-    staging = hospital.warehouse / "identifiable" / "_staging" / "r"
-    built = build_release(hospital, staging)
-    held = gate.hold(str(staging), str(hospital.warehouse), "small-test", built.release_id)
+    warehouse = str(hospital.warehouse)
+    commit = begin_commit(hospital.warehouse)
+    staging = gate.building_url(commit, warehouse, SMALL_TEST.name)
+    built = build_release(hospital, Path(staging))
+    key = gate.ReleaseKey(built.release_id, built.content_key)
+    hold = gate.decide(key, published=None, k_passed=True)
+    plan = gate.ReleasePlan(cohort=SMALL_TEST, decision=hold, building=staging, images=9)
+    held = gate.carry_out([plan], commit, warehouse)[SMALL_TEST.name].path
     gate.record_approval(held, "demo")
-    target = gate.publish(held, str(hospital.warehouse), gate.load_approval(str(hospital.warehouse), built.release_id))
+    publish = gate.decide(key, published=None, held=gate.list_held(warehouse), k_passed=True)
+    plan = gate.ReleasePlan(cohort=SMALL_TEST, decision=publish, building="", images=9)
+    target = gate.carry_out([plan], begin_commit(hospital.warehouse), warehouse)[SMALL_TEST.name].path
     report = tmp_path / "report.html"
     report.write_text(render_html(review(target, str(hospital.warehouse))), encoding="utf-8")
 

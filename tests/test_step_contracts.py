@@ -66,7 +66,8 @@ def test_a_record_round_trips_through_an_arrow_batch():
 
 def test_an_outcome_batch_holds_both_kinds_and_tells_them_apart_by_reason():
     schema = outcome_schema(IndexedImage)
-    held = Quarantined("2024-03-01", "north", "/l/bad", 3, None, "empty file")
+    held = Quarantined(date="2024-03-01", site="north", source_path="/l/bad", size_bytes=3, sha256=None,
+                       reason="empty file")
     rows = to_batch([held], schema).to_pylist()
     assert rows[0]["reason"] == "empty file" and rows[0]["sop_instance_uid"] is None
     assert all(f.nullable for f in schema)
