@@ -20,10 +20,8 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from imaging import fs as fsx
-from imaging.catalogue import APPROVALS as _APPROVALS, COHORTS as _COHORTS, HELD as _HELD
-from imaging.bundle import APPROVAL, MANIFEST, content_key_of, sha256_url, verify_bundle
-
-HELD, APPROVALS, COHORTS = _HELD.path, _APPROVALS.path, _COHORTS.path  # below the warehouse root
+from imaging.catalogue import APPROVALS, COHORTS, HELD
+from imaging.bundle import APPROVAL, SUMS_FILE, content_key_of, sha256_url, verify_bundle
 
 HOLD, PUBLISH, UNCHANGED, CONFLICT, BLOCKED = "held", "publish", "unchanged", "conflict", "blocked"
 
@@ -118,20 +116,20 @@ def decide(built: ReleaseKey, *, published: ReleaseKey | None, held: Sequence[He
 # Cohort names come from configuration and release ids from checksums; `fsx.under` refuses any that could
 # name a folder outside the warehouse all the same.
 def held_path(warehouse: str, cohort: str, rid: str) -> str:
-    return fsx.under(warehouse, f"{HELD}/{cohort}/{rid}")
+    return fsx.under(warehouse, f"{HELD.path}/{cohort}/{rid}")
 
 
 def published_path(warehouse: str, cohort: str, version: int) -> str:
-    return fsx.under(warehouse, f"{COHORTS}/{cohort}/v{int(version)}")
+    return fsx.under(warehouse, f"{COHORTS.path}/{cohort}/v{int(version)}")
 
 
 def approval_path(warehouse: str, rid: str) -> str:
-    return fsx.under(warehouse, f"{APPROVALS}/{rid}.json")
+    return fsx.under(warehouse, f"{APPROVALS.path}/{rid}.json")
 
 
 def manifest_id(root: str) -> str | None:
     """The release id of a bundle (sha256 of its SHA256SUMS), or None when it has none."""
-    return sha256_url(f"{root}/{MANIFEST}") if fsx.exists(f"{root}/{MANIFEST}") else None
+    return sha256_url(f"{root}/{SUMS_FILE}") if fsx.exists(f"{root}/{SUMS_FILE}") else None
 
 
 def _read(url: str) -> bytes:
@@ -152,7 +150,7 @@ def read_release_json(root: str) -> dict:
 def warehouse_of_held(path: str) -> str:
     """The warehouse root of a held release folder (<warehouse>/identifiable/held/<cohort>/<id>)."""
     parts = path.rstrip("/").split("/")
-    if len(parts) < 5 or parts[-4:-2] != HELD.split("/"):
+    if len(parts) < 5 or parts[-4:-2] != HELD.path.split("/"):
         raise ApprovalError("only a held release (<warehouse>/identifiable/held/<cohort>/<release id>) can be approved")
     return "/".join(parts[:-4])
 
@@ -185,10 +183,10 @@ def record_approval(path: str, approved_by: str, note: str | None = None, now: d
 
 def list_held(warehouse: str, cohort: str | None = None, version: int | None = None) -> list[HeldRelease]:
     """Held releases not published yet, by cohort name (optionally of one cohort version)."""
-    fs, root = fsx.filesystem(f"{warehouse}/{HELD}")
+    fs, root = fsx.filesystem(f"{warehouse}/{HELD.path}")
     out = []
     # <cohort>/<release id>/SHA256SUMS: a glob two levels deep, not a listing of every held image.
-    for manifest in sorted(fs.glob(f"{root}/*/*/{MANIFEST}")):
+    for manifest in sorted(fs.glob(f"{root}/*/*/{SUMS_FILE}")):
         folder = fsx.qualify(fs, manifest.rsplit("/", 1)[0])
         path = folder[len(fsx.qualify(fs, root)) + 1:]
         rid = manifest_id(folder)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydicom.dataset import Dataset
 
-from .errors import Quarantined
+from .errors import NotDeidentifiable
 
 SECONDARY_CAPTURE = "1.2.840.10008.5.1.4.1.1.7"  # and its .7.x multi-frame family: screenshots, scans
 ENCAPSULATED_DOCUMENTS = "1.2.840.10008.5.1.4.1.1.104"  # .104.x: PDF, CDA, STL, OBJ, MTL
@@ -53,7 +53,7 @@ def is_secondary_capture(sop_class: str) -> bool:
 
 
 def check(ds: Dataset, sop_class: str) -> bool:
-    """Raise Quarantined for what no check can clear; else True if the pixels must be read for text.
+    """Raise NotDeidentifiable for what no check can clear; else True if the pixels must be read for text.
 
     Refused whatever the pixels show: encapsulated documents, Burned In Annotation YES or any
     value other than NO, Recognizable Visual Features YES. Read for text: photographs and
@@ -71,7 +71,7 @@ def check(ds: Dataset, sop_class: str) -> bool:
     elif _flag(ds, "RecognizableVisualFeatures") == "YES":
         reason = "recognizable visual features"
     if reason:
-        raise Quarantined(reason)
+        raise NotDeidentifiable(reason)
     if not any(tag in ds for tag in PIXEL_DATA):
         return False
     return bool(sop_class in PHOTOGRAPHS or is_secondary_capture(sop_class) or not burned or _frames(ds) > 1)
