@@ -128,13 +128,6 @@ def hash_files(root: str, known: Mapping[str, str] | None = None) -> list[Manife
     return [ManifestEntry(p, known.get(p) or sha256_url(f"{root}/{p}")) for p in present]
 
 
-def write_manifest(root: str, known: Mapping[str, str] | None = None) -> str:
-    """Write SHA256SUMS over every file of the bundle and return the release id."""
-    data = manifest_bytes(hash_files(root, known))
-    fsx.write_bytes(f"{root}/{SUMS_FILE}", data)
-    return release_id(data)
-
-
 def read_manifest(root: str) -> tuple[bytes, list[ManifestEntry]]:
     fs, base = fsx.filesystem(f"{root}/{SUMS_FILE}")
     with fs.open(base, "rb") as handle:

@@ -14,16 +14,6 @@ from .errors import NotDeidentifiable
 
 SECONDARY_CAPTURE = "1.2.840.10008.5.1.4.1.1.7"  # and its .7.x multi-frame family: screenshots, scans
 ENCAPSULATED_DOCUMENTS = "1.2.840.10008.5.1.4.1.1.104"  # .104.x: PDF, CDA, STL, OBJ, MTL
-# Ophthalmic image IODs in which Burned In Annotation is Type 1: the device must say "NO".
-OPHTHALMIC_IMAGES = frozenset({
-    "1.2.840.10008.5.1.4.1.1.77.1.5.1",  # Ophthalmic Photography 8 Bit
-    "1.2.840.10008.5.1.4.1.1.77.1.5.2",  # Ophthalmic Photography 16 Bit
-    "1.2.840.10008.5.1.4.1.1.77.1.5.4",  # Ophthalmic Tomography
-    "1.2.840.10008.5.1.4.1.1.77.1.5.5",  # Wide Field Ophthalmic Photography Stereographic Projection
-    "1.2.840.10008.5.1.4.1.1.77.1.5.6",  # Wide Field Ophthalmic Photography 3D Coordinates
-    "1.2.840.10008.5.1.4.1.1.77.1.5.7",  # Ophthalmic Optical Coherence Tomography En Face
-    "1.2.840.10008.5.1.4.1.1.77.1.5.8",  # Ophthalmic OCT B-scan Volume Analysis
-})
 # Photographs: cameras burn the patient's name, id and date into them whatever the flag says.
 PHOTOGRAPHS = frozenset({
     "1.2.840.10008.5.1.4.1.1.77.1.5.1",  # Ophthalmic Photography 8 Bit
