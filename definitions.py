@@ -12,7 +12,7 @@ from imaging.config_files import load_platform
 
 load_platform()
 
-from dagster import Definitions, EnvVar, in_process_executor  # noqa: E402
+from dagster import AssetSpec, Definitions, EnvVar, in_process_executor, map_asset_specs  # noqa: E402
 
 from assets.anonymized_images import anonymized_images
 from assets.checks import TABLE_CHECKS
@@ -21,7 +21,7 @@ from assets.linked_patient_metadata import linked_patient_metadata
 from assets.partitions import SETTINGS
 from assets.published_cohort import published_cohort
 from assets.raw_image_index import raw_image_index
-from automation.downstream import downstream_automation
+from automation.downstream import CATCH_UP, DOWNSTREAM, downstream_automation
 from automation.landing_sensor import landing_sensor
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
@@ -29,8 +29,21 @@ from resources.progress import SparkProgress
 from resources.spark import SparkResource, spark_config
 from resources.warehouse import Warehouse
 
+
+
+def automation_policy(spec: AssetSpec) -> AssetSpec:
+    """The shared automation policy, applied here once rather than in each asset's module: the downstream
+    image assets catch up on updated site-days (`CATCH_UP`, evaluated by `downstream_automation`); the
+    others run from the landing sensor (raw_image_index) or by hand (published_cohort)."""
+    if spec.key.to_user_string() in DOWNSTREAM:
+        return spec.replace_attributes(automation_condition=CATCH_UP)
+    return spec
+
+
 defs = Definitions(
-    assets=[landing_zone, raw_image_index, linked_patient_metadata, anonymized_images, published_cohort],
+    # landing_zone is observed, not materialized: it has no policy to apply.
+    assets=[landing_zone, *map_asset_specs(automation_policy, [raw_image_index, linked_patient_metadata,
+                                                               anonymized_images, published_cohort])],
     asset_checks=TABLE_CHECKS,
     # Both off by default; docs/ui.md says what they do and how to turn them on.
     sensors=[landing_sensor, downstream_automation],

@@ -18,7 +18,6 @@ from imaging.quality import covering
 from imaging.datacard import DeidSummary
 from imaging.records import QUARANTINED
 from imaging.run_summary import StageClock, StepSummary
-from automation.downstream import CATCH_UP
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.progress import SparkProgress
@@ -46,7 +45,6 @@ def _started(context: AssetExecutionContext) -> str:
 
 @asset(
     deps=["linked_patient_metadata"],
-    automation_condition=CATCH_UP,
     partitions_def=PARTITIONS,
     backfill_policy=SINGLE_RUN,
     kinds={"spark", "dicom", "parquet"},

@@ -13,7 +13,6 @@ from imaging.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH, ExtractJob, ex
 from imaging.quality import covering
 from imaging.records import QUARANTINED, ClinicalExtract, ClinicalRow, SiteDay, schema_of
 from imaging.run_summary import StageClock, StepSummary
-from automation.downstream import CATCH_UP
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.spark import SparkResource, frame_of, map_batches
@@ -25,7 +24,6 @@ KNOWN_REASONS = (STUDY_BEFORE_BIRTH, PLACEHOLDER_ROW)  # always in the metadata,
 
 @asset(
     deps=["raw_image_index"],
-    automation_condition=CATCH_UP,
     partitions_def=PARTITIONS,
     backfill_policy=SINGLE_RUN,
     kinds={"spark", "parquet"},

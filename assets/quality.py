@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, functions as F
@@ -25,7 +24,7 @@ from imaging.config_files import load_file
 from imaging.index import MANDATORY as MANDATORY_ATTRIBUTES
 from imaging.pseudonym import Pseudonymizer
 from imaging.quality import (CheckOutcome, CheckRule, Distribution, Offender, QualityRules, birth_date_columns,
-                             evaluate_balance, evaluate_max, identity_columns, java_date_pattern, load_quality_rules,
+                             evaluate_balance, evaluate_max, identity_columns, java_date_pattern,
                              patient_offender, uid_offender)
 from imaging.release import verify_release
 
@@ -33,10 +32,6 @@ RAW = "raw_image_index"
 LINKED = "linked_patient_metadata"
 ANONYMIZED = "anonymized_images"
 PUBLISHED = "published_cohort"
-
-
-def load_rules() -> QualityRules:
-    return load_quality_rules()
 
 
 @dataclass(frozen=True)
@@ -119,11 +114,6 @@ def _partitions_of(df: DataFrame, where: Column, limit: int = 50) -> list[str]:
     """Partitions holding the rows `where` selects (bounded: at most `limit`)."""
     return [r["p"] for r in df.where(where).select(partition_key().alias("p")).distinct()
             .orderBy("p").limit(limit).collect()]
-
-
-def run_partitions(df: DataFrame, limit: int = 10_000) -> list[str]:
-    """The partitions present in `df` (one row per partition, bounded)."""
-    return [r["p"] for r in df.select(partition_key().alias("p")).distinct().orderBy("p").limit(limit).collect()]
 
 
 # --- raw_image_index ---------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import pydicom
 from imaging import fs as fsx
 from imaging.catalogue import ANONYMIZED_FILES
 from imaging.clinical import ClinicalPolicy, parse_date
-from imaging.deid import Quarantined as NotPublishable, deidentify, load_profile, to_bytes
+from imaging.deid import NotDeidentifiable, deidentify, load_profile, to_bytes
 from imaging.deid.pixel_text import PixelTextDetector, PixelTextSettings
 from imaging.index import header_int, header_text, laterality
 from imaging.issuers import IssuerPolicy
@@ -61,7 +61,7 @@ def output_name(out) -> str:
     """The file name of a de-identified dataset, derived (never a raw value) and checked for its shape."""
     uid = str(out.get("SOPInstanceUID", "") or "")
     if not OUTPUT_NAME.fullmatch(uid):
-        raise NotPublishable("de-identified SOP Instance UID is not a 2.25 UID")
+        raise NotDeidentifiable("de-identified SOP Instance UID is not a 2.25 UID")
     return f"{uid}.dcm"
 
 
@@ -119,7 +119,7 @@ class _Anonymizer:
         """One linked image -> its published description, or a quarantine record with the reason."""
         try:
             return self._publish(image)
-        except NotPublishable as reason:
+        except NotDeidentifiable as reason:
             return self._held(image, str(reason))
         except Exception as error:  # noqa: BLE001 - one bad file never stops the partition
             return self._held(image, f"de-identification failed ({type(error).__name__})")
@@ -132,7 +132,7 @@ class _Anonymizer:
         job, pseudonymizer = self.job, self.pseudonymizer
         data = fsx.read_bytes(image.source_path)
         if hashlib.sha256(data).hexdigest() != image.sha256:
-            raise NotPublishable("source file changed since it was indexed")
+            raise NotDeidentifiable("source file changed since it was indexed")
         clinical = image.clinical or {}
         ds = read_whole(data)
         if header_text(ds, "SOPInstanceUID") != image.sop_instance_uid:

@@ -22,12 +22,10 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from imaging import fs as fsx
-from imaging.catalogue import APPROVALS as _APPROVALS, COHORTS as _COHORTS, HELD as _HELD, Folder
-from imaging.bundle import APPROVAL, MANIFEST, content_key_of, sha256_url, verify_bundle
+from imaging.catalogue import APPROVALS, COHORTS, HELD, Folder
+from imaging.bundle import APPROVAL, SUMS_FILE, content_key_of, sha256_url, verify_bundle
 from imaging.cohort import CohortDefinition
 from imaging.commit import CommitBuilder
-
-HELD, APPROVALS, COHORTS = _HELD.path, _APPROVALS.path, _COHORTS.path  # below the warehouse root
 
 HOLD, PUBLISH, UNCHANGED, CONFLICT, BLOCKED = "held", "publish", "unchanged", "conflict", "blocked"
 EMPTY = "empty"  # a cohort that selects no image: nothing built, nothing released
@@ -123,20 +121,20 @@ def decide(built: ReleaseKey, *, published: ReleaseKey | None, held: Sequence[He
 # Cohort names come from configuration and release ids from checksums; `fsx.under` refuses any that could
 # name a folder outside the warehouse all the same.
 def held_path(warehouse: str, cohort: str, rid: str) -> str:
-    return fsx.under(warehouse, f"{HELD}/{cohort}/{rid}")
+    return fsx.under(warehouse, f"{HELD.path}/{cohort}/{rid}")
 
 
 def published_path(warehouse: str, cohort: str, version: int) -> str:
-    return fsx.under(warehouse, f"{COHORTS}/{cohort}/v{int(version)}")
+    return fsx.under(warehouse, f"{COHORTS.path}/{cohort}/v{int(version)}")
 
 
 def approval_path(warehouse: str, rid: str) -> str:
-    return fsx.under(warehouse, f"{APPROVALS}/{rid}.json")
+    return fsx.under(warehouse, f"{APPROVALS.path}/{rid}.json")
 
 
 def manifest_id(root: str) -> str | None:
     """The release id of a bundle (sha256 of its SHA256SUMS), or None when it has none."""
-    return sha256_url(f"{root}/{MANIFEST}") if fsx.exists(f"{root}/{MANIFEST}") else None
+    return sha256_url(f"{root}/{SUMS_FILE}") if fsx.exists(f"{root}/{SUMS_FILE}") else None
 
 
 def _read(url: str) -> bytes:
@@ -157,7 +155,7 @@ def read_release_json(root: str) -> dict:
 def warehouse_of_held(path: str) -> str:
     """The warehouse root of a held release folder (<warehouse>/identifiable/held/<cohort>/<id>)."""
     parts = path.rstrip("/").split("/")
-    if len(parts) < 5 or parts[-4:-2] != HELD.split("/"):
+    if len(parts) < 5 or parts[-4:-2] != HELD.path.split("/"):
         raise ApprovalError("only a held release (<warehouse>/identifiable/held/<cohort>/<release id>) can be approved")
     return "/".join(parts[:-4])
 
@@ -190,10 +188,10 @@ def record_approval(path: str, approved_by: str, note: str | None = None, now: d
 
 def list_held(warehouse: str, cohort: str | None = None, version: int | None = None) -> list[HeldRelease]:
     """Held releases not published yet, by cohort name (optionally of one cohort version)."""
-    fs, root = fsx.filesystem(f"{warehouse}/{HELD}")
+    fs, root = fsx.filesystem(f"{warehouse}/{HELD.path}")
     out = []
     # <cohort>/<release id>/SHA256SUMS: a glob two levels deep, not a listing of every held image.
-    for manifest in sorted(fs.glob(f"{root}/*/*/{MANIFEST}")):
+    for manifest in sorted(fs.glob(f"{root}/*/*/{SUMS_FILE}")):
         folder = fsx.qualify(fs, manifest.rsplit("/", 1)[0])
         path = folder[len(fsx.qualify(fs, root)) + 1:]
         rid = manifest_id(folder)
@@ -243,7 +241,7 @@ def _swap(commit: CommitBuilder, warehouse: str, folder: Folder, sub: str) -> No
 
 def building_url(commit: CommitBuilder, warehouse: str, cohort: str) -> str:
     """Where a run builds a cohort's release: staged in its commit, so whatever is not kept goes with it."""
-    return _staged(commit, warehouse, _HELD, cohort, "_building")
+    return _staged(commit, warehouse, HELD, cohort, "_building")
 
 
 def carry_out(plans: Sequence[ReleasePlan], commit: CommitBuilder, warehouse: str) -> dict[str, Outcome]:
@@ -266,31 +264,31 @@ def carry_out(plans: Sequence[ReleasePlan], commit: CommitBuilder, warehouse: st
         cohort, decision = plan.cohort, plan.decision
         name, rid, path = cohort.name, decision.release_id, None
         if decision.action == HOLD and not decision.from_held:
-            fsx.move(plan.building, _staged(commit, warehouse, _HELD, name, rid))
-            _swap(commit, warehouse, _HELD, f"{name}/{rid}")
+            fsx.move(plan.building, _staged(commit, warehouse, HELD, name, rid))
+            _swap(commit, warehouse, HELD, f"{name}/{rid}")
         if decision.action == PUBLISH:
             _stage_publication(commit, warehouse, plan)
         if decision.action == HOLD:
-            path = f"{warehouse}/{HELD}/{name}/{rid}"
+            path = f"{warehouse}/{HELD.path}/{name}/{rid}"
         if decision.action == PUBLISH:
-            path = f"{warehouse}/{COHORTS}/{name}/{cohort.release}"
+            path = f"{warehouse}/{COHORTS.path}/{name}/{cohort.release}"
         outcomes[name] = Outcome(decision.action, decision.reason, rid, path)
     commit.build().apply()
     for plan in plans:
         if plan.decision.action == PUBLISH:  # the held copy went with the commit; drop its cohort's folder if empty
-            fsx.remove_empty(f"{warehouse}/{HELD}/{plan.cohort.name}")
+            fsx.remove_empty(f"{warehouse}/{HELD.path}/{plan.cohort.name}")
     return outcomes
 
 
 def _stage_publication(commit: CommitBuilder, warehouse: str, plan: ReleasePlan) -> None:
     """Stage the approved bundle at cohorts/<name>/v<version> with its approval copy; drop the held copy."""
     cohort, rid = plan.cohort, plan.decision.release_id
-    if fsx.exists(f"{warehouse}/{COHORTS}/{cohort.name}/{cohort.release}"):
+    if fsx.exists(f"{warehouse}/{COHORTS.path}/{cohort.name}/{cohort.release}"):
         raise ApprovalError("the target version exists: releases are immutable")
     approval = load_approval(warehouse, rid)
-    staged = _staged(commit, warehouse, _COHORTS, cohort.name, cohort.release)
+    staged = _staged(commit, warehouse, COHORTS, cohort.name, cohort.release)
     if plan.decision.from_held:  # copied, not moved: the held copy leaves only when the commit succeeds
-        fs, source = fsx.filesystem(f"{warehouse}/{HELD}/{cohort.name}/{rid}")
+        fs, source = fsx.filesystem(f"{warehouse}/{HELD.path}/{cohort.name}/{rid}")
         _, target = fsx.filesystem(staged)
         fs.makedirs(fs._parent(target), exist_ok=True)
         fs.copy(source, target, recursive=True)
@@ -302,5 +300,5 @@ def _stage_publication(commit: CommitBuilder, warehouse: str, plan: ReleasePlan)
     if (approval is None or not check.ok or check.release_id != rid
             or (approval.cohort, approval.version) != (cohort.name, cohort.version)):
         raise ApprovalError(f"cohort {cohort.name}: the bundle to publish does not verify as the approved content")
-    _swap(commit, warehouse, _COHORTS, f"{cohort.name}/{cohort.release}")
-    _swap(commit, warehouse, _HELD, f"{cohort.name}/{rid}")  # nothing staged there: removes the held copy
+    _swap(commit, warehouse, COHORTS, f"{cohort.name}/{cohort.release}")
+    _swap(commit, warehouse, HELD, f"{cohort.name}/{rid}")  # nothing staged there: removes the held copy

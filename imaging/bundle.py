@@ -22,9 +22,9 @@ from typing import Iterable, Mapping
 
 from imaging import fs as fsx
 
-MANIFEST = "SHA256SUMS"
+SUMS_FILE = "SHA256SUMS"
 APPROVAL = "APPROVAL.json"
-UNLISTED = frozenset({MANIFEST, APPROVAL})
+UNLISTED = frozenset({SUMS_FILE, APPROVAL})
 # What the research data is, as opposed to the description of it: the data digest covers these.
 DATA_PREFIXES = ("images/", "metadata.")
 
@@ -86,7 +86,7 @@ def parse_manifest(data: bytes) -> list[ManifestEntry]:
             continue
         digest, sep, path = line.partition("  ")
         if not sep or len(digest) != 64:
-            raise ValueError(f"{MANIFEST} line {number} is not '<sha256>  <path>'")
+            raise ValueError(f"{SUMS_FILE} line {number} is not '<sha256>  <path>'")
         entries.append(ManifestEntry(path, digest))
     return entries
 
@@ -128,13 +128,6 @@ def hash_files(root: str, known: Mapping[str, str] | None = None) -> list[Manife
     return [ManifestEntry(p, known.get(p) or sha256_url(f"{root}/{p}")) for p in present]
 
 
-def write_manifest(root: str, known: Mapping[str, str] | None = None) -> str:
-    """Write SHA256SUMS over every file of the bundle and return the release id."""
-    data = manifest_bytes(hash_files(root, known))
-    fsx.write_bytes(f"{root}/{MANIFEST}", data)
-    return release_id(data)
-
-
 @dataclass(frozen=True)
 class Manifest:
     """A bundle's SHA256SUMS: its bytes (their sha256 is the release id) and the entries they list."""
@@ -144,7 +137,7 @@ class Manifest:
 
 
 def read_manifest(root: str) -> Manifest:
-    fs, base = fsx.filesystem(f"{root}/{MANIFEST}")
+    fs, base = fsx.filesystem(f"{root}/{SUMS_FILE}")
     with fs.open(base, "rb") as handle:
         data = handle.read()
     return Manifest(data=data, entries=parse_manifest(data))
@@ -160,9 +153,9 @@ def verify_bundle(root: str, only: str | None = None) -> BundleCheck:
     try:
         listed = read_manifest(root)
     except FileNotFoundError:
-        return BundleCheck(root, None, (f"no {MANIFEST}: not a release bundle",), 0, 0)
+        return BundleCheck(root, None, (f"no {SUMS_FILE}: not a release bundle",), 0, 0)
     except (ValueError, UnicodeDecodeError) as error:
-        return BundleCheck(root, None, (f"unreadable {MANIFEST}: {error}",), 0, 0)
+        return BundleCheck(root, None, (f"unreadable {SUMS_FILE}: {error}",), 0, 0)
     expected = {e.path: e.sha256 for e in listed.entries}
     present = {p for p in bundle_files(root) if p not in UNLISTED}
     problems = [f"not listed: {p}" for p in sorted(present - set(expected))]
@@ -191,12 +184,12 @@ def find_bundle_root(path: str) -> BundleLocation:
     start = local if fs.isdir(local) else posixpath.dirname(local)
     current = start
     while True:
-        if fs.exists(f"{current}/{MANIFEST}"):
+        if fs.exists(f"{current}/{SUMS_FILE}"):
             inner = None if current == local else local[len(current) + 1:]
             return BundleLocation(root=fsx.qualify(fs, current), inner=inner)
         parent = posixpath.dirname(current)
         if parent == current or not parent:
-            raise FileNotFoundError(f"no {MANIFEST} in {path} or any folder above it")
+            raise FileNotFoundError(f"no {SUMS_FILE} in {path} or any folder above it")
         current = parent
 
 

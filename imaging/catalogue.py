@@ -137,7 +137,6 @@ def manifest(policy) -> Table:
 # Every table whose shape does not depend on configuration, in data-flow order.
 TABLES = (RAW_IMAGE_INDEX, INDEX_QUARANTINE, CLINICAL_QUARANTINE, LINKED, LINK_QUARANTINE, LEDGER,
           ANONYMIZE_QUARANTINE)
-FOLDERS = (ANONYMIZED_FILES, COHORTS, HELD, APPROVALS)
 
 
 def partition_dir(table: Table, values) -> str:

@@ -17,44 +17,23 @@ before its intent: they are removed, which rolls it back. One writer at a time (
 allows one warehouse run), so any staging folder found at start belongs to a dead run.
 
 Readers of the platform only read after `recover`, so they never see files that disagree with
-their manifest. `crash_point` is the test hook that stops the process between named steps.
+their manifest. `on_step` is called after each named step of a commit and does nothing; it is the one
+place a caller (the crash-safety tests, tests/crash.py) can step in between steps.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import time
 import uuid
 from dataclasses import asdict, dataclass, field
 
 from imaging import fs as fsx
 
-CRASH_AT = "IMAGING_TEST_CRASH_AT"  # "<label>:<step>", e.g. "anonymized_images:swap-1"
-CRASH_MODE = "IMAGING_TEST_CRASH_MODE"  # raise (default) | kill (SIGKILL itself) | pause (wait to be killed)
-PAUSED_FILE = "IMAGING_TEST_PAUSED_FILE"  # touched when a `pause` crash point is reached
 
-
-class SimulatedCrash(BaseException):
-    """Raised at a crash point in tests; a BaseException so no `except Exception` can absorb it."""
-
-
-def crash_point(name: str) -> None:
-    """Stop here if a test asked to (environment variables above); otherwise nothing."""
-    if os.environ.get(CRASH_AT) != name:
-        return
-    mode = os.environ.get(CRASH_MODE, "raise")
-    if mode == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    if mode == "pause":
-        marker = os.environ.get(PAUSED_FILE)
-        if marker:
-            with open(marker, "w", encoding="utf-8") as handle:
-                handle.write(name)
-        while True:  # the test SIGKILLs the process now
-            time.sleep(1)
-    raise SimulatedCrash(name)
+def on_step(label: str, step: str) -> None:
+    """Called after each named step of `Commit.apply` (and of a recovery's roll-forward) with the commit's
+    label and the step: `staged`, `journal`, `aside-<k>`, `swap-<k>`, `swapped`, `cleaned`. Does nothing;
+    looked up at each call, so it can be replaced (tests stop the process here)."""
 
 
 @dataclass(frozen=True)
@@ -81,18 +60,11 @@ class Commit:
     def _marker(self, number: int, step: str) -> str:
         return f"{self.journal_dir}/{self.id}.{number}.{step}"
 
-    def crash_points(self) -> list[str]:
-        """Every named step of `apply`, in order (the fault-injection tests stop at each)."""
-        points = [f"{self.label}:staged", f"{self.label}:journal"]
-        for number in range(len(self.swaps)):
-            points += [f"{self.label}:aside-{number}", f"{self.label}:swap-{number}"]
-        return points + [f"{self.label}:swapped", f"{self.label}:cleaned"]
-
     def apply(self) -> None:
         """Make the staged outputs visible: intent, swaps, clean (see the module docstring)."""
-        crash_point(f"{self.label}:staged")
+        on_step(self.label, "staged")
         fsx.write_atomic(self.journal, json.dumps(asdict(self), indent=1).encode())
-        crash_point(f"{self.label}:journal")
+        on_step(self.label, "journal")
         self._roll_forward()
 
     def _roll_forward(self) -> None:
@@ -102,15 +74,15 @@ class Commit:
             if not fsx.exists(self._marker(number, "aside")):
                 fsx.move_tree(swap.target, swap.aside)
                 fsx.write_atomic(self._marker(number, "aside"), b"")
-            crash_point(f"{self.label}:aside-{number}")
+            on_step(self.label, f"aside-{number}")
             fsx.move_tree(swap.staged, swap.target)
             fsx.write_atomic(self._marker(number, "done"), b"")
-            crash_point(f"{self.label}:swap-{number}")
-        crash_point(f"{self.label}:swapped")
+            on_step(self.label, f"swap-{number}")
+        on_step(self.label, "swapped")
         for folder in self.staging:
             fsx.remove(folder)
             fsx.remove_empty(folder.rsplit("/", 1)[0])
-        crash_point(f"{self.label}:cleaned")
+        on_step(self.label, "cleaned")
         # The journal goes before its markers: a journal whose markers were gone would redo its swaps.
         fsx.remove(self.journal)
         for number in range(len(self.swaps)):

@@ -34,7 +34,7 @@ from typing import Mapping
 
 from imaging.config_files import PLATFORM_DIR, REPO_ROOT, SITE_KEY, ConfigError, load_file, read_raw
 
-__all__ = ["PLATFORM_DIR", "REPO_ROOT", "ConfigError", "Settings", "load_settings", "pseudonym_key", "read_yaml"]
+__all__ = ["PLATFORM_DIR", "REPO_ROOT", "ConfigError", "Settings", "load_settings", "read_yaml"]
 
 # The contract's defaults for the environment variables that have one.
 DEFAULT_LANDING = "./data/landing"
@@ -122,12 +122,3 @@ def _pixel_text() -> dict:
     """platform/pixel_text.yaml, validated here so a mistake fails at load, not on an executor."""
     load_file("pixel_text.yaml")
     return read_raw("pixel_text.yaml")
-
-
-def pseudonym_key(env: Mapping[str, str] | None = None) -> str:
-    """The secret key, checked: a clear error (naming the variable and the rule, never the key) when it is
-    missing or shorter than `imaging.pseudonym.MIN_KEY_BYTES` bytes, rather than a silent default."""
-    from imaging.pseudonym import KEY_VARIABLE, check_key
-
-    env = os.environ if env is None else env
-    return check_key(env.get(KEY_VARIABLE, ""))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from imaging import fs as fsx
-from imaging.bundle import MANIFEST, ManifestEntry, hash_files, manifest_bytes, sha256_url
+from imaging.bundle import SUMS_FILE, ManifestEntry, hash_files, manifest_bytes, sha256_url
 from imaging.datacard import DataCardInputs, build_datacard
 from imaging.disclosure import KAnonymity, suppress
 from imaging.lineage import RELEASE
@@ -99,7 +99,7 @@ def finish_release(root: str, card: DataCardInputs, images: Callable[[], Iterabl
         "code_versions": {v.asset: v.version for v in sorted(card.code_versions, key=lambda v: v.asset)},
         "files": {"images": "images/<patient>/<study>/<instance>.dcm", "metadata": ["metadata.parquet", "metadata.csv"],
                   "datacard": [DATACARD_MD, DATACARD_JSON], "lineage": EVENTS_FILE,
-                  "checksums": f"{MANIFEST} (sha256sum -c); the release id is the sha256 of {MANIFEST}"},
+                  "checksums": f"{SUMS_FILE} (sha256sum -c); the release id is the sha256 of {SUMS_FILE}"},
     }
     events = release_events(cohort=s.cohort, version=s.version, lineage=card.lineage, inputs=card.inputs,
                             code_versions=card.code_versions, data_digest=digest)
@@ -111,7 +111,7 @@ def finish_release(root: str, card: DataCardInputs, images: Callable[[], Iterabl
                  for p in (RELEASE_JSON, DATACARD_JSON, DATACARD_MD, EVENTS_FILE)]
     content_key = next(e.sha256 for e in described if e.path == RELEASE_JSON)
     # SHA256SUMS streamed in path order, hashed as it is written: its hash is the release id.
-    path = f"{base.rstrip('/')}/{MANIFEST}"
+    path = f"{base.rstrip('/')}/{SUMS_FILE}"
     release_hash = hashlib.sha256()
     with fs.open(path, "wb") as handle:
         for entry in heapq.merge(images(), sorted(metadata + described, key=lambda e: e.path.encode()),

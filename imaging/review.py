@@ -23,10 +23,9 @@ import sys
 from dataclasses import dataclass, field
 
 from imaging import fs as fsx
-from imaging.approval import (COHORTS, HELD, Approval, ApprovalError, approval_copy, list_held, load_approval,
-                              record_approval)
+from imaging.approval import Approval, ApprovalError, approval_copy, list_held, load_approval, record_approval
 from imaging.bundle import BundleCheck, find_bundle_root, read_manifest, sha256_url, verify_bundle
-from imaging.catalogue import LEDGER
+from imaging.catalogue import COHORTS, HELD, LEDGER
 from imaging.datacard import NOT_EVALUATED, NOT_OBSERVED
 from imaging.provenance import ProvenanceRecord, lookup
 
@@ -66,9 +65,9 @@ class Review:
 
 
 def _state(root: str) -> str:
-    if f"/{COHORTS}/" in root + "/":
+    if f"/{COHORTS.path}/" in root + "/":
         return "published"
-    if f"/{HELD}/" in root + "/":
+    if f"/{HELD.path}/" in root + "/":
         return "held"
     return "unplaced"
 

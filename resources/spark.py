@@ -31,9 +31,6 @@ from imaging.config_files import load_file
 from imaging.records import BatchStep, to_batch
 
 _SHIPPED: set[int] = set()
-# One entry each time a SparkResource makes (or joins) its session: how tests see that a run
-# needed no Spark at all.
-SESSIONS_MADE: list[str] = []
 PACKAGE = Path(__file__).resolve().parents[1] / "imaging"
 
 
@@ -264,5 +261,4 @@ class SparkResource(PySparkResource):
                 session.sparkContext.setLogLevel("WARN")
             ship_code(session)
             self._spark_session = session
-            SESSIONS_MADE.append(type(session).__name__)
         return self._spark_session

@@ -3,7 +3,8 @@ state of a clean commit; a crash before the intent leaves the old state, with no
 
 import pytest
 
-from imaging.commit import CRASH_AT, CommitBuilder, SimulatedCrash, recover
+from crash import SimulatedCrash, points_of, stopping_at
+from imaging.commit import CommitBuilder, recover
 
 
 def tree(root):
@@ -54,13 +55,13 @@ def test_a_clean_commit_replaces_exactly_the_covered_partitions(clean):
 def test_a_crash_at_any_step_then_recovery_equals_the_clean_commit(tmp_path, monkeypatch, clean, number):
     zones = setup_warehouse(tmp_path)
     commit = stage(tmp_path, zones)
-    points = commit.crash_points()
+    points = points_of(commit)
     assert len(points) == 12  # staged, journal, 4 x (aside, swap), swapped, cleaned
     point = points[number]
-    monkeypatch.setenv(CRASH_AT, point)
+    stopping_at(monkeypatch, point)
     with pytest.raises(SimulatedCrash):
         commit.apply()
-    monkeypatch.delenv(CRASH_AT)
+    monkeypatch.undo()
     before_intent = point.endswith(":staged")
     done = recover(str(tmp_path / "identifiable/_journal"), zones)
     assert done.rolled_forward == (0 if before_intent else 1)

@@ -3,8 +3,8 @@ equals a clean run (Parquet compared by rows, every other file by bytes).
 
 A small hospital of one site-day is materialized twice as a reference: first without one DICOM
 file (the old state), then with it (the new state), asset by asset. Each case starts from the
-reference state before an asset, crashes that asset at a named point (the test hook of
-imaging/commit.py), checks that recovery leaves a consistent warehouse (every manifest row's file
+reference state before an asset, crashes that asset at a named point (tests/crash.py, through
+imaging/commit.py's `on_step`), checks that recovery leaves a consistent warehouse (every manifest row's file
 present with its checksum, no staging left), re-runs the asset and compares with the reference.
 A second test SIGKILLs a real `dagster asset materialize` at several moments.
 """
@@ -23,11 +23,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import DATES, ROOT, SITES, run_assets
+from crash import SimulatedCrash, stopping_at
 from imaging.catalogue import ANONYMIZED_FILES, DEIDENTIFIED, LEDGER, manifest
 from imaging.clinical import load_policy
-from imaging.commit import CRASH_AT, CRASH_MODE, PAUSED_FILE, SimulatedCrash, recover
+from imaging.commit import recover
 
 REPO = Path(__file__).resolve().parents[1]
+CRASH_RUNNER = Path(__file__).resolve().with_name("crash.py")
 KEY = f"{DATES[0]}|{SITES[0]}"
 ASSETS = ("raw_image_index", "linked_patient_metadata", "anonymized_images", "published_cohort")
 HERE = ROOT / "crash"
@@ -127,10 +129,10 @@ def test_crash_at_a_commit_point_then_rerun_equals_a_clean_run(defs, states, tmp
     asset = point.split(":")[0]
     warehouse = tmp_path / "warehouse"
     shutil.copytree(before(states, asset), warehouse)
-    monkeypatch.setenv(CRASH_AT, point)
+    stopping_at(monkeypatch, point)
     with pytest.raises(SimulatedCrash):
         materialize(defs, warehouse, asset)
-    monkeypatch.delenv(CRASH_AT)
+    monkeypatch.undo()
 
     done = recover(str(warehouse / "identifiable/_journal"), [str(warehouse / z) for z in ("identifiable", DEIDENTIFIED)])
     assert done.rolled_forward == (0 if point.endswith(":staged") else 1)
@@ -147,14 +149,15 @@ def test_sigkill_of_a_running_materialize_then_rerun_equals_a_clean_run(defs, st
     warehouse = tmp_path / "warehouse"
     shutil.copytree(states["linked_patient_metadata"], warehouse)
     env = {**os.environ, "IMAGING_LANDING": str(HERE / "landing"), "IMAGING_WAREHOUSE": str(warehouse),
-           "DAGSTER_HOME": str(tmp_path / "home"), CRASH_MODE: "pause", PAUSED_FILE: str(tmp_path / "paused")}
+           "DAGSTER_HOME": str(tmp_path / "home")}
     (tmp_path / "home").mkdir()
-    dagster = Path(sys.executable).with_name("dagster")
     for moment in ("anonymized_images:staged", "anonymized_images:aside-1", "anonymized_images:swap-2"):
         (tmp_path / "paused").unlink(missing_ok=True)
+        # `dagster asset materialize ...`, through tests/crash.py: it pauses at `moment` until killed.
         process = subprocess.Popen(
-            [str(dagster), "asset", "materialize", "-m", "definitions", "--select", "anonymized_images",
-             "--partition", KEY], cwd=REPO, env={**env, CRASH_AT: moment}, start_new_session=True,
+            [sys.executable, str(CRASH_RUNNER), moment, "pause", str(tmp_path / "paused"), "--",
+             "asset", "materialize", "-m", "definitions", "--select", "anonymized_images",
+             "--partition", KEY], cwd=REPO, env=env, start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 300
         while not (tmp_path / "paused").exists():

@@ -10,7 +10,7 @@ from collections import defaultdict
 import pytest
 from pydicom import dcmread
 
-from imaging.deid import Quarantined, deidentify, load_profile, quiet, to_bytes
+from imaging.deid import NotDeidentifiable, deidentify, load_profile, quiet, to_bytes
 from imaging.pseudonym import Pseudonymizer
 
 synth = pytest.importorskip("synth")
@@ -96,8 +96,7 @@ def test_broken_files_never_escape(hospital):
     reason; and read by force past the index, whatever dataset pydicom makes of it, the
     de-identification refuses it too, so no junk is ever written de-identified."""
     from imaging.index import index_file
-    from imaging.records import ListedFile
-    from imaging.records import Quarantined as QuarantineRecord
+    from imaging.records import ListedFile, Quarantined
 
     forced = []
     assert set(hospital.broken_kinds.values()) == {"notes", "empty", "truncated", "garbage"}
@@ -105,14 +104,14 @@ def test_broken_files_never_escape(hospital):
         path = os.path.join(hospital.landing, rel)
         _, site, date, *_ = rel.split("/")  # images/<site>/<date>/...
         record = index_file(ListedFile(date, site, path, os.path.getsize(path)))
-        assert isinstance(record, QuarantineRecord) and record.reason, (kind, record)
+        assert isinstance(record, Quarantined) and record.reason, (kind, record)
         try:
             with quiet():
                 ds = dcmread(path, force=True)
         except Exception:  # noqa: BLE001 - not even a forced read makes a dataset of it
             continue
         forced.append(kind)
-        with pytest.raises(Quarantined):
+        with pytest.raises(NotDeidentifiable):
             to_bytes(deidentify(ds, pseudonymizer=KEY))
     assert forced, "no junk file was read by force: the de-identification's refusal was never exercised"
 

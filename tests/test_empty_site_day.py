@@ -5,6 +5,7 @@ empty frames), and the run still replaces whatever its partitions held, through 
 import os
 
 import pyarrow as pa
+import pytest
 import pyarrow.parquet as pq
 from dagster import (AssetCheckKey, AssetKey, AssetSelection, DagsterInstance, Definitions,
                      define_asset_job)
@@ -20,6 +21,25 @@ EMPTY = SiteDay("2024-03-09", SITES[0])  # no landing folder and no extract for 
 KEY = f"{EMPTY.date}|{EMPTY.site}"
 ASSETS = ["raw_image_index", "linked_patient_metadata", "anonymized_images"]
 WAREHOUSE = ROOT / "warehouse"
+
+
+@pytest.fixture
+def sessions_made(monkeypatch):
+    """Each Spark session a SparkResource makes (or joins) while the test runs, by its type's name:
+    how a test sees that a run needed no Spark at all."""
+    import dagster_pyspark.resources
+
+    made: list[str] = []
+    make = dagster_pyspark.resources.spark_session_from_config
+
+    def counting(*args, **kwargs):
+        session = make(*args, **kwargs)
+        made.append(type(session).__name__)
+        return session
+
+    # SparkResource.spark_session imports it from this module when it makes its session.
+    monkeypatch.setattr(dagster_pyspark.resources, "spark_session_from_config", counting)
+    return made
 
 
 def _run_with_checks(defs, instance, must_succeed=True):
@@ -44,14 +64,12 @@ def _checks_by_name(result):
     return {(ev.asset_key.path[-1], ev.check_name): ev for ev in evaluations}
 
 
-def test_empty_site_day_starts_no_spark_and_reports_every_check(defs):
+def test_empty_site_day_starts_no_spark_and_reports_every_check(defs, sessions_made):
     from assets.checks import TABLE_WIDE, check_specs
-    from resources.spark import SESSIONS_MADE
 
-    sessions_before = len(SESSIONS_MADE)
     instance = DagsterInstance.ephemeral()
     result = _run_with_checks(defs, instance)
-    assert len(SESSIONS_MADE) == sessions_before, "an empty site-day made a Spark session"
+    assert sessions_made == [], "an empty site-day made a Spark session"
 
     metadata = {m.asset_key.path[-1]: {k: v.value for k, v in m.metadata.items()}
                 for m in (e.materialization for e in result.get_asset_materialization_events())}
@@ -87,13 +105,12 @@ def test_empty_site_day_starts_no_spark_and_reports_every_check(defs):
             assert [r.status for r in records] == [AssetCheckExecutionRecordStatus.PLANNED], (asset, name)
 
 
-def test_empty_site_day_empties_stale_partitions_through_the_journal(defs):
+def test_empty_site_day_empties_stale_partitions_through_the_journal(defs, sessions_made):
     """Partitions an earlier run filled are emptied by the empty run, still without Spark; every
     folder and table of the site-day is replaced, and nothing is left staged or journaled."""
     from imaging.anonymize import batch_name
     from imaging.clinical import load_policy
     from imaging.pseudonym import Pseudonymizer
-    from resources.spark import SESSIONS_MADE
 
     batch = batch_name(Pseudonymizer(os.environ["IMAGING_PSEUDONYM_KEY"]), EMPTY.date, EMPTY.site)
     stale = [WAREHOUSE / t.path / partition_dir(t, EMPTY)
@@ -107,13 +124,12 @@ def test_empty_site_day_empties_stale_partitions_through_the_journal(defs):
 
     # The three assets alone (without the table-wide checks, which do start Spark after a run that
     # emptied rows: the second half of this test).
-    sessions_before = len(SESSIONS_MADE)
     assets_only = Definitions(assets=defs.assets, resources=defs.resources, executor=defs.executor,
                               jobs=[define_asset_job("assets_only", selection=AssetSelection.assets(*ASSETS))])
     result = assets_only.resolve_job_def("assets_only").execute_in_process(instance=DagsterInstance.ephemeral(),
                                                                            partition_key=KEY)
     assert result.success
-    assert len(SESSIONS_MADE) == sessions_before, "an empty site-day made a Spark session"
+    assert sessions_made == [], "an empty site-day made a Spark session"
 
     metadata = {m.asset_key.path[-1]: {k: v.value for k, v in m.metadata.items()}
                 for m in (e.materialization for e in result.get_asset_materialization_events())}

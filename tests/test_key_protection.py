@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from imaging.config import pseudonym_key
 from imaging.datacard import DEMO_KEY_NOTE, key_section, render_markdown
 from imaging.pseudonym import (DEMO_KEY, DEMO_KEY_FINGERPRINT, MIN_KEY_BYTES, check_key, key_fingerprint)
 from resources.spark import (AUTH_SECRET_ENV, STANDALONE_SECURITY, check_master, connect_transport_error,
@@ -42,12 +41,18 @@ def test_the_length_is_counted_in_utf8_bytes():
         check_key("k" * 31)
 
 
-def test_a_missing_key_is_refused_at_load_naming_the_variable():
+def test_a_missing_key_is_refused_naming_the_variable():
+    """By the run's Deidentifier resource (an empty IMAGING_PSEUDONYM_KEY), as a run sets it up."""
+    from resources.deid import Deidentifier
+
+    def key_of(value: str) -> str:
+        return Deidentifier(pseudonym_key=value, options=[], issuers={}, pixel_text={}).key
+
     with pytest.raises(ValueError, match="IMAGING_PSEUDONYM_KEY is not set"):
-        pseudonym_key({})
+        key_of("")
     with pytest.raises(ValueError, match="at least 32 bytes"):
-        pseudonym_key({"IMAGING_PSEUDONYM_KEY": "too-short"})
-    assert pseudonym_key({"IMAGING_PSEUDONYM_KEY": LONG_KEY}) == LONG_KEY
+        key_of("too-short")
+    assert key_of(LONG_KEY) == LONG_KEY
 
 
 def test_the_deidentifier_resource_refuses_a_short_key():

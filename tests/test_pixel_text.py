@@ -20,7 +20,7 @@ from pydicom import dcmread
 from pydicom.data import get_testdata_file
 from pydicom.uid import ExplicitVRLittleEndian
 
-from imaging.deid import Quarantined, deidentify, load_profile, quiet, to_bytes
+from imaging.deid import NotDeidentifiable, deidentify, load_profile, quiet, to_bytes
 from imaging.deid.pixel_text import (
     TEXT_FOUND, PixelTextDetector, PixelTextSettings, load_pixel_text_settings, sample_frames,
 )
@@ -51,7 +51,7 @@ def outcome(data: bytes, detector) -> str:
         ds = dcmread(io.BytesIO(data))
     try:
         out = deidentify(ds, pseudonymizer=KEY, namespace="NHS", profile=load_profile(), pixel_text=detector)
-    except Quarantined as q:
+    except NotDeidentifiable as q:
         return q.reason
     assert out.BurnedInAnnotation == "NO"  # the output records the check
     assert "113101" not in [i.CodeValue for i in out.DeidentificationMethodCodeSequence]  # nothing cleaned
@@ -123,7 +123,7 @@ def test_flag_yes_quarantines_without_reading(detector):
         ds = dcmread(io.BytesIO(data))
     ds.BurnedInAnnotation = "YES"
     before = detector.stats.files_checked
-    with pytest.raises(Quarantined) as caught:
+    with pytest.raises(NotDeidentifiable) as caught:
         deidentify(ds, pseudonymizer=KEY, namespace="NHS", pixel_text=detector)
     assert caught.value.reason == "burned-in annotation"
     assert detector.stats.files_checked == before
@@ -186,7 +186,7 @@ def test_real_ultrasound_frames_with_burned_text_and_no_flag_are_quarantined(det
         with quiet():
             ds = dcmread(path)
         assert "BurnedInAnnotation" not in ds
-        with pytest.raises(Quarantined) as caught:
+        with pytest.raises(NotDeidentifiable) as caught:
             deidentify(ds, pseudonymizer=KEY, namespace="NHS", pixel_text=detector)
         assert caught.value.reason == TEXT_FOUND
 
@@ -196,6 +196,6 @@ def test_undecodable_pixels_are_quarantined_not_trusted(detector):
         ds = dcmread(io.BytesIO(clean_fundus(0).data))
     ds.file_meta.TransferSyntaxUID = "1.2.840.10008.1.2.4.50"  # claims JPEG: the bytes do not decode
     ds.PixelData = b"\xff\xd8 not a jpeg \xff\xd9"
-    with pytest.raises(Quarantined) as caught:
+    with pytest.raises(NotDeidentifiable) as caught:
         deidentify(ds, pseudonymizer=KEY, namespace="NHS", pixel_text=detector)
     assert caught.value.reason == "pixel data could not be checked for text"

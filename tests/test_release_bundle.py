@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imaging.bundle import MANIFEST, bundle_files, verify_bundle
+from imaging.bundle import SUMS_FILE, bundle_files, verify_bundle
 from imaging.datacard import CheckResult
 from release_helpers import DATES, LANDING_VERSIONS, RUN_IDS, SITE, build_release, make_hospital
 
@@ -31,14 +31,14 @@ def test_bundle_lists_every_file_and_its_id_is_the_manifest_hash(built):
     root = Path(built.root)
     check = verify_bundle(built.root)
     assert check.ok and check.problems == ()
-    files = [p for p in bundle_files(built.root) if p != MANIFEST]
+    files = [p for p in bundle_files(built.root) if p != SUMS_FILE]
     assert check.listed == check.checked == len(files) == built.files
     assert {"release.json", "datacard.json", "datacard.md", "lineage/openlineage.jsonl", "metadata.parquet",
             "metadata.csv"} <= set(files)
     assert sum(p.startswith("images/") for p in files) == 9
-    assert built.release_id == hashlib.sha256((root / MANIFEST).read_bytes()).hexdigest()
+    assert built.release_id == hashlib.sha256((root / SUMS_FILE).read_bytes()).hexdigest()
     # The manifest is plain sha256sum format: coreutils verifies it with no platform code.
-    done = subprocess.run(["sha256sum", "--check", "--strict", MANIFEST], cwd=root, capture_output=True, text=True)
+    done = subprocess.run(["sha256sum", "--check", "--strict", SUMS_FILE], cwd=root, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -103,7 +103,7 @@ def test_one_file_check_reads_that_image_only(built):
     image = next(p for p in bundle_files(built.root) if p.startswith("images/"))
     check = verify_bundle(built.root, only=image)
     assert check.ok
-    assert check.checked == sum(not p.startswith("images/") for p in bundle_files(built.root) if p != MANIFEST) + 1
+    assert check.checked == sum(not p.startswith("images/") for p in bundle_files(built.root) if p != SUMS_FILE) + 1
 
 
 def test_finishing_refuses_a_folder_with_other_files(hospital, tmp_path):

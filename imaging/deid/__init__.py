@@ -1,6 +1,6 @@
 """De-identification of DICOM files by DICOM PS3.15 Annex E (Table E.1-1, rev 2024b).
 
-    from imaging.deid import load_profile, deidentify, Quarantined, to_bytes, PixelTextDetector
+    from imaging.deid import load_profile, deidentify, NotDeidentifiable, to_bytes, PixelTextDetector
     profile = load_profile()                    # the research default; picklable, cached per process
     detector = PixelTextDetector(settings)      # OCR, once per process / partition (pixel_text.py)
     out = deidentify(ds, pseudonymizer=p, namespace="NHS", profile=profile, pixel_text=detector,
@@ -13,7 +13,7 @@ Pure functions: no Spark, no Dagster, no clock, no randomness. See docs/deidenti
 """
 
 from .engine import deidentify
-from .errors import Quarantined
+from .errors import NotDeidentifiable
 from .options import OPTIONS, RESEARCH_DEFAULT
 from .output import to_bytes
 from .pixel_text import PixelTextDetector, PixelTextSettings, PixelTextStats, load_pixel_text_settings
@@ -24,6 +24,6 @@ from .version import ENGINE_VERSION
 OPTION_NAMES = tuple(o.name for o in OPTIONS)
 
 __all__ = [
-    "DeidProfile", "ENGINE_VERSION", "OPTION_NAMES", "PixelTextDetector", "PixelTextSettings", "PixelTextStats",
-    "Quarantined", "RESEARCH_DEFAULT", "deidentify", "load_pixel_text_settings", "load_profile", "quiet", "to_bytes",
+    "DeidProfile", "ENGINE_VERSION", "NotDeidentifiable", "OPTION_NAMES", "PixelTextDetector", "PixelTextSettings",
+    "PixelTextStats", "RESEARCH_DEFAULT", "deidentify", "load_pixel_text_settings", "load_profile", "quiet", "to_bytes",
 ]

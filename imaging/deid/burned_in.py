@@ -10,20 +10,10 @@ from __future__ import annotations
 
 from pydicom.dataset import Dataset
 
-from .errors import Quarantined
+from .errors import NotDeidentifiable
 
 SECONDARY_CAPTURE = "1.2.840.10008.5.1.4.1.1.7"  # and its .7.x multi-frame family: screenshots, scans
 ENCAPSULATED_DOCUMENTS = "1.2.840.10008.5.1.4.1.1.104"  # .104.x: PDF, CDA, STL, OBJ, MTL
-# Ophthalmic image IODs in which Burned In Annotation is Type 1: the device must say "NO".
-OPHTHALMIC_IMAGES = frozenset({
-    "1.2.840.10008.5.1.4.1.1.77.1.5.1",  # Ophthalmic Photography 8 Bit
-    "1.2.840.10008.5.1.4.1.1.77.1.5.2",  # Ophthalmic Photography 16 Bit
-    "1.2.840.10008.5.1.4.1.1.77.1.5.4",  # Ophthalmic Tomography
-    "1.2.840.10008.5.1.4.1.1.77.1.5.5",  # Wide Field Ophthalmic Photography Stereographic Projection
-    "1.2.840.10008.5.1.4.1.1.77.1.5.6",  # Wide Field Ophthalmic Photography 3D Coordinates
-    "1.2.840.10008.5.1.4.1.1.77.1.5.7",  # Ophthalmic Optical Coherence Tomography En Face
-    "1.2.840.10008.5.1.4.1.1.77.1.5.8",  # Ophthalmic OCT B-scan Volume Analysis
-})
 # Photographs: cameras burn the patient's name, id and date into them whatever the flag says.
 PHOTOGRAPHS = frozenset({
     "1.2.840.10008.5.1.4.1.1.77.1.5.1",  # Ophthalmic Photography 8 Bit
@@ -53,7 +43,7 @@ def is_secondary_capture(sop_class: str) -> bool:
 
 
 def check(ds: Dataset, sop_class: str) -> bool:
-    """Raise Quarantined for what no check can clear; else True if the pixels must be read for text.
+    """Raise NotDeidentifiable for what no check can clear; else True if the pixels must be read for text.
 
     Refused whatever the pixels show: encapsulated documents, Burned In Annotation YES or any
     value other than NO, Recognizable Visual Features YES. Read for text: photographs and
@@ -71,7 +61,7 @@ def check(ds: Dataset, sop_class: str) -> bool:
     elif _flag(ds, "RecognizableVisualFeatures") == "YES":
         reason = "recognizable visual features"
     if reason:
-        raise Quarantined(reason)
+        raise NotDeidentifiable(reason)
     if not any(tag in ds for tag in PIXEL_DATA):
         return False
     return bool(sop_class in PHOTOGRAPHS or is_secondary_capture(sop_class) or not burned or _frames(ds) > 1)

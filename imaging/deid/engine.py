@@ -13,7 +13,7 @@ from imaging.pseudonym import Pseudonymizer
 
 from . import burned_in, meta, pixels, private, rules
 from .declare import declare
-from .errors import Quarantined
+from .errors import NotDeidentifiable
 from .pixel_text import TEXT_FOUND, PixelTextDetector, shared_detector
 from .profile import REMOVE, DeidProfile, load_profile
 from .quiet import quiet
@@ -33,7 +33,7 @@ def deidentify(
     pixel_text: PixelTextDetector | None = None,
     issuer_default: str = "NHS",
 ) -> Dataset:
-    """A new, de-identified dataset (with file meta) for `ds`, or Quarantined.
+    """A new, de-identified dataset (with file meta) for `ds`, or NotDeidentifiable.
 
     `namespace`: the issuer namespace of the file's PatientID, resolved by the caller from
     the site's configuration (`imaging.issuers.IssuerPolicy.resolve`); the patient's
@@ -46,7 +46,7 @@ def deidentify(
     reused. None uses the process's shared detector with the default settings: the OCR
     check is never skipped.
 
-    `ds` is not modified. Any unexpected error becomes Quarantined naming only the
+    `ds` is not modified. Any unexpected error becomes NotDeidentifiable naming only the
     exception's type: its message could quote a value from the file.
     """
     failure = None
@@ -54,11 +54,11 @@ def deidentify(
         try:
             return _deidentify(ds, pseudonymizer, profile or load_profile(), namespace, issuer_default,
                                extra_identifiers, pixel_text)
-        except Quarantined:
+        except NotDeidentifiable:
             raise
         except Exception as exc:  # noqa: BLE001 - one bad file must never stop a batch
             failure = type(exc).__name__
-    raise Quarantined(f"de-identification failed: {failure}")
+    raise NotDeidentifiable(f"de-identification failed: {failure}")
 
 
 def _text(ds: Dataset, keyword: str) -> str:
@@ -77,14 +77,14 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
     elif not _text(ds, "PatientID"):
         reason = "missing PatientID"
     if reason:
-        raise Quarantined(reason)
+        raise NotDeidentifiable(reason)
     read_pixels = burned_in.check(ds, sop_class)
     syntax = meta.transfer_syntax(ds)
     pixels.check_length(ds, syntax)
     if read_pixels:  # before the walk: a file with text costs no more than its OCR
         detector = pixel_text if pixel_text is not None else shared_detector()
         if detector.check(ds, syntax).found:
-            raise Quarantined(TEXT_FOUND)
+            raise NotDeidentifiable(TEXT_FOUND)
 
     patient_id = _text(ds, "PatientID")
     issuer = namespace.strip() if namespace and namespace.strip() else _text(ds, "IssuerOfPatientID") or issuer_default
@@ -124,7 +124,7 @@ def _check_identity(out: Dataset) -> None:
             continue  # absent in the source (the index quarantines that; the engine does not require it)
         value = elem.value if elem is not None and elem.VR == "UI" else None
         if not isinstance(value, str) or len(value) > 64 or not _UID.fullmatch(value):
-            raise Quarantined(f"unreadable {keyword}")
+            raise NotDeidentifiable(f"unreadable {keyword}")
 
 
 _UID = re.compile(r"[0-9]+(\.[0-9]+)+")  # digits and dots (as the index requires); at most 64 characters
@@ -152,7 +152,7 @@ def _walk_elements(src: Dataset, out: Dataset, ctx: Context, dummy: bool) -> Non
         try:
             new = _element(src, src[tag], ctx, dummy)
             failed = False
-        except Quarantined:
+        except NotDeidentifiable:
             raise
         except Exception:  # noqa: BLE001 - a value that cannot be read or rebuilt is dropped, never kept
             new, failed = None, True
@@ -167,7 +167,7 @@ def _walk_elements(src: Dataset, out: Dataset, ctx: Context, dummy: bool) -> Non
 
 
 def _raise_unreadable(tag: int) -> None:
-    raise Quarantined(f"unreadable {keyword_for_tag(tag) or 'attribute'}")
+    raise NotDeidentifiable(f"unreadable {keyword_for_tag(tag) or 'attribute'}")
 
 
 def _element(src: Dataset, elem: DataElement, ctx: Context, dummy: bool) -> DataElement | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-class Quarantined(Exception):
+class NotDeidentifiable(Exception):
     """The file must not be published.
 
     `reason` is a short fixed phrase chosen by the engine. It never contains a value taken

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.uid import UID, ExplicitVRBigEndian, ExplicitVRLittleEndian, ImplicitVRLittleEndian
 
-from .errors import Quarantined
+from .errors import NotDeidentifiable
 from .version import IMPLEMENTATION_CLASS_UID, IMPLEMENTATION_VERSION_NAME
 
 _BY_ENCODING = {
@@ -27,11 +27,11 @@ def transfer_syntax(ds: Dataset) -> UID:
     if not value:
         encoding = tuple(ds.original_encoding)
         if encoding not in _BY_ENCODING:
-            raise Quarantined("unknown transfer syntax")
+            raise NotDeidentifiable("unknown transfer syntax")
         return _BY_ENCODING[encoding]
     uid = UID(value)
     if uid.is_private or not uid.is_transfer_syntax:
-        raise Quarantined("unsupported transfer syntax")
+        raise NotDeidentifiable("unsupported transfer syntax")
     return uid
 
 

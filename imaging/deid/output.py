@@ -6,7 +6,7 @@ import io
 
 from pydicom.dataset import Dataset
 
-from .errors import Quarantined
+from .errors import NotDeidentifiable
 from .quiet import quiet
 
 
@@ -14,7 +14,7 @@ def to_bytes(ds: Dataset) -> bytes:
     """Part 10 bytes: zero preamble, the regenerated file meta, the dataset in its transfer syntax.
 
     Nothing time- or randomness-dependent is written, so the same input gives the same bytes.
-    A failure to encode is reported as Quarantined with the exception's type name only.
+    A failure to encode is reported as NotDeidentifiable with the exception's type name only.
     """
     failure = None
     with quiet():
@@ -25,4 +25,4 @@ def to_bytes(ds: Dataset) -> bytes:
             return buffer.getvalue()
         except Exception as exc:  # noqa: BLE001 - message may echo values; keep the type only
             failure = type(exc).__name__
-    raise Quarantined(f"encoding failed: {failure}")
+    raise NotDeidentifiable(f"encoding failed: {failure}")

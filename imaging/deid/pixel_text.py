@@ -39,7 +39,7 @@ import numpy as np
 from pydicom.dataset import Dataset
 from pydicom.uid import UID
 
-from .errors import Quarantined
+from .errors import NotDeidentifiable
 
 TEXT_FOUND = "text in pixel data"
 UNCHECKABLE = "pixel data could not be checked for text"
@@ -205,7 +205,7 @@ class PixelTextDetector:
             self._api = None
 
     def check(self, ds: Dataset, syntax: UID) -> PixelTextResult:
-        """Read the sampled frames of `ds`; raise Quarantined if they cannot be decoded.
+        """Read the sampled frames of `ds`; raise NotDeidentifiable if they cannot be decoded.
 
         The caller decides whether the file needs a check and what text means for it.
         """
@@ -213,7 +213,7 @@ class PixelTextDetector:
         try:
             if frame_bytes(ds) > MAX_FRAME_BYTES:  # a header's size, not the data's: never allocated
                 self.stats.files_uncheckable += 1
-                raise Quarantined(UNCHECKABLE)
+                raise NotDeidentifiable(UNCHECKABLE)
             frames = max(1, _int(ds.get("NumberOfFrames", 1)) or 1)
             photometric = str(ds.get("PhotometricInterpretation", "") or "").strip().upper()
             checked = 0
@@ -223,7 +223,7 @@ class PixelTextDetector:
                     frame = decode_frame(ds, syntax, index)
                 except Exception:  # noqa: BLE001 - an undecodable image cannot be shown to be clean
                     self.stats.files_uncheckable += 1
-                    raise Quarantined(UNCHECKABLE) from None
+                    raise NotDeidentifiable(UNCHECKABLE) from None
                 checked += 1
                 grey = to_grey8(np.asarray(frame), photometric)
                 if grey is not None and self.frame_has_text(grey):

@@ -7,7 +7,7 @@ import struct
 from pydicom.dataset import Dataset
 from pydicom.uid import UID
 
-from .errors import Quarantined
+from .errors import NotDeidentifiable
 
 MISSING = "image attributes without pixel data"
 SHORT = "pixel data shorter than the image it describes"
@@ -28,7 +28,7 @@ def _int(ds: Dataset, keyword: str, default: int | None = None) -> int | None:
 
 
 def frame_count(ds: Dataset) -> int:
-    """Number of Frames, 1 when absent or empty; Quarantined when it is not a positive integer.
+    """Number of Frames, 1 when absent or empty; NotDeidentifiable when it is not a positive integer.
 
     A count that is 0, negative, fractional or not a number says nothing true about the pixels,
     and the decoders and the OCR sample would read them by it.
@@ -37,12 +37,12 @@ def frame_count(ds: Dataset) -> int:
         elem = ds["NumberOfFrames"] if "NumberOfFrames" in ds else None
         value = None if elem is None else elem.value
     except Exception:  # noqa: BLE001 - an unreadable count is no count
-        raise Quarantined(FRAMES) from None
+        raise NotDeidentifiable(FRAMES) from None
     if value is None or value == "":
         return 1
     text = str(value).strip()
     if not text.isdigit() or int(text) < 1:
-        raise Quarantined(FRAMES)
+        raise NotDeidentifiable(FRAMES)
     return int(text)
 
 
@@ -57,14 +57,14 @@ def check_length(ds: Dataset, syntax: UID) -> None:
     """
     if "PixelData" not in ds:
         if ("Rows" in ds or "Columns" in ds) and "FloatPixelData" not in ds and "DoubleFloatPixelData" not in ds:
-            raise Quarantined(MISSING)  # an image whose file ends before its pixels: cut off
+            raise NotDeidentifiable(MISSING)  # an image whose file ends before its pixels: cut off
         return
     frames = frame_count(ds)
     data = ds.PixelData or b""
     if syntax.is_compressed:
         fragments = _check_encapsulated(bytes(data), frames, syntax.is_little_endian)
         if syntax == RLE_LOSSLESS and fragments != frames:  # PS3.5 A.4.2: one fragment per frame
-            raise Quarantined(ENCAPSULATION)
+            raise NotDeidentifiable(ENCAPSULATION)
         return
     rows, cols, bits = _int(ds, "Rows"), _int(ds, "Columns"), _int(ds, "BitsAllocated")
     if not rows or not cols or not bits:
@@ -72,32 +72,32 @@ def check_length(ds: Dataset, syntax: UID) -> None:
     samples = _int(ds, "SamplesPerPixel", 1) or 1
     expected = (rows * cols * frames * samples * bits + 7) // 8
     if len(data) < expected:
-        raise Quarantined(SHORT)
+        raise NotDeidentifiable(SHORT)
     if len(data) > expected + expected % 2:
-        raise Quarantined(LONG)
+        raise NotDeidentifiable(LONG)
 
 
 def _check_encapsulated(data: bytes, frames: int, little_endian: bool) -> int:
-    """The number of fragments of well-formed encapsulated pixel data; else Quarantined."""
+    """The number of fragments of well-formed encapsulated pixel data; else NotDeidentifiable."""
     end = "<" if little_endian else ">"
     offset, items = 0, 0
     while offset < len(data):
         if offset + 8 > len(data):
-            raise Quarantined(ENCAPSULATION)
+            raise NotDeidentifiable(ENCAPSULATION)
         group, element, length = struct.unpack_from(end + "HHL", data, offset)
         tag = (group << 16) | element
         if tag == _DELIMITER and length == 0 and offset + 8 == len(data):
             break
         if tag != _ITEM or length == 0xFFFFFFFF or offset + 8 + length > len(data):
-            raise Quarantined(ENCAPSULATION)
+            raise NotDeidentifiable(ENCAPSULATION)
         if items == 0 and length not in (0, 4 * frames):
-            raise Quarantined(ENCAPSULATION)  # a Basic Offset Table has one offset per frame, or none
+            raise NotDeidentifiable(ENCAPSULATION)  # a Basic Offset Table has one offset per frame, or none
         if items > 0 and length == 0:
-            raise Quarantined(ENCAPSULATION)  # an empty fragment: a second table, or data spliced in
+            raise NotDeidentifiable(ENCAPSULATION)  # an empty fragment: a second table, or data spliced in
         offset += 8 + length
         items += 1
     if items == 0:
-        raise Quarantined(ENCAPSULATION)  # not even the Basic Offset Table item
+        raise NotDeidentifiable(ENCAPSULATION)  # not even the Basic Offset Table item
     if items - 1 < frames:
-        raise Quarantined(FEWER_FRAGMENTS)
+        raise NotDeidentifiable(FEWER_FRAGMENTS)
     return items - 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 BINARY_NUMBERS = frozenset({"US", "SS", "UL", "SL", "UV", "SV", "FL", "FD", "AT"})
 NUMBER_STRINGS = frozenset({"DS", "IS"})
-NUMERIC = BINARY_NUMBERS | NUMBER_STRINGS
 # Free text of any kind: may hold anything a person typed or a device copied in.
 TEXT = frozenset({"AE", "AS", "LO", "LT", "PN", "SH", "ST", "UT", "UC", "UR"})
 DATES = frozenset({"DA", "DT"})
