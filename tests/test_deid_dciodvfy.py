@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 from pydicom import dcmread
-from pydicom.data import get_testdata_files
+from fuzz_corpus import source_files  # pydicom's and pydicom-data's files on disk, never a download
 
 from imaging.deid import NotDeidentifiable, deidentify, load_profile, quiet, to_bytes
 from imaging.pseudonym import Pseudonymizer
@@ -57,7 +57,7 @@ def new_errors(source_path, data: bytes, tmp_path, name: str) -> list[str]:
 @pytest.mark.parametrize("options", [None, []], ids=["default", "basic"])
 def test_pydicom_files_stay_valid(options, tmp_path):
     profile, checked, problems = load_profile(options), 0, {}
-    for path in get_testdata_files():
+    for path in (s.path for s in source_files()):
         if not os.path.isfile(path):
             continue
         try:

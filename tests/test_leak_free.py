@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pydicom
 import pytest
-from pydicom.data import get_testdata_files
+from fuzz_corpus import source_files  # pydicom's and pydicom-data's files on disk, never a download
 
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINK_QUARANTINE, LINKED,
                                 RAW_IMAGE_INDEX, manifest)
@@ -48,7 +48,7 @@ def run(tmp_path_factory, defs):
     (day / FOLDER).mkdir(parents=True)
     source, planter = planted()
     (day / FOLDER / FILE).write_bytes(source)
-    shipped = [p for p in get_testdata_files() if os.path.isfile(p)]
+    shipped = [s.path for s in source_files()]
     for number, path in enumerate(shipped):
         shutil.copy(path, day / f"pydicom-{number:03d}")
 
@@ -105,7 +105,7 @@ def test_vendor_files_missing_a_mandatory_attribute_are_quarantined_by_the_index
     warehouse, *_ = run
     reasons = {Path(r["source_path"]).name: r["reason"] for r in table(warehouse / INDEX_QUARANTINE.path)}
     without_id = []
-    for number, path in enumerate(p for p in get_testdata_files() if os.path.isfile(p)):
+    for number, path in enumerate(s.path for s in source_files()):
         try:
             with quiet():
                 ds = pydicom.dcmread(path, stop_before_pixels=True)

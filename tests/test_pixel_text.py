@@ -17,6 +17,7 @@ import pytest
 import yaml
 from PIL import Image, ImageDraw, ImageFont
 from pydicom import dcmread
+from pydicom.encaps import encapsulate
 from pydicom.data import get_testdata_file
 from pydicom.uid import ExplicitVRLittleEndian
 
@@ -195,7 +196,8 @@ def test_undecodable_pixels_are_quarantined_not_trusted(detector):
     with quiet():
         ds = dcmread(io.BytesIO(clean_fundus(0).data))
     ds.file_meta.TransferSyntaxUID = "1.2.840.10008.1.2.4.50"  # claims JPEG: the bytes do not decode
-    ds.PixelData = b"\xff\xd8 not a jpeg \xff\xd9"
+    # Well-formed encapsulation (one fragment per frame), bytes that no JPEG decoder reads.
+    ds.PixelData = encapsulate([b"\xff\xd8 not a jpeg \xff\xd9" + b"\x00"])
     with pytest.raises(NotDeidentifiable) as caught:
         deidentify(ds, pseudonymizer=KEY, namespace="NHS", pixel_text=detector)
     assert caught.value.reason == "pixel data could not be checked for text"
