@@ -210,9 +210,10 @@ def reason_for(error: Exception) -> str:
         return str(error)
     if isinstance(error, InvalidDicomError):
         return "not a DICOM Part 10 file"
-    if isinstance(error, (EOFError, OSError, struct.error)) or "truncat" in str(error).lower():
-        name = "struct.error" if isinstance(error, struct.error) else type(error).__name__
-        return f"truncated or unreadable file ({name})"
+    if isinstance(error, struct.error):  # pydicom unpacking fewer bytes than a header says: a short read
+        return "truncated or unreadable file (short read)"
+    if isinstance(error, (EOFError, OSError)) or "truncat" in str(error).lower():
+        return f"truncated or unreadable file ({type(error).__name__})"
     return f"unreadable DICOM header ({type(error).__name__})"
 
 
