@@ -37,19 +37,38 @@ def batch_name(pseudonymizer: Pseudonymizer, date: str, site: str) -> str:
 
 TRUNCATED = "file ends inside an element (truncated)"
 UNREADABLE_PAST_HEADER = "file reads differently past its header"
-# How pydicom reports a file that ends inside an element read from memory: it warns (unless told to
-# raise, which would also raise on every malformed value) and returns what it read so far.
-_EOF_WARNING = " in file <no filename>"
+_EOF_WARNING = " in file <no filename>"  # how pydicom warns that an undefined length ran off the end
+
+
+class _Reads(io.BytesIO):
+    """A file in memory that notes every read returning fewer bytes than asked for. pydicom reads a
+    value cut by the end of the file without a word (a defined length it cannot fill), and warns,
+    without raising, when an undefined length runs off the end; a complete file has exactly one short
+    read: the empty one after its last element."""
+
+    def __init__(self, data: bytes):
+        super().__init__(data)
+        self.short, self.partial = 0, False
+
+    def read(self, size: int | None = -1) -> bytes:
+        out = super().read(size)
+        if size is not None and size > 0 and len(out) < size:
+            self.short += 1
+            self.partial |= bool(out)
+        return out
 
 
 def read_whole(data: bytes) -> pydicom.Dataset:
-    """The whole dataset of a Part 10 file in memory, or NotPublishable when the file ends inside an
-    element: a cut file must not be published as if it were complete."""
-    with warnings.catch_warnings(record=True) as caught:
+    """The whole dataset of a Part 10 file in memory, or NotDeidentifiable when the file ends inside an
+    element: a cut file must not be published as if it were complete. (A file cut exactly between two
+    elements reads as a shorter complete file: nothing can tell it apart.)"""
+    source = _Reads(data)
+    with warnings.catch_warnings(record=True) as caught:  # inside quiet(): recorded, never shown
         warnings.simplefilter("always")
-        ds = pydicom.dcmread(io.BytesIO(data))
-    if any(str(w.message).endswith(_EOF_WARNING) for w in caught):
-        raise NotPublishable(TRUNCATED)
+        ds = pydicom.dcmread(source)
+    ran_off = any(str(w.message).endswith(_EOF_WARNING) for w in caught)
+    if ran_off or source.partial or source.short > 1:
+        raise NotDeidentifiable(TRUNCATED)
     return ds
 
 
@@ -136,7 +155,7 @@ class _Anonymizer:
         clinical = image.clinical or {}
         ds = read_whole(data)
         if header_text(ds, "SOPInstanceUID") != image.sop_instance_uid:
-            raise NotPublishable(UNREADABLE_PAST_HEADER)
+            raise NotDeidentifiable(UNREADABLE_PAST_HEADER)
         known = job.policy.identifying_values({**clinical, "patient_id": image.patient_id or ""})
         # The patient's namespace comes from the site, never from the file's IssuerOfPatientID.
         namespace = job.issuers.resolve(image.site, image.issuer_of_patient_id).namespace
