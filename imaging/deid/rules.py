@@ -45,10 +45,15 @@ def _copy(elem: DataElement) -> DataElement:
 
 
 def _per_value(elem: DataElement, vr: str, fn: Callable[[str], str]) -> DataElement:
-    """Apply a text function to every value; values pydicom could not decode are dropped."""
+    """Apply a text function to every value; values pydicom could not decode are dropped.
+
+    A value cleaned to nothing keeps its place (empty) while another value survives, so the element
+    keeps its multiplicity: ImageType's third value stays the third when a name equal to it is
+    scrubbed from the second (`DERIVED\\PRIMARY\\\\RCBF`, never `DERIVED\\PRIMARY\\RCBF`)."""
     out = [fn(str(v)) for v in values.as_list(elem.value) if not isinstance(v, (bytes, bytearray))]
-    out = [v for v in out if v]
-    return _new(elem, out[0] if len(out) == 1 else (out or values.empty(vr)), vr)
+    if not any(out):
+        return _new(elem, values.empty(vr), vr)
+    return _new(elem, out[0] if len(out) == 1 else out, vr)
 
 
 def _dates(elem: DataElement, vr: str, ctx: Context) -> DataElement:
