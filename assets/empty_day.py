@@ -26,7 +26,8 @@ from assets.checks import check_results, quality_context, summary
 from imaging import fs as fsx
 from imaging.catalogue import Folder, Table
 from imaging.commit import CommitBuilder
-from imaging.quality import CheckOutcome, Distribution, covering, evaluate_balance, evaluate_max
+from imaging.quality.gate import covering
+from imaging.quality.outcomes import CheckOutcome, Distribution, evaluate_balance, evaluate_max
 from imaging.run_summary import StageClock, StepSummary
 from resources.deid import Deidentifier
 from resources.warehouse import Warehouse

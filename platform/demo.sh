@@ -49,7 +49,7 @@ echo "== Materializing published_cohort again: publishes exactly what was approv
 .venv/bin/dagster asset materialize -m definitions --select published_cohort
 
 echo "== What was made"
-.venv/bin/python -m imaging.report
+.venv/bin/python -m imaging.governance.report
 release="$(ls -d "$IMAGING_WAREHOUSE"/deidentified/cohorts/*/v* | head -1)"
 echo "== The lineage of one published release, as a governance reviewer sees it (IMAGING_WAREHOUSE set)"
 .venv/bin/imaging-review "$release" --html "$PWD/data/review.html" | grep -v '^    \|^  images/'

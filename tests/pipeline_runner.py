@@ -20,7 +20,7 @@ def run(repo: str, partition: str) -> dict:
     from dagster import AssetSelection, DagsterInstance, define_asset_job
 
     from definitions import defs
-    from imaging.approval import list_held, record_approval
+    from imaging.governance.approval import list_held, record_approval
     from imaging.config import load_settings
 
     image_assets = ("raw_image_index", "linked_patient_metadata", "anonymized_images")

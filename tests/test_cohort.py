@@ -1,6 +1,6 @@
 import pytest
 
-from imaging.cohort import CohortDefinition, load_cohorts
+from imaging.governance.cohort import CohortDefinition, load_cohorts
 from imaging.config import PLATFORM_DIR
 
 

@@ -25,7 +25,7 @@ import pytest
 from conftest import DATES, ROOT, SITES, run_assets
 from crash import SimulatedCrash, stopping_at
 from imaging.catalogue import ANONYMIZED_FILES, DEIDENTIFIED, LEDGER, manifest
-from imaging.clinical import load_policy
+from imaging.steps.clinical import load_policy
 from imaging.commit import recover
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from imaging.approval import BLOCKED, HOLD, ReleaseKey, decide
+from imaging.governance.approval import BLOCKED, HOLD, ReleaseKey, decide
 from imaging.config import read_yaml
-from imaging.disclosure import DisclosurePolicy, class_sizes, k_anonymity, suppress
+from imaging.governance.disclosure import DisclosurePolicy, class_sizes, k_anonymity, suppress
 from release_helpers import build_release, make_hospital
 
 

@@ -108,8 +108,8 @@ def test_empty_site_day_starts_no_spark_and_reports_every_check(defs, sessions_m
 def test_empty_site_day_empties_stale_partitions_through_the_journal(defs, sessions_made):
     """Partitions an earlier run filled are emptied by the empty run, still without Spark; every
     folder and table of the site-day is replaced, and nothing is left staged or journaled."""
-    from imaging.anonymize import batch_name
-    from imaging.clinical import load_policy
+    from imaging.steps.anonymize import batch_name
+    from imaging.steps.clinical import load_policy
     from imaging.pseudonym import Pseudonymizer
 
     batch = batch_name(Pseudonymizer(os.environ["IMAGING_PSEUDONYM_KEY"]), EMPTY.date, EMPTY.site)
@@ -162,8 +162,8 @@ def test_empty_site_day_empties_stale_partitions_through_the_journal(defs, sessi
 def test_empty_day_outcomes_equal_sparks_on_empty_frames():
     """`assets/empty_day.py` reports what `assets/quality.py` computes on Spark over frames with no row."""
     from assets import empty_day, quality as q
-    from imaging.clinical import load_policy
-    from imaging.quality import covering
+    from imaging.steps.clinical import load_policy
+    from imaging.quality.gate import covering
     from imaging.records import ClinicalRow, schema_of
     from resources.deid import Deidentifier
     from resources.spark import SparkResource, spark_config, spark_schema

@@ -23,13 +23,13 @@ from pydicom import config as dicom_config
 
 from conftest import DATES, SITES, publish_cohorts, run_assets
 from imaging import fs as fsx
-from imaging.anonymize import AnonymizeJob
+from imaging.steps.anonymize import AnonymizeJob
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_QUARANTINE, INDEX_QUARANTINE,
                                LEDGER, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX, manifest)
-from imaging.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH, load_policy
+from imaging.steps.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH, load_policy
 from imaging.config import read_yaml
 from imaging.deid import RESEARCH_DEFAULT, load_pixel_text_settings, quiet
-from imaging.index import (ELSEWHERE, MALFORMED_UID, PLACEHOLDER_PATIENT_ID, STUDY_DATE_AFTER_INDEXING,
+from imaging.steps.index import (ELSEWHERE, MALFORMED_UID, PLACEHOLDER_PATIENT_ID, STUDY_DATE_AFTER_INDEXING,
                            UID_UNDER_DICOM_ROOT, index_file)
 from imaging.issuers import IssuerPolicy
 from imaging.records import IndexedImage, LinkedImage, ListedFile, PublishedImage

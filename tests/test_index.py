@@ -6,7 +6,7 @@ import pytest
 
 import pydicom
 
-from imaging.index import DUPLICATES, MANDATORY, index_file
+from imaging.steps.index import DUPLICATES, MANDATORY, index_file
 from imaging.records import IndexedImage, ListedFile, Quarantined
 from synth import generate_hospital
 

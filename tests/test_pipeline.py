@@ -9,10 +9,10 @@ import pydicom
 
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINKED,
                                 RAW_IMAGE_INDEX, manifest)
-from imaging.clinical import load_policy
+from imaging.steps.clinical import load_policy
 
 from conftest import DATES, ROOT, SITES, run_assets
-from imaging.release import verify_release
+from imaging.governance.bundle import verify_release
 
 MANIFEST = manifest(load_policy())
 

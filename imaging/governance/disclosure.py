@@ -17,8 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-DEFAULT_MIN_K = 5
-DEFAULT_SUPPRESS_BELOW = 10
+from imaging.config_files import DEFAULT_MIN_K, DEFAULT_SUPPRESS_BELOW
 
 
 def suppress(count: int, below: int = DEFAULT_SUPPRESS_BELOW) -> int | str:

@@ -23,8 +23,8 @@ from typing import Sequence
 
 from imaging import fs as fsx
 from imaging.catalogue import APPROVALS, COHORTS, HELD, Folder
-from imaging.bundle import APPROVAL, SUMS_FILE, content_key_of, sha256_url, verify_bundle
-from imaging.cohort import CohortDefinition
+from imaging.governance.bundle import APPROVAL, SUMS_FILE, content_key_of, verify_bundle
+from imaging.governance.cohort import CohortDefinition
 from imaging.commit import CommitBuilder
 
 HOLD, PUBLISH, UNCHANGED, CONFLICT, BLOCKED = "held", "publish", "unchanged", "conflict", "blocked"
@@ -60,7 +60,7 @@ class HeldRelease:
     cohort: str
     version: int
     release_id: str  # recomputed from the held SHA256SUMS, not taken from the folder name
-    content_key: str | None  # see imaging.bundle.content_key_of
+    content_key: str | None  # see imaging.governance.bundle.content_key_of
     approval: Approval | None
 
     @property
@@ -134,7 +134,7 @@ def approval_path(warehouse: str, rid: str) -> str:
 
 def manifest_id(root: str) -> str | None:
     """The release id of a bundle (sha256 of its SHA256SUMS), or None when it has none."""
-    return sha256_url(f"{root}/{SUMS_FILE}") if fsx.exists(f"{root}/{SUMS_FILE}") else None
+    return fsx.sha256_url(f"{root}/{SUMS_FILE}") if fsx.exists(f"{root}/{SUMS_FILE}") else None
 
 
 def _read(url: str) -> bytes:
