@@ -29,10 +29,11 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 
 from assets import quality as q
 from imaging.catalogue import LEDGER, RAW_IMAGE_INDEX, manifest
-from imaging.steps.clinical import load_policy
-from imaging.quality.gate import (CheckEvaluation, ReleaseCheck, blocking_message, latest_by_partition, publication_blockers, release_checks)
+from imaging.quality.gate import (CheckEvaluation, ReleaseCheck, blocking_message, latest_by_partition,
+                                  publication_blockers, release_checks)
 from imaging.quality.outcomes import CheckOutcome
 from imaging.quality.rules import ERROR, CheckRule, QualityRules, load_quality_rules
+from imaging.steps.clinical import load_policy
 from resources.deid import Deidentifier
 from resources.spark import SparkResource
 from resources.warehouse import Warehouse

@@ -12,11 +12,11 @@ from dagster import AssetKey, TableColumn, TableColumnDep, TableColumnLineage, T
 
 from assets.partitions import SETTINGS
 from imaging.catalogue import LINKED, RAW_IMAGE_INDEX, Table, manifest
-from imaging.steps.clinical import load_policy
-from imaging.governance.code_version import code_version, module_files
 from imaging.config import read_yaml
+from imaging.governance.code_version import code_version, module_files
 from imaging.governance.disclosure import DisclosurePolicy
 from imaging.governance.lineage import MANIFEST, RELEASE, column_lineage, dagster_column_deps
+from imaging.steps.clinical import load_policy
 
 OWNERS = ["team:imaging-platform"]
 POLICY_SPEC = read_yaml("clinical_policy.yaml")
@@ -26,12 +26,14 @@ LINEAGE = tuple(column_lineage(POLICY, SETTINGS.deid_options, DISCLOSURE))
 
 _COMMON = ("imaging.records", "imaging.catalogue", "imaging.fs")
 _MODULES = {
-    "raw_image_index": ("assets.raw_image_index", "imaging.steps.index", *_COMMON),
+    "raw_image_index": ("assets.raw_image_index", "imaging.steps.index", "imaging.steps.header", *_COMMON),
     "linked_patient_metadata": ("assets.linked_patient_metadata", "imaging.steps.clinical", *_COMMON),
-    "anonymized_images": ("assets.anonymized_images", "imaging.steps.anonymize", "imaging.deid", "imaging.steps.clinical",
-                          "imaging.pseudonym", "imaging.provenance", *_COMMON),
-    "published_cohort": ("assets.published_cohort", "imaging.steps.release", "imaging.governance.release_bundle", "imaging.governance.bundle",
-                         "imaging.governance.datacard", "imaging.governance.disclosure", "imaging.governance.lineage", "imaging.governance.lineage_events",
+    "anonymized_images": ("assets.anonymized_images", "imaging.steps.anonymize", "imaging.steps.header",
+                          "imaging.deid", "imaging.steps.clinical", "imaging.pseudonym", "imaging.provenance",
+                          *_COMMON),
+    "published_cohort": ("assets.published_cohort", "imaging.steps.release", "imaging.governance.release_bundle",
+                         "imaging.governance.bundle", "imaging.governance.datacard", "imaging.governance.disclosure",
+                         "imaging.governance.lineage", "imaging.governance.lineage_events",
                          "imaging.governance.approval", "imaging.governance.cohort", *_COMMON),
 }
 # What besides code decides each asset's output.

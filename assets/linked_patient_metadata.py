@@ -9,10 +9,10 @@ from assets.linkage import as_of_join
 from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.catalogue import CLINICAL_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX
-from imaging.steps.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH, ExtractJob, extracts_needed, load_policy
 from imaging.quality.gate import covering
 from imaging.records import QUARANTINED, ClinicalExtract, ClinicalRow, SiteDay, schema_of
 from imaging.run_summary import StageClock, StepSummary
+from imaging.steps.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH, ExtractJob, extracts_needed, load_policy
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.spark import SparkResource, frame_of, map_batches

@@ -19,14 +19,15 @@ from typing import Iterable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, functions as F
 
-from imaging.steps.clinical import ClinicalPolicy
 from imaging.config_files import load_file
-from imaging.steps.index import MANDATORY as MANDATORY_ATTRIBUTES
+from imaging.governance.bundle import verify_release
 from imaging.pseudonym import Pseudonymizer
 from imaging.quality.columns import birth_date_columns, identity_columns, java_date_pattern
-from imaging.quality.outcomes import (CheckOutcome, Distribution, Offender, evaluate_balance, evaluate_max, patient_offender, uid_offender)
+from imaging.quality.outcomes import (CheckOutcome, Distribution, Offender, evaluate_balance, evaluate_max,
+                                      patient_offender, uid_offender)
 from imaging.quality.rules import CheckRule, QualityRules
-from imaging.governance.bundle import verify_release
+from imaging.steps.clinical import ClinicalPolicy
+from imaging.steps.index import MANDATORY as MANDATORY_ATTRIBUTES
 
 RAW = "raw_image_index"
 LINKED = "linked_patient_metadata"

@@ -118,10 +118,10 @@ def generate(spark, rows: int, hot_share: float, folder: str):
 
 def run_checks(index, clinical, linked, gx: bool) -> dict:
     from assets import quality as q
-    from imaging.steps.clinical import ClinicalPolicy
     from imaging.config import read_yaml
     from imaging.pseudonym import Pseudonymizer
     from imaging.quality.rules import load_quality_rules
+    from imaging.steps.clinical import ClinicalPolicy
 
     ctx = q.QualityContext(load_quality_rules(), Pseudonymizer("benchmark-key-not-secret"), {}, "NHS",
                            today=dt.date(2024, 6, 1))

@@ -33,11 +33,11 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, RootModel, StringConstraints, ValidationError, create_model,
                       field_validator, model_validator)
 
-from imaging.steps.clinical import ACTIONS
 from imaging.deid.options import BY_NAME as DEID_OPTIONS, FULL_DATES, MODIFIED_DATES
 from imaging.deid.pixel_text import PAGE_SEGMENTATION, THRESHOLDING, PixelTextSettings
 from imaging.issuers import normalise
 from imaging.quality.rules import BALANCE, QUALITY_CHECKS, SEVERITIES, SUITE
+from imaging.steps.clinical import ACTIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PLATFORM_DIR = REPO_ROOT / "platform"

@@ -19,27 +19,27 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from imaging.steps.anonymize import AnonymizeJob
-from imaging.deid.pixel_text import load_pixel_text_settings
-from imaging.issuers import IssuerPolicy
-from imaging.governance.bundle import ManifestEntry
 from imaging.catalogue import ZONES, manifest as manifest_table
-from imaging.steps.clinical import ClinicalPolicy
-from imaging.governance.code_version import code_version, module_files
-from imaging.commit import CommitBuilder
-from imaging.governance.cohort import CohortDefinition
-from imaging.config import read_yaml
-from imaging.governance.datacard import (MISSING, CheckResult, CodeVersion, DataCardInputs, DeidSummary, InputPartition,
-                              ReleaseCounts, Selection)
-from imaging.deid import RESEARCH_DEFAULT
-from imaging.governance.disclosure import DisclosurePolicy, class_sizes, k_anonymity
-from imaging.steps.index import index_file
-from imaging.governance.lineage import column_lineage, release_row
 from imaging.catalogue import LEDGER
+from imaging.commit import CommitBuilder
+from imaging.config import read_yaml
+from imaging.deid import RESEARCH_DEFAULT
+from imaging.deid.pixel_text import load_pixel_text_settings
+from imaging.governance.bundle import ManifestEntry
+from imaging.governance.code_version import code_version, module_files
+from imaging.governance.cohort import CohortDefinition
+from imaging.governance.datacard import (MISSING, CheckResult, CodeVersion, DataCardInputs, DeidSummary, InputPartition,
+                                         ReleaseCounts, Selection)
+from imaging.governance.disclosure import DisclosurePolicy, class_sizes, k_anonymity
+from imaging.governance.lineage import column_lineage, release_row
+from imaging.governance.release_bundle import BuiltRelease, finish_release
+from imaging.issuers import IssuerPolicy
 from imaging.provenance import ProvenanceRecord, write_ledger
 from imaging.pseudonym import key_fingerprint
 from imaging.records import IndexedImage, LinkedImage, ListedFile
-from imaging.governance.release_bundle import BuiltRelease, finish_release
+from imaging.steps.anonymize import AnonymizeJob
+from imaging.steps.clinical import ClinicalPolicy
+from imaging.steps.index import index_file
 from synth import generate_hospital
 
 KEY = "release-test-key-" + "k" * 16

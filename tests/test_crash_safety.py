@@ -25,8 +25,8 @@ import pytest
 from conftest import DATES, ROOT, SITES, run_assets
 from crash import SimulatedCrash, stopping_at
 from imaging.catalogue import ANONYMIZED_FILES, DEIDENTIFIED, LEDGER, manifest
-from imaging.steps.clinical import load_policy
 from imaging.commit import recover
+from imaging.steps.clinical import load_policy
 
 REPO = Path(__file__).resolve().parents[1]
 CRASH_RUNNER = Path(__file__).resolve().with_name("crash.py")

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from imaging.governance.approval import BLOCKED, HOLD, ReleaseKey, decide
 from imaging.config import read_yaml
+from imaging.governance.approval import BLOCKED, HOLD, ReleaseKey, decide
 from imaging.governance.disclosure import DisclosurePolicy, class_sizes, k_anonymity, suppress
 from release_helpers import build_release, make_hospital
 

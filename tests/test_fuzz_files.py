@@ -32,13 +32,13 @@ import pytest
 from pydicom.datadict import dictionary_keyword
 
 from fuzz_corpus import KINDS, MARK, write_corpus
-from imaging.steps.anonymize import AnonymizeJob
-from imaging.steps.clinical import load_policy
 from imaging.config import read_yaml
 from imaging.deid import RESEARCH_DEFAULT, load_pixel_text_settings, quiet
-from imaging.steps.index import index_file
 from imaging.issuers import IssuerPolicy
 from imaging.records import IndexedImage, LinkedImage, ListedFile, PublishedImage, Quarantined
+from imaging.steps.anonymize import AnonymizeJob
+from imaging.steps.clinical import load_policy
+from imaging.steps.index import index_file
 
 KEY = "fuzz-test-key-" + "k" * 16
 SITE = "site-a"

@@ -17,8 +17,7 @@ import pytest
 
 from conftest import DATES, SITES, publish_cohorts, run_assets
 from fuzz_corpus import KINDS, write_corpus
-from imaging.catalogue import (ANONYMIZE_QUARANTINE, INDEX_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX,
-                               manifest)
+from imaging.catalogue import ANONYMIZE_QUARANTINE, INDEX_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX, manifest
 from imaging.steps.clinical import load_policy
 
 SITE, DAYS = SITES[0], DATES[:2]

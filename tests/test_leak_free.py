@@ -22,8 +22,8 @@ import pydicom
 import pytest
 from fuzz_corpus import source_files  # pydicom's and pydicom-data's files on disk, never a download
 
-from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINK_QUARANTINE, LINKED,
-                                RAW_IMAGE_INDEX, manifest)
+from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINK_QUARANTINE,
+                               LINKED, RAW_IMAGE_INDEX, manifest)
 from imaging.steps.clinical import load_policy
 
 from conftest import DATES, SITES, publish_cohorts, run_assets

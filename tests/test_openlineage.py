@@ -14,15 +14,15 @@ from openlineage.client.generated.schema_dataset import SchemaDatasetFacet, Sche
 from openlineage.client.serde import Serde
 
 from imaging.catalogue import manifest
-from imaging.steps.clinical import ClinicalPolicy
-from imaging.governance.code_version import code_version, module_files
+from imaging.catalogue import LINKED as LINKED_TABLE
 from imaging.config import read_yaml
 from imaging.deid import RESEARCH_DEFAULT
+from imaging.governance.code_version import code_version, module_files
 from imaging.governance.disclosure import DisclosurePolicy
-from imaging.governance.lineage import (LINKED, MANIFEST, PSEUDONYMISED, RELEASE, KEPT, column_lineage, dagster_column_deps,
-                             release_columns)
-from imaging.catalogue import LINKED as LINKED_TABLE
+from imaging.governance.lineage import (LINKED, MANIFEST, PSEUDONYMISED, RELEASE, KEPT, column_lineage,
+                                        dagster_column_deps, release_columns)
 from imaging.governance.lineage_events import EVENTS_FILE, dataset_name
+from imaging.steps.clinical import ClinicalPolicy
 from release_helpers import RUN_IDS, build_release, make_hospital
 
 

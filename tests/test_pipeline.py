@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pydicom
 
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINKED,
-                                RAW_IMAGE_INDEX, manifest)
+                               RAW_IMAGE_INDEX, manifest)
 from imaging.steps.clinical import load_policy
 
 from conftest import DATES, ROOT, SITES, run_assets

@@ -17,11 +17,11 @@ from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField,
 from assets import quality as q
 from assets.linkage import as_of_join
 from imaging.catalogue import LINKED, RAW_IMAGE_INDEX
-from imaging.steps.clinical import ClinicalPolicy
 from imaging.config import read_yaml
 from imaging.pseudonym import Pseudonymizer
 from imaging.quality.rules import load_quality_rules
 from imaging.records import ClinicalRow, schema_of
+from imaging.steps.clinical import ClinicalPolicy
 from resources.spark import spark_schema
 
 PSEUDO = Pseudonymizer(os.environ["IMAGING_PSEUDONYM_KEY"])

@@ -6,11 +6,12 @@ import pytest
 
 from imaging.config import read_yaml
 from imaging.pseudonym import Pseudonymizer
-from imaging.steps.header import dicom_date
 from imaging.quality.columns import java_date_pattern
-from imaging.quality.gate import (CheckEvaluation, blocking_message, latest_by_partition, publication_blockers, release_checks)
-from imaging.quality.outcomes import (Distribution, evaluate_balance, evaluate_max, patient_offender, uid_offender)
+from imaging.quality.gate import (CheckEvaluation, blocking_message, latest_by_partition, publication_blockers,
+                                  release_checks)
+from imaging.quality.outcomes import Distribution, evaluate_balance, evaluate_max, patient_offender, uid_offender
 from imaging.quality.rules import ERROR, WARN, QualityRules, load_quality_rules
+from imaging.steps.header import dicom_date
 
 RULES = load_quality_rules()
 KEY = Pseudonymizer("rules-test-key")

@@ -23,9 +23,9 @@ from typing import Sequence
 
 from imaging import fs as fsx
 from imaging.catalogue import APPROVALS, COHORTS, HELD, Folder
+from imaging.commit import CommitBuilder
 from imaging.governance.bundle import APPROVAL, SUMS_FILE, content_key_of, verify_bundle
 from imaging.governance.cohort import CohortDefinition
-from imaging.commit import CommitBuilder
 
 HOLD, PUBLISH, UNCHANGED, CONFLICT, BLOCKED = "held", "publish", "unchanged", "conflict", "blocked"
 EMPTY = "empty"  # a cohort that selects no image: nothing built, nothing released

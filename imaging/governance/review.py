@@ -23,9 +23,10 @@ import sys
 from dataclasses import dataclass, field
 
 from imaging import fs as fsx
-from imaging.governance.approval import Approval, ApprovalError, approval_copy, list_held, load_approval, record_approval
-from imaging.governance.bundle import BundleCheck, find_bundle_root, read_manifest, verify_bundle
 from imaging.catalogue import COHORTS, HELD, LEDGER
+from imaging.governance.approval import (Approval, ApprovalError, approval_copy, list_held, load_approval,
+                                         record_approval)
+from imaging.governance.bundle import BundleCheck, find_bundle_root, read_manifest, verify_bundle
 from imaging.governance.datacard import NOT_EVALUATED, NOT_OBSERVED
 from imaging.provenance import ProvenanceRecord, lookup
 

@@ -20,14 +20,14 @@ import pydicom
 
 from imaging import fs as fsx
 from imaging.catalogue import ANONYMIZED_FILES
-from imaging.steps.clinical import ClinicalPolicy
 from imaging.deid import NotDeidentifiable, deidentify, load_profile, to_bytes
 from imaging.deid.pixel_text import PixelTextDetector, PixelTextSettings
-from imaging.steps.header import PUBLISHED, dicom_date, header_text, read_columns
 from imaging.issuers import IssuerPolicy
 from imaging.provenance import source_uid_hash
 from imaging.pseudonym import Pseudonymizer
 from imaging.records import BatchStep, LinkedImage, PublishedImage, Quarantined, outcome_schema
+from imaging.steps.clinical import ClinicalPolicy
+from imaging.steps.header import PUBLISHED, dicom_date, header_text, read_columns
 
 
 def batch_name(pseudonymizer: Pseudonymizer, date: str, site: str) -> str:
