@@ -205,7 +205,7 @@ class RecordedFacts:
         """The latest result of every check (ERROR and WARN) of `assets` on the partitions a release read.
 
         Per partition for per-run checks, one entry for a table-wide check, "not evaluated" where the
-        instance holds no evaluation: see `imaging.quality.release_checks`. Results, run ids and times
+        instance holds no evaluation: see `imaging.quality.gate.release_checks`. Results, run ids and times
         only; no check metadata (offender pseudonyms stay in Dagster).
         """
         read = sorted(set(partitions_read))

@@ -1,4 +1,4 @@
-"""The pure data-quality rules (imaging/quality.py): no Spark, no Dagster."""
+"""The pure data-quality rules (imaging/quality/): no Spark, no Dagster."""
 
 import json
 
