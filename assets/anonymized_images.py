@@ -11,11 +11,11 @@ from assets.checks import check_results, check_specs, quality_context, summary
 from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.catalogue import ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, DEIDENTIFIED, LEDGER, LINKED, manifest
+from imaging.driver.run_summary import StageClock, StepSummary
 from imaging.governance.datacard import DeidSummary
 from imaging.issuers import SUSPECT, IssuerPolicy
 from imaging.quality.gate import covering
 from imaging.records import QUARANTINED
-from imaging.run_summary import StageClock, StepSummary
 from imaging.steps.anonymize import AnonymizeJob, batch_name
 from imaging.steps.clinical import load_policy
 from resources.deid import Deidentifier

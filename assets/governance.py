@@ -12,7 +12,7 @@ from dagster import AssetKey, TableColumn, TableColumnDep, TableColumnLineage, T
 
 from assets.partitions import SETTINGS
 from imaging.catalogue import LINKED, RAW_IMAGE_INDEX, Table, manifest
-from imaging.config import read_yaml
+from imaging.driver.config import read_yaml
 from imaging.governance.code_version import code_version, module_files
 from imaging.governance.disclosure import DisclosurePolicy
 from imaging.governance.lineage import MANIFEST, RELEASE, column_lineage, dagster_column_deps

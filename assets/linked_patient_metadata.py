@@ -9,9 +9,9 @@ from assets.linkage import as_of_join
 from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.catalogue import CLINICAL_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX
+from imaging.driver.run_summary import StageClock, StepSummary
 from imaging.quality.gate import covering
 from imaging.records import QUARANTINED, ClinicalExtract, ClinicalRow, SiteDay, schema_of
-from imaging.run_summary import StageClock, StepSummary
 from imaging.steps.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH, ExtractJob, extracts_needed, load_policy
 from resources.deid import Deidentifier
 from resources.landing import LandingZone

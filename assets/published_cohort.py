@@ -15,7 +15,7 @@ from assets.governance import (CODE_VERSIONS, DISCLOSURE, LINEAGE, OWNERS, colum
                                tags)
 from imaging import fs as fsx
 from imaging.catalogue import COHORTS, DEIDENTIFIED, LEDGER, manifest
-from imaging.config import PLATFORM_DIR
+from imaging.driver.config import PLATFORM_DIR
 from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH, UNCHANGED, ApprovalError, Decision,
                                          ReleaseKey, ReleasePlan, building_url, carry_out, decide, list_held,
                                          load_approval, manifest_id)

@@ -11,9 +11,9 @@ from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging import fs as fsx
 from imaging.catalogue import INDEX_QUARANTINE, RAW_IMAGE_INDEX
+from imaging.driver.run_summary import StageClock, StepSummary
 from imaging.quality.gate import covering
 from imaging.records import QUARANTINED, SiteDay, SiteDayFolder, schema_of
-from imaging.run_summary import StageClock, StepSummary
 from imaging.steps.index import DUPLICATES, ELSEWHERE, LIST, IndexJob, IndexRules, site_day_url
 from resources.deid import Deidentifier
 from resources.landing import LandingZone

@@ -182,8 +182,8 @@ def platform_loop(t: Tree, scratch: Path) -> float:
     write, output hash) on each file. CPU["ocr"] is the CPU spent in the OCR check alone."""
     import dataclasses
 
-    from imaging.config import load_settings
     from imaging.deid.pixel_text import PixelTextDetector
+    from imaging.driver.config import load_settings
     from imaging.records import IndexedImage, LinkedImage, ListedFile
     from imaging.steps.anonymize import AnonymizeJob
     from imaging.steps.clinical import load_policy

@@ -33,7 +33,7 @@ from imaging.records import BatchStep, to_batch
 _SHIPPED: set[int] = set()
 PACKAGE = Path(__file__).resolve().parents[1] / "imaging"
 # Subpackages only the driver runs: left out of the executors' code archive (ARCHITECTURE.md, the layout).
-DRIVER_ONLY = ("governance",)
+DRIVER_ONLY = ("governance", "driver")
 
 
 # Environment the tasks read (imaging/fs.py: gcsfs's endpoint, project and settings). A classic

@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 
 from imaging.catalogue import ZONES, manifest as manifest_table
 from imaging.catalogue import LEDGER
-from imaging.commit import CommitBuilder
-from imaging.config import read_yaml
 from imaging.deid import RESEARCH_DEFAULT
 from imaging.deid.pixel_text import load_pixel_text_settings
+from imaging.driver.commit import CommitBuilder
+from imaging.driver.config import read_yaml
 from imaging.governance.bundle import ManifestEntry
 from imaging.governance.code_version import code_version, module_files
 from imaging.governance.cohort import CohortDefinition

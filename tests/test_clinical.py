@@ -2,7 +2,7 @@ import datetime as dt
 
 import pytest
 
-from imaging.config import read_yaml
+from imaging.driver.config import read_yaml
 from imaging.records import ClinicalExtract, ClinicalRow, Quarantined
 from imaging.steps.clinical import (PLACEHOLDER_ROW, ClinicalPolicy, ExtractError, age_in_years, birth_date_of,
                                     extract_date, parse_extract, read_extract)

@@ -1,6 +1,6 @@
 import pytest
 
-from imaging.config import PLATFORM_DIR
+from imaging.driver.config import PLATFORM_DIR
 from imaging.governance.cohort import CohortDefinition, load_cohorts
 
 

@@ -32,8 +32,8 @@ import pytest
 from pydicom.datadict import dictionary_keyword
 
 from fuzz_corpus import KINDS, MARK, write_corpus
-from imaging.config import read_yaml
 from imaging.deid import RESEARCH_DEFAULT, load_pixel_text_settings, quiet
+from imaging.driver.config import read_yaml
 from imaging.issuers import IssuerPolicy
 from imaging.records import IndexedImage, LinkedImage, ListedFile, PublishedImage, Quarantined
 from imaging.steps.anonymize import AnonymizeJob

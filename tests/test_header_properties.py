@@ -18,8 +18,8 @@ import pydicom
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from imaging.config import read_yaml
 from imaging.deid import RESEARCH_DEFAULT, load_pixel_text_settings, quiet
+from imaging.driver.config import read_yaml
 from imaging.issuers import IssuerPolicy
 from imaging.quality.rules import load_quality_rules
 from imaging.records import IndexedImage, LinkedImage, ListedFile, PublishedImage, Quarantined

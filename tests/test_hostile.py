@@ -25,8 +25,8 @@ from conftest import DATES, SITES, publish_cohorts, run_assets
 from imaging import fs as fsx
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_QUARANTINE, INDEX_QUARANTINE, LEDGER,
                                LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX, manifest)
-from imaging.config import read_yaml
 from imaging.deid import RESEARCH_DEFAULT, load_pixel_text_settings, quiet
+from imaging.driver.config import read_yaml
 from imaging.issuers import IssuerPolicy
 from imaging.records import IndexedImage, LinkedImage, ListedFile, PublishedImage
 from imaging.steps.anonymize import AnonymizeJob

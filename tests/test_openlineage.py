@@ -15,8 +15,8 @@ from openlineage.client.serde import Serde
 
 from imaging.catalogue import manifest
 from imaging.catalogue import LINKED as LINKED_TABLE
-from imaging.config import read_yaml
 from imaging.deid import RESEARCH_DEFAULT
+from imaging.driver.config import read_yaml
 from imaging.governance.code_version import code_version, module_files
 from imaging.governance.disclosure import DisclosurePolicy
 from imaging.governance.lineage import (LINKED, MANIFEST, PSEUDONYMISED, RELEASE, KEPT, column_lineage,

@@ -17,7 +17,7 @@ from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField,
 from assets import quality as q
 from assets.linkage import as_of_join
 from imaging.catalogue import LINKED, RAW_IMAGE_INDEX
-from imaging.config import read_yaml
+from imaging.driver.config import read_yaml
 from imaging.pseudonym import Pseudonymizer
 from imaging.quality.rules import load_quality_rules
 from imaging.records import ClinicalRow, schema_of

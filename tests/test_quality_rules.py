@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from imaging.config import read_yaml
+from imaging.driver.config import read_yaml
 from imaging.pseudonym import Pseudonymizer
 from imaging.quality.columns import java_date_pattern
 from imaging.quality.gate import (CheckEvaluation, blocking_message, latest_by_partition, publication_blockers,

@@ -4,8 +4,8 @@ from collections import Counter
 
 import pytest
 
-from imaging.config import read_yaml
 from imaging.deid import RESEARCH_DEFAULT
+from imaging.driver.config import read_yaml
 from imaging.governance.datacard import BREAKDOWN_COLUMNS, MISSING, breakdown_sql, counts_sql
 from imaging.governance.disclosure import DisclosurePolicy, class_sizes
 from imaging.governance.lineage import column_lineage, release_columns, release_row

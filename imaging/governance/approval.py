@@ -10,7 +10,7 @@ Layout (`<warehouse>` is the warehouse root):
 
 `decide` is the whole policy, pure: the asset builds the bundle (its id is its content), then asks
 what to do with it. `carry_out` is the one way its answers are done: staged in the run's crash-safe
-commit (`imaging.commit`), so a run's releases appear together or not at all. The rest reads and
+commit (`imaging.driver.commit`), so a run's releases appear together or not at all. The rest reads and
 writes the small JSON records.
 """
 
@@ -23,7 +23,7 @@ from typing import Sequence
 
 from imaging import fs as fsx
 from imaging.catalogue import APPROVALS, COHORTS, HELD, Folder
-from imaging.commit import CommitBuilder
+from imaging.driver.commit import CommitBuilder
 from imaging.governance.bundle import APPROVAL, SUMS_FILE, content_key_of, verify_bundle
 from imaging.governance.cohort import CohortDefinition
 

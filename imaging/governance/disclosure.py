@@ -79,7 +79,7 @@ class DisclosurePolicy:
         """From the clinical policy's `quasi_identifiers:` list and `disclosure:` settings (a parsed
         clinical_policy.yaml; a ConfigError from imaging.config_files names every mistake).
 
-        `min_k` (IMAGING_MIN_K, see imaging.config) overrides the policy's minimum when given.
+        `min_k` (IMAGING_MIN_K, see imaging.driver.config) overrides the policy's minimum when given.
         """
         from imaging.config_files import ClinicalPolicyFile, validate
 

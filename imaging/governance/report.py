@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 
 from imaging.catalogue import ANONYMIZED_FILES, COHORTS, DEIDENTIFIED, HELD, IDENTIFIABLE, TABLES, manifest
-from imaging.config import load_settings
+from imaging.driver.config import load_settings
 from imaging.governance.approval import approval_copy, list_held, manifest_id
 from imaging.governance.bundle import verify_release
 from imaging.steps.clinical import load_policy

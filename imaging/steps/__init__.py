@@ -4,6 +4,6 @@
 value readers, DA dates), `clinical` (read an extract; the clinical policy the anonymizer applies),
 `anonymize` (de-identify one file, through `imaging.deid`) and `release` (copy a release's files,
 write its metadata). Shipped to the executors (resources/spark.py) with the shared foundations at the top
-of `imaging`, `imaging.deid` and `imaging.quality`; nothing here imports `imaging.governance`, which
-stays on the driver (tests/test_code_archive.py checks both).
+of `imaging`, `imaging.deid` and `imaging.quality`; nothing here imports `imaging.governance` or
+`imaging.driver`, which stay on the driver (tests/test_code_archive.py checks both).
 """
