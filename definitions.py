@@ -1,6 +1,6 @@
 """The platform's one Dagster code location: assets, resources and global policies.
 
-Every setting comes from `imaging.config.load_settings` (environment over `platform/`), so a
+Every setting comes from `imaging.driver.config.load_settings` (environment over `platform/`), so a
 deployment is configured by environment variables alone.
 """
 

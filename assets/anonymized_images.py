@@ -10,14 +10,14 @@ from assets import empty_day, quality as q
 from assets.checks import check_results, check_specs, quality_context, summary
 from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
-from imaging.anonymize import AnonymizeJob, batch_name
 from imaging.catalogue import ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, DEIDENTIFIED, LEDGER, LINKED, manifest
-from imaging.clinical import load_policy
+from imaging.driver.run_summary import StageClock, StepSummary
+from imaging.governance.datacard import DeidSummary
 from imaging.issuers import SUSPECT, IssuerPolicy
-from imaging.quality import covering
-from imaging.datacard import DeidSummary
+from imaging.quality.gate import covering
 from imaging.records import QUARANTINED
-from imaging.run_summary import StageClock, StepSummary
+from imaging.steps.anonymize import AnonymizeJob, batch_name
+from imaging.steps.clinical import load_policy
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.progress import SparkProgress

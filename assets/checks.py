@@ -29,10 +29,11 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 
 from assets import quality as q
 from imaging.catalogue import LEDGER, RAW_IMAGE_INDEX, manifest
-from imaging.clinical import load_policy
-from imaging.quality import (ERROR, CheckEvaluation, CheckOutcome, CheckRule, QualityRules, ReleaseCheck,
-                             blocking_message, latest_by_partition, load_quality_rules, publication_blockers,
-                             release_checks)
+from imaging.quality.gate import (CheckEvaluation, ReleaseCheck, blocking_message, latest_by_partition,
+                                  publication_blockers, release_checks)
+from imaging.quality.outcomes import CheckOutcome
+from imaging.quality.rules import ERROR, CheckRule, QualityRules, load_quality_rules
+from imaging.steps.clinical import load_policy
 from resources.deid import Deidentifier
 from resources.spark import SparkResource
 from resources.warehouse import Warehouse
@@ -204,7 +205,7 @@ class RecordedFacts:
         """The latest result of every check (ERROR and WARN) of `assets` on the partitions a release read.
 
         Per partition for per-run checks, one entry for a table-wide check, "not evaluated" where the
-        instance holds no evaluation: see `imaging.quality.release_checks`. Results, run ids and times
+        instance holds no evaluation: see `imaging.quality.gate.release_checks`. Results, run ids and times
         only; no check metadata (offender pseudonyms stay in Dagster).
         """
         read = sorted(set(partitions_read))

@@ -25,9 +25,10 @@ from assets import quality as q
 from assets.checks import check_results, quality_context, summary
 from imaging import fs as fsx
 from imaging.catalogue import Folder, Table
-from imaging.commit import CommitBuilder
-from imaging.quality import CheckOutcome, Distribution, covering, evaluate_balance, evaluate_max
-from imaging.run_summary import StageClock, StepSummary
+from imaging.driver.commit import CommitBuilder
+from imaging.driver.run_summary import StageClock, StepSummary
+from imaging.quality.gate import covering
+from imaging.quality.outcomes import CheckOutcome, Distribution, evaluate_balance, evaluate_max
 from resources.deid import Deidentifier
 from resources.warehouse import Warehouse
 

@@ -1,7 +1,7 @@
 """What the asset definitions say about themselves: owners, tags, derived code versions, column schemas
 and column lineage (Dagster's `dagster/column_schema` and `dagster/column_lineage`).
 
-Code versions are derived (imaging/code_version.py): a hash of each asset's module and the core
+Code versions are derived (imaging/governance/code_version.py): a hash of each asset's module and the core
 modules it runs, plus the de-identification options and the clinical policy where they decide the
 output. Edit any of them and Dagster shows the asset as changed; nobody bumps a number by hand.
 """
@@ -12,11 +12,11 @@ from dagster import AssetKey, TableColumn, TableColumnDep, TableColumnLineage, T
 
 from assets.partitions import SETTINGS
 from imaging.catalogue import LINKED, RAW_IMAGE_INDEX, Table, manifest
-from imaging.clinical import load_policy
-from imaging.code_version import code_version, module_files
-from imaging.config import read_yaml
-from imaging.disclosure import DisclosurePolicy
-from imaging.lineage import MANIFEST, RELEASE, column_lineage, dagster_column_deps
+from imaging.driver.config import read_yaml
+from imaging.governance.code_version import code_version, module_files
+from imaging.governance.disclosure import DisclosurePolicy
+from imaging.governance.lineage import MANIFEST, RELEASE, column_lineage, dagster_column_deps
+from imaging.steps.clinical import load_policy
 
 OWNERS = ["team:imaging-platform"]
 POLICY_SPEC = read_yaml("clinical_policy.yaml")
@@ -26,13 +26,15 @@ LINEAGE = tuple(column_lineage(POLICY, SETTINGS.deid_options, DISCLOSURE))
 
 _COMMON = ("imaging.records", "imaging.catalogue", "imaging.fs")
 _MODULES = {
-    "raw_image_index": ("assets.raw_image_index", "imaging.index", *_COMMON),
-    "linked_patient_metadata": ("assets.linked_patient_metadata", "imaging.clinical", *_COMMON),
-    "anonymized_images": ("assets.anonymized_images", "imaging.anonymize", "imaging.deid", "imaging.clinical",
-                          "imaging.pseudonym", "imaging.provenance", *_COMMON),
-    "published_cohort": ("assets.published_cohort", "imaging.release", "imaging.release_bundle", "imaging.bundle",
-                         "imaging.datacard", "imaging.disclosure", "imaging.lineage", "imaging.lineage_events",
-                         "imaging.approval", "imaging.cohort", *_COMMON),
+    "raw_image_index": ("assets.raw_image_index", "imaging.steps.index", "imaging.steps.header", *_COMMON),
+    "linked_patient_metadata": ("assets.linked_patient_metadata", "imaging.steps.clinical", *_COMMON),
+    "anonymized_images": ("assets.anonymized_images", "imaging.steps.anonymize", "imaging.steps.header",
+                          "imaging.deid", "imaging.steps.clinical", "imaging.pseudonym", "imaging.provenance",
+                          *_COMMON),
+    "published_cohort": ("assets.published_cohort", "imaging.steps.release", "imaging.governance.release_bundle",
+                         "imaging.governance.bundle", "imaging.governance.datacard", "imaging.governance.disclosure",
+                         "imaging.governance.lineage", "imaging.governance.lineage_events",
+                         "imaging.governance.approval", "imaging.governance.cohort", *_COMMON),
 }
 # What besides code decides each asset's output.
 _DECIDED_BY = {
@@ -68,7 +70,7 @@ def _describe(table: str, column: str) -> str:
 
 
 def column_lineage(table: str) -> TableColumnLineage:
-    """`dagster/column_lineage` of the manifest (MANIFEST) or a release (RELEASE), from imaging.lineage."""
+    """`dagster/column_lineage` of the manifest (MANIFEST) or a release (RELEASE), from imaging.governance.lineage."""
     return TableColumnLineage(deps_by_column={
         column: [TableColumnDep(asset_key=AssetKey(asset), column_name=name) for asset, name in deps]
         for column, deps in dagster_column_deps(LINEAGE, table).items()})

@@ -1,7 +1,7 @@
 """landing_zone: the landing zone as an observable source asset, one data version per site-day.
 
 Not materialized by the platform (the hospital's systems write it); observed. Each landed
-site-day's version is the content hash of its listing (`imaging.landing`), so the UI shows which
+site-day's version is the content hash of its listing (`imaging.driver.landing`), so the UI shows which
 site-days have landed and when one changed, and `raw_image_index` (which depends on it, partition
 for partition) shows as stale when its site-day's files changed after it ran. Site-days with no
 files get no version. Observed by `landing_sensor` on each tick, or from the UI ("Observe").
@@ -16,7 +16,7 @@ from dagster import (DataVersion, DataVersionsByPartition, MultiPartitionsDefini
                      observable_source_asset)
 
 from assets.partitions import PARTITIONS, SETTINGS
-from imaging.landing import DateRange, LandingScan, scan_landing
+from imaging.driver.landing import DateRange, LandingScan, scan_landing
 from resources.landing import LandingZone
 
 KEY = "landing_zone"

@@ -9,10 +9,10 @@ from assets.linkage import as_of_join
 from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.catalogue import CLINICAL_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX
-from imaging.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH, ExtractJob, extracts_needed, load_policy
-from imaging.quality import covering
+from imaging.driver.run_summary import StageClock, StepSummary
+from imaging.quality.gate import covering
 from imaging.records import QUARANTINED, ClinicalExtract, ClinicalRow, SiteDay, schema_of
-from imaging.run_summary import StageClock, StepSummary
+from imaging.steps.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH, ExtractJob, extracts_needed, load_policy
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.spark import SparkResource, frame_of, map_batches
@@ -61,7 +61,7 @@ def linked_patient_metadata(context: AssetExecutionContext, spark: SparkResource
     # An extract is read for every later date but accounted (or quarantined) once, in its own day.
     bad = parsed.where(QUARANTINED).join(frame_of(session, keys, schema_of(SiteDay)), ["date", "site"], "left_semi")
 
-    # The link step's rule (imaging/clinical.py): an image dated before its record's birth is held back.
+    # The link step's rule (imaging/steps/clinical.py): an image dated before its record's birth is held back.
     joined = as_of_join(images, clinical).withColumn(
         "reason", F.when(q.study_date(F.col("study_date")) < q.birth_date(policy), F.lit(STUDY_BEFORE_BIRTH))).persist()
     linked = joined.where(~F.expr(QUARANTINED)).drop("reason")

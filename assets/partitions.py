@@ -7,7 +7,7 @@ import warnings
 from dagster import (AssetExecutionContext, BackfillPolicy, BetaWarning, DailyPartitionsDefinition,
                      MultiPartitionKey, MultiPartitionsDefinition, StaticPartitionsDefinition)
 
-from imaging.config import Settings, load_settings
+from imaging.driver.config import Settings, load_settings
 from imaging.records import SiteDay
 
 

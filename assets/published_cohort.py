@@ -14,21 +14,21 @@ from assets.checks import RULES, RecordedFacts, check_results, check_specs, publ
 from assets.governance import (CODE_VERSIONS, DISCLOSURE, LINEAGE, OWNERS, column_lineage, definition_metadata,
                                tags)
 from imaging import fs as fsx
-from imaging.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH, UNCHANGED, ApprovalError, Decision,
-                              ReleaseKey, ReleasePlan, building_url, carry_out, decide, list_held, load_approval,
-                              manifest_id)
-from imaging.bundle import content_key_of, parse_manifest
 from imaging.catalogue import COHORTS, DEIDENTIFIED, LEDGER, manifest
-from imaging.clinical import load_policy
-from imaging.cohort import CohortDefinition, load_cohorts
-from imaging.config import PLATFORM_DIR
-from imaging.datacard import (BREAKDOWN_COLUMNS, CheckResult, CodeVersion, DataCardInputs, DeidSummary,
-                              InputPartition, ReleaseCounts, Selection, breakdown_sql, counts_sql)
-from imaging.disclosure import k_anonymity
-from imaging.quality import NOT_EVALUATED, PASSED
-from imaging.lineage import RELEASE, release_columns
-from imaging.release import CopyJob, WriteParquet
-from imaging.release_bundle import CheckedRelease, finish_release
+from imaging.driver.config import PLATFORM_DIR
+from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH, UNCHANGED, ApprovalError, Decision,
+                                         ReleaseKey, ReleasePlan, building_url, carry_out, decide, list_held,
+                                         load_approval, manifest_id)
+from imaging.governance.bundle import content_key_of, parse_manifest
+from imaging.governance.cohort import CohortDefinition, load_cohorts
+from imaging.governance.datacard import (BREAKDOWN_COLUMNS, CheckResult, CodeVersion, DataCardInputs, DeidSummary,
+                                         InputPartition, ReleaseCounts, Selection, breakdown_sql, counts_sql)
+from imaging.governance.disclosure import k_anonymity
+from imaging.governance.lineage import RELEASE, release_columns
+from imaging.governance.release_bundle import CheckedRelease, finish_release
+from imaging.quality.gate import NOT_EVALUATED, PASSED
+from imaging.steps.clinical import load_policy
+from imaging.steps.release import CopyJob, WriteParquet
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.spark import SparkResource, map_batches

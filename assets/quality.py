@@ -19,14 +19,15 @@ from typing import Iterable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, functions as F
 
-from imaging.clinical import ClinicalPolicy
 from imaging.config_files import load_file
-from imaging.index import MANDATORY as MANDATORY_ATTRIBUTES
+from imaging.governance.bundle import verify_release
 from imaging.pseudonym import Pseudonymizer
-from imaging.quality import (CheckOutcome, CheckRule, Distribution, Offender, QualityRules, birth_date_columns,
-                             evaluate_balance, evaluate_max, identity_columns, java_date_pattern,
-                             patient_offender, uid_offender)
-from imaging.release import verify_release
+from imaging.quality.columns import birth_date_columns, identity_columns, java_date_pattern
+from imaging.quality.outcomes import (CheckOutcome, Distribution, Offender, evaluate_balance, evaluate_max,
+                                      patient_offender, uid_offender)
+from imaging.quality.rules import CheckRule, QualityRules
+from imaging.steps.clinical import ClinicalPolicy
+from imaging.steps.index import MANDATORY as MANDATORY_ATTRIBUTES
 
 RAW = "raw_image_index"
 LINKED = "linked_patient_metadata"
@@ -182,7 +183,7 @@ def sop_instance_uid_in_one_partition(index: DataFrame, ctx: QualityContext) -> 
                         details={"most_partitions_for_one_uid": int(stats["most"] or 0)})
 
 
-# The index's own rule (imaging.index.MANDATORY) quarantines such instances: this check guards that invariant.
+# The index's own rule (imaging.steps.index.MANDATORY) quarantines such instances: this check guards that invariant.
 MANDATORY = tuple(field_name for field_name, _ in MANDATORY_ATTRIBUTES)
 
 
@@ -405,7 +406,7 @@ def manifest_files(manifest: DataFrame, root: str, ctx: QualityContext) -> Check
     The files are hashed on the executors (mapInPandas); only counts and the top pseudonyms
     come back.
     """
-    from imaging.quality import verify_file_frames  # pure; shipped to executors with `imaging`
+    from imaging.quality.files import verify_file_frames  # pure; shipped to executors with `imaging`
 
     rule = ctx.rule(ANONYMIZED, "manifest_files")
     status = manifest.select("batch", "patient_pseudonym", "output_path", "sha256").mapInPandas(

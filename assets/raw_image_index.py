@@ -11,10 +11,10 @@ from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging import fs as fsx
 from imaging.catalogue import INDEX_QUARANTINE, RAW_IMAGE_INDEX
-from imaging.index import DUPLICATES, ELSEWHERE, LIST, IndexJob, IndexRules, site_day_url
-from imaging.quality import covering
+from imaging.driver.run_summary import StageClock, StepSummary
+from imaging.quality.gate import covering
 from imaging.records import QUARANTINED, SiteDay, SiteDayFolder, schema_of
-from imaging.run_summary import StageClock, StepSummary
+from imaging.steps.index import DUPLICATES, ELSEWHERE, LIST, IndexJob, IndexRules, site_day_url
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.progress import SparkProgress
@@ -107,7 +107,7 @@ def raw_image_index(context: AssetExecutionContext, spark: SparkResource, landin
 
 
 def one_partition_per_instance(outcomes: DataFrame, elsewhere: DataFrame) -> DataFrame:
-    """The duplicate rules of imaging/index.py as windows: a second file of an instance in one site-day
+    """The duplicate rules of imaging/steps/index.py as windows: a second file of an instance in one site-day
     (DUPLICATES), then one in another site-day of the run or already indexed in a site-day outside
     it (`elsewhere`, rows of the table; ELSEWHERE), is quarantined with the rule's reason."""
     def later_copy(rule) -> Column:

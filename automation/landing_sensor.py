@@ -1,6 +1,6 @@
 """landing_sensor: runs exactly the site-days that are new or changed in the landing zone.
 
-Each tick lists the landing zone once (`imaging.landing.scan_landing`), records the version of every
+Each tick lists the landing zone once (`imaging.driver.landing.scan_landing`), records the version of every
 new or changed site-day as an observation of `landing_zone`, and requests one run per such
 site-day over the partitioned image assets, with run key `<date>|<site>@<version>` so the same
 landing is never run twice. The cursor keeps the version last requested per site-day. On its first
@@ -23,7 +23,7 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from assets.landing_zone import KEY as LANDING_KEY, scan
 from assets.partitions import SETTINGS
-from imaging.landing import plan_requests
+from imaging.driver.landing import plan_requests
 from resources.landing import LandingZone
 
 # The partitioned chain a landed site-day feeds, run together in one run (one Spark session).

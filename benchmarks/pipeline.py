@@ -182,12 +182,12 @@ def platform_loop(t: Tree, scratch: Path) -> float:
     write, output hash) on each file. CPU["ocr"] is the CPU spent in the OCR check alone."""
     import dataclasses
 
-    from imaging.anonymize import AnonymizeJob
-    from imaging.clinical import load_policy
-    from imaging.config import load_settings
     from imaging.deid.pixel_text import PixelTextDetector
-    from imaging.index import index_file
+    from imaging.driver.config import load_settings
     from imaging.records import IndexedImage, LinkedImage, ListedFile
+    from imaging.steps.anonymize import AnonymizeJob
+    from imaging.steps.clinical import load_policy
+    from imaging.steps.index import index_file
     from resources.deid import Deidentifier
 
     settings = load_settings({**os.environ, "IMAGING_PSEUDONYM_KEY": "benchmark-key-not-a-secret-" + "b" * 8})

@@ -50,7 +50,7 @@ def session(strategy: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from imaging.config import read_yaml
+    from imaging.driver.config import read_yaml
 
     builder = SparkSession.builder.appName(f"skew-{strategy}")
     config = {k: str(v) for k, v in read_yaml("spark.yaml").items()}
@@ -118,10 +118,10 @@ def generate(spark, rows: int, hot_share: float, folder: str):
 
 def run_checks(index, clinical, linked, gx: bool) -> dict:
     from assets import quality as q
-    from imaging.clinical import ClinicalPolicy
-    from imaging.config import read_yaml
+    from imaging.driver.config import read_yaml
     from imaging.pseudonym import Pseudonymizer
-    from imaging.quality import load_quality_rules
+    from imaging.quality.rules import load_quality_rules
+    from imaging.steps.clinical import ClinicalPolicy
 
     ctx = q.QualityContext(load_quality_rules(), Pseudonymizer("benchmark-key-not-secret"), {}, "NHS",
                            today=dt.date(2024, 6, 1))

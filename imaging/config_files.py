@@ -33,17 +33,21 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, RootModel, StringConstraints, ValidationError, create_model,
                       field_validator, model_validator)
 
-from imaging.clinical import ACTIONS
 from imaging.deid.options import BY_NAME as DEID_OPTIONS, FULL_DATES, MODIFIED_DATES
 from imaging.deid.pixel_text import PAGE_SEGMENTATION, THRESHOLDING, PixelTextSettings
-from imaging.disclosure import DEFAULT_MIN_K, DEFAULT_SUPPRESS_BELOW
 from imaging.issuers import normalise
-from imaging.quality import BALANCE, QUALITY_CHECKS, SEVERITIES, SUITE
+from imaging.quality.rules import BALANCE, QUALITY_CHECKS, SEVERITIES, SUITE
+from imaging.steps.clinical import ACTIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PLATFORM_DIR = REPO_ROOT / "platform"
 # `platform/` holds configuration only; IMAGING_PLATFORM_DIR lets a deployment keep it elsewhere.
 PLATFORM_DIR = Path(os.environ.get("IMAGING_PLATFORM_DIR", DEFAULT_PLATFORM_DIR))
+
+
+# The disclosure control's defaults (imaging/governance/disclosure.py), for a policy file that omits them.
+DEFAULT_MIN_K = 5
+DEFAULT_SUPPRESS_BELOW = 10
 
 
 class ConfigError(ValueError):

@@ -6,6 +6,7 @@ nothing after the first; callers still take one per partition, never one per rec
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -193,3 +194,13 @@ def _same_store(a: fsspec.AbstractFileSystem, b: fsspec.AbstractFileSystem) -> b
 def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     return protocol in ("file", "local")
+
+
+def sha256_url(url: str) -> str:
+    """The sha256 of a file, streamed (the one file hash of the platform: releases, checks, review)."""
+    fs, path = filesystem(url)
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

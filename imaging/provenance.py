@@ -36,7 +36,7 @@ class ProvenanceRecord:
     output_sha256: str
     deid_profile: str  # standard and engine, e.g. "DICOM PS3.15 Annex E ... / imaging.deid 1.0.0"
     deid_options: str  # comma-separated option names, in declaration order
-    code_version: str  # of the anonymizing asset (imaging.code_version)
+    code_version: str  # of the anonymizing asset (imaging.governance.code_version)
     run_id: str  # the Dagster run that wrote the file
     run_started_at: str  # ISO 8601, UTC
     date: str  # partition: the landing day

@@ -27,7 +27,7 @@ DAY_SECONDS = 86400
 KEY_VARIABLE = "IMAGING_PSEUDONYM_KEY"
 # A deployment's key must be at least this many bytes (UTF-8): HMAC-SHA256's own output size, so the key
 # is not the weaker part. `Pseudonymizer` itself takes any non-empty key (pure unit tests use short ones);
-# the key a run uses goes through `check_key` first (imaging.config, resources/deid.py).
+# the key a run uses goes through `check_key` first (imaging.driver.config, resources/deid.py).
 MIN_KEY_BYTES = 32
 # The demo's key, in this one place: platform/demo-env.sh exports the same literal (a test holds the two
 # equal), and a data card whose key fingerprint is this key's says "demo key: not for real data".

@@ -11,7 +11,7 @@ cp platform/dagster.yaml "$DAGSTER_HOME/dagster.yaml"
 # Three demo days from the configured start date, for every configured site.
 read -r SITES FIRST LAST < <(.venv/bin/python -c '
 import datetime as dt
-from imaging.config import load_settings
+from imaging.driver.config import load_settings
 s = load_settings(); d0 = dt.date.fromisoformat(s.start_date)
 print(",".join(s.sites), d0, d0 + dt.timedelta(days=2))')
 FIRST_SITE="${SITES%%,*}"; LAST_SITE="${SITES##*,}"
@@ -49,7 +49,7 @@ echo "== Materializing published_cohort again: publishes exactly what was approv
 .venv/bin/dagster asset materialize -m definitions --select published_cohort
 
 echo "== What was made"
-.venv/bin/python -m imaging.report
+.venv/bin/python -m imaging.governance.report
 release="$(ls -d "$IMAGING_WAREHOUSE"/deidentified/cohorts/*/v* | head -1)"
 echo "== The lineage of one published release, as a governance reviewer sees it (IMAGING_WAREHOUSE set)"
 .venv/bin/imaging-review "$release" --html "$PWD/data/review.html" | grep -v '^    \|^  images/'

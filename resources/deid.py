@@ -18,7 +18,7 @@ class Deidentifier(ConfigurableResource):
 
     pseudonym_key: str
     options: list[str]
-    issuers: dict  # platform/issuers.yaml, as loaded by imaging.config
+    issuers: dict  # platform/issuers.yaml, as loaded by imaging.driver.config
     pixel_text: dict  # platform/pixel_text.yaml
 
     def setup_for_execution(self, context: InitResourceContext) -> None:

@@ -6,7 +6,7 @@
 A classic session (local or a cluster master) is polled through its status tracker, with the block's
 jobs put in their own job group. A Spark Connect session has no SparkContext, so no status tracker:
 there the client's progress handler (`registerProgressHandler`, fed by the server's execution
-progress messages) supplies the same stage counts. Either way `imaging.progress` turns counts into
+progress messages) supplies the same stage counts. Either way `imaging.driver.progress` turns counts into
 at most one line every `interval_seconds`, and one closing line; nothing is logged per file.
 """
 
@@ -20,7 +20,7 @@ from typing import Iterator
 
 from dagster import ConfigurableResource
 
-from imaging.progress import ProgressMeter, ProgressReport, StageCounts
+from imaging.driver.progress import ProgressMeter, ProgressReport, StageCounts
 
 
 def is_connect(session) -> bool:

@@ -32,6 +32,8 @@ from imaging.records import BatchStep, to_batch
 
 _SHIPPED: set[int] = set()
 PACKAGE = Path(__file__).resolve().parents[1] / "imaging"
+# Subpackages only the driver runs: left out of the executors' code archive (ARCHITECTURE.md, the layout).
+DRIVER_ONLY = ("governance", "driver")
 
 
 # Environment the tasks read (imaging/fs.py: gcsfs's endpoint, project and settings). A classic
@@ -196,11 +198,14 @@ def map_batches(df, step: BatchStep):
 
 
 def code_archive() -> str:
-    """The pure `imaging` package as a zip named by its content (a changed package is a new name)."""
+    """The pure `imaging` package, less its driver-only subpackages (`DRIVER_ONLY`), as a zip named by its
+    content (a changed package is a new name)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(PACKAGE.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
+            relative = path.relative_to(PACKAGE)
+            if (path.is_file() and "__pycache__" not in path.parts
+                    and not (len(relative.parts) > 1 and relative.parts[0] in DRIVER_ONLY)):
                 info = zipfile.ZipInfo(str(path.relative_to(PACKAGE.parent)), date_time=(2000, 1, 1, 0, 0, 0))
                 archive.writestr(info, path.read_bytes())
     data = buffer.getvalue()

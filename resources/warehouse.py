@@ -1,7 +1,7 @@
 """The warehouse: the catalogue's tables and folders under one root, written by crash-safe commits.
 
 `identifiable/` is restricted; `deidentified/` must be safe to publish (see imaging/catalogue.py).
-A run stages everything it writes, then commits it through the journal of `imaging/commit.py`:
+A run stages everything it writes, then commits it through the journal of `imaging/driver/commit.py`:
 its outputs become visible together or not at all, and each covered partition is replaced whole
 (an empty result leaves the partition empty, not stale). The first thing a run does with the
 warehouse is `recover`, which finishes or undoes whatever a dead run left.
@@ -15,8 +15,8 @@ from dagster import ConfigurableResource, InitResourceContext
 
 from imaging import fs as fsx
 from imaging.catalogue import DEIDENTIFIED, IDENTIFIABLE, ZONES, Folder, Table, partition_dir
-from imaging.commit import CommitBuilder, Recovery, recover
-from imaging.run_summary import Footprint
+from imaging.driver.commit import CommitBuilder, Recovery, recover
+from imaging.driver.run_summary import Footprint
 from resources.gcs import check_buckets
 from resources.spark import spark_schema
 

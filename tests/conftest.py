@@ -65,7 +65,7 @@ def run_assets(defs, selection, partition_range=None, instance=None):
 def publish_cohorts(defs, warehouse_root, approver="test", instance=None):
     """published_cohort as an operator runs it: a run holds each release, every held one is approved
     (as `imaging-review approve` records it), and the next run publishes what was approved."""
-    from imaging.approval import list_held, record_approval
+    from imaging.governance.approval import list_held, record_approval
 
     run_assets(defs, ["published_cohort"], instance=instance)
     for held in list_held(str(warehouse_root)):

@@ -1,6 +1,6 @@
 """Stop a process at a named step of a commit: the crash-safety tests' fault injection.
 
-imaging/commit.py calls `on_step(label, step)` after each named step of a commit, and does nothing
+imaging/driver/commit.py calls `on_step(label, step)` after each named step of a commit, and does nothing
 there. `crash_at` installs a replacement that stops the process at one point, named
 `"<label>:<step>"` (e.g. `"anonymized_images:swap-1"`), in one of three ways:
 
@@ -57,10 +57,10 @@ def crash_at(point: str, mode: str = "raise", paused_file: str | None = None):
 
 
 def stopping_at(monkeypatch, point: str, mode: str = "raise", paused_file: str | None = None) -> None:
-    """Install `crash_at(point, ...)` as imaging.commit's `on_step` until `monkeypatch` is undone."""
-    import imaging.commit
+    """Install `crash_at(point, ...)` as imaging.driver.commit's `on_step` until `monkeypatch` is undone."""
+    import imaging.driver.commit
 
-    monkeypatch.setattr(imaging.commit, "on_step", crash_at(point, mode, paused_file))
+    monkeypatch.setattr(imaging.driver.commit, "on_step", crash_at(point, mode, paused_file))
 
 
 def main(argv: list[str]) -> int:
@@ -72,10 +72,10 @@ def main(argv: list[str]) -> int:
     # The project from the working directory, as the `dagster` script sees it there (not tests/, this
     # script's own folder, which Python put first).
     sys.path[0] = os.getcwd()
-    import imaging.commit
+    import imaging.driver.commit
     from dagster._cli import main as dagster_main
 
-    imaging.commit.on_step = crash_at(point, mode, paused_file or None)
+    imaging.driver.commit.on_step = crash_at(point, mode, paused_file or None)
     sys.argv = ["dagster", *args]
     return dagster_main()
 

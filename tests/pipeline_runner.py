@@ -20,8 +20,8 @@ def run(repo: str, partition: str) -> dict:
     from dagster import AssetSelection, DagsterInstance, define_asset_job
 
     from definitions import defs
-    from imaging.approval import list_held, record_approval
-    from imaging.config import load_settings
+    from imaging.driver.config import load_settings
+    from imaging.governance.approval import list_held, record_approval
 
     image_assets = ("raw_image_index", "linked_patient_metadata", "anonymized_images")
     jobs = [define_asset_job("images", selection=AssetSelection.assets(*image_assets)),

@@ -1,8 +1,8 @@
 """Small real releases without Spark: synthetic DICOM, indexed, de-identified, bundled.
 
-The steps are the pure bodies the assets run on executors (`imaging.index.index_partition`,
-`imaging.anonymize.anonymize_partition`), called directly on a handful of files, then
-`imaging.release_bundle.finish_release`. The provenance ledger is written as the anonymize step
+The steps are the pure bodies the assets run on executors (`imaging.steps.index.index_partition`,
+`imaging.steps.anonymize.anonymize_partition`), called directly on a handful of files, then
+`imaging.governance.release_bundle.finish_release`. The provenance ledger is written as the anonymize step
 will write it (one `ProvenanceRecord` per published image).
 """
 
@@ -19,27 +19,27 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from imaging.anonymize import AnonymizeJob
-from imaging.deid.pixel_text import load_pixel_text_settings
-from imaging.issuers import IssuerPolicy
-from imaging.bundle import ManifestEntry
 from imaging.catalogue import ZONES, manifest as manifest_table
-from imaging.clinical import ClinicalPolicy
-from imaging.code_version import code_version, module_files
-from imaging.commit import CommitBuilder
-from imaging.cohort import CohortDefinition
-from imaging.config import read_yaml
-from imaging.datacard import (MISSING, CheckResult, CodeVersion, DataCardInputs, DeidSummary, InputPartition,
-                              ReleaseCounts, Selection)
-from imaging.deid import RESEARCH_DEFAULT
-from imaging.disclosure import DisclosurePolicy, class_sizes, k_anonymity
-from imaging.index import index_file
-from imaging.lineage import column_lineage, release_row
 from imaging.catalogue import LEDGER
+from imaging.deid import RESEARCH_DEFAULT
+from imaging.deid.pixel_text import load_pixel_text_settings
+from imaging.driver.commit import CommitBuilder
+from imaging.driver.config import read_yaml
+from imaging.governance.bundle import ManifestEntry
+from imaging.governance.code_version import code_version, module_files
+from imaging.governance.cohort import CohortDefinition
+from imaging.governance.datacard import (MISSING, CheckResult, CodeVersion, DataCardInputs, DeidSummary, InputPartition,
+                                         ReleaseCounts, Selection)
+from imaging.governance.disclosure import DisclosurePolicy, class_sizes, k_anonymity
+from imaging.governance.lineage import column_lineage, release_row
+from imaging.governance.release_bundle import BuiltRelease, finish_release
+from imaging.issuers import IssuerPolicy
 from imaging.provenance import ProvenanceRecord, write_ledger
 from imaging.pseudonym import key_fingerprint
 from imaging.records import IndexedImage, LinkedImage, ListedFile
-from imaging.release_bundle import BuiltRelease, finish_release
+from imaging.steps.anonymize import AnonymizeJob
+from imaging.steps.clinical import ClinicalPolicy
+from imaging.steps.index import index_file
 from synth import generate_hospital
 
 KEY = "release-test-key-" + "k" * 16
@@ -71,12 +71,12 @@ def make_hospital(root: Path, patients: int = 4, min_k: int = 1) -> Hospital:
     spec = read_yaml("clinical_policy.yaml")
     policy = ClinicalPolicy.from_dict(spec)
     disclosure = DisclosurePolicy.from_dict({**spec, "disclosure": {"min_k": min_k}})
-    deid_version = code_version(module_files("imaging.anonymize", "imaging.deid", "imaging.clinical"),
+    deid_version = code_version(module_files("imaging.steps.anonymize", "imaging.deid", "imaging.steps.clinical"),
                                 RESEARCH_DEFAULT, spec)
     hospital = Hospital(root, warehouse, summary, policy, disclosure,
                         code_versions=(CodeVersion("anonymized_images", deid_version),
                                        CodeVersion("published_cohort",
-                                                   code_version(module_files("imaging.release_bundle"), (), spec))))
+                                                   code_version(module_files("imaging.governance.release_bundle"), (), spec))))
     staging = warehouse / "deidentified"
     publish = AnonymizeJob(KEY, RESEARCH_DEFAULT, policy, IssuerPolicy.from_dict(read_yaml("issuers.yaml")),
                            load_pixel_text_settings(read_yaml("pixel_text.yaml")), str(staging))()

@@ -2,10 +2,10 @@ import datetime as dt
 
 import pytest
 
-from imaging.clinical import (PLACEHOLDER_ROW, ClinicalPolicy, ExtractError, age_in_years, birth_date_of, extract_date,
-                              parse_extract, read_extract)
+from imaging.driver.config import read_yaml
 from imaging.records import ClinicalExtract, ClinicalRow, Quarantined
-from imaging.config import read_yaml
+from imaging.steps.clinical import (PLACEHOLDER_ROW, ClinicalPolicy, ExtractError, age_in_years, birth_date_of,
+                                    extract_date, parse_extract, read_extract)
 
 POLICY = ClinicalPolicy.from_dict(read_yaml("clinical_policy.yaml"))
 

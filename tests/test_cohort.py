@@ -1,7 +1,7 @@
 import pytest
 
-from imaging.cohort import CohortDefinition, load_cohorts
-from imaging.config import PLATFORM_DIR
+from imaging.driver.config import PLATFORM_DIR
+from imaging.governance.cohort import CohortDefinition, load_cohorts
 
 
 def test_shipped_definitions_load():

@@ -4,7 +4,7 @@ state of a clean commit; a crash before the intent leaves the old state, with no
 import pytest
 
 from crash import SimulatedCrash, points_of, stopping_at
-from imaging.commit import CommitBuilder, recover
+from imaging.driver.commit import CommitBuilder, recover
 
 
 def tree(root):

@@ -18,7 +18,7 @@ import yaml
 
 from imaging.config_files import (DEFAULT_PLATFORM_DIR, FILES, ConfigError, CohortFile, load_cohort_files, load_file,
                                   load_platform)
-from imaging.quality import QUALITY_CHECKS
+from imaging.quality.rules import QUALITY_CHECKS
 
 ROOT = Path(__file__).resolve().parents[1]
 

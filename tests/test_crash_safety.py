@@ -4,7 +4,7 @@ equals a clean run (Parquet compared by rows, every other file by bytes).
 A small hospital of one site-day is materialized twice as a reference: first without one DICOM
 file (the old state), then with it (the new state), asset by asset. Each case starts from the
 reference state before an asset, crashes that asset at a named point (tests/crash.py, through
-imaging/commit.py's `on_step`), checks that recovery leaves a consistent warehouse (every manifest row's file
+imaging/driver/commit.py's `on_step`), checks that recovery leaves a consistent warehouse (every manifest row's file
 present with its checksum, no staging left), re-runs the asset and compares with the reference.
 A second test SIGKILLs a real `dagster asset materialize` at several moments.
 """
@@ -25,8 +25,8 @@ import pytest
 from conftest import DATES, ROOT, SITES, run_assets
 from crash import SimulatedCrash, stopping_at
 from imaging.catalogue import ANONYMIZED_FILES, DEIDENTIFIED, LEDGER, manifest
-from imaging.clinical import load_policy
-from imaging.commit import recover
+from imaging.driver.commit import recover
+from imaging.steps.clinical import load_policy
 
 REPO = Path(__file__).resolve().parents[1]
 CRASH_RUNNER = Path(__file__).resolve().with_name("crash.py")

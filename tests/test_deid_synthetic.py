@@ -95,8 +95,8 @@ def test_broken_files_never_escape(hospital):
     """Junk the hospital writes (truncated, garbage, empty, notes) is quarantined by the index, with a
     reason; and read by force past the index, whatever dataset pydicom makes of it, the
     de-identification refuses it too, so no junk is ever written de-identified."""
-    from imaging.index import index_file
     from imaging.records import ListedFile, Quarantined
+    from imaging.steps.index import index_file
 
     forced = []
     assert set(hospital.broken_kinds.values()) == {"notes", "empty", "truncated", "garbage"}

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from imaging.approval import BLOCKED, HOLD, ReleaseKey, decide
-from imaging.config import read_yaml
-from imaging.disclosure import DisclosurePolicy, class_sizes, k_anonymity, suppress
+from imaging.driver.config import read_yaml
+from imaging.governance.approval import BLOCKED, HOLD, ReleaseKey, decide
+from imaging.governance.disclosure import DisclosurePolicy, class_sizes, k_anonymity, suppress
 from release_helpers import build_release, make_hospital
 
 
@@ -86,7 +86,7 @@ def test_a_release_with_a_small_class_is_blocked(tmp_path, policy):
 
 
 def test_the_minimum_k_can_be_set_by_environment():
-    from imaging.config import load_settings
+    from imaging.driver.config import load_settings
 
     assert load_settings({"IMAGING_MIN_K": "3"}).min_k == 3
     assert load_settings({}).min_k is None

@@ -11,8 +11,8 @@ from dagster import (AssetCheckKey, AssetKey, AssetSelection, DagsterInstance, D
                      define_asset_job)
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_QUARANTINE, INDEX_QUARANTINE, LINK_QUARANTINE,
-                               LEDGER, LINKED, RAW_IMAGE_INDEX, manifest, partition_dir)
+from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_QUARANTINE, INDEX_QUARANTINE,
+                               LINK_QUARANTINE, LEDGER, LINKED, RAW_IMAGE_INDEX, manifest, partition_dir)
 from imaging.records import SiteDay
 
 from conftest import ROOT, SITES
@@ -108,9 +108,9 @@ def test_empty_site_day_starts_no_spark_and_reports_every_check(defs, sessions_m
 def test_empty_site_day_empties_stale_partitions_through_the_journal(defs, sessions_made):
     """Partitions an earlier run filled are emptied by the empty run, still without Spark; every
     folder and table of the site-day is replaced, and nothing is left staged or journaled."""
-    from imaging.anonymize import batch_name
-    from imaging.clinical import load_policy
     from imaging.pseudonym import Pseudonymizer
+    from imaging.steps.anonymize import batch_name
+    from imaging.steps.clinical import load_policy
 
     batch = batch_name(Pseudonymizer(os.environ["IMAGING_PSEUDONYM_KEY"]), EMPTY.date, EMPTY.site)
     stale = [WAREHOUSE / t.path / partition_dir(t, EMPTY)
@@ -162,9 +162,9 @@ def test_empty_site_day_empties_stale_partitions_through_the_journal(defs, sessi
 def test_empty_day_outcomes_equal_sparks_on_empty_frames():
     """`assets/empty_day.py` reports what `assets/quality.py` computes on Spark over frames with no row."""
     from assets import empty_day, quality as q
-    from imaging.clinical import load_policy
-    from imaging.quality import covering
+    from imaging.quality.gate import covering
     from imaging.records import ClinicalRow, schema_of
+    from imaging.steps.clinical import load_policy
     from resources.deid import Deidentifier
     from resources.spark import SparkResource, spark_config, spark_schema
     from assets.checks import quality_context

@@ -32,13 +32,13 @@ import pytest
 from pydicom.datadict import dictionary_keyword
 
 from fuzz_corpus import KINDS, MARK, write_corpus
-from imaging.anonymize import AnonymizeJob
-from imaging.clinical import load_policy
-from imaging.config import read_yaml
 from imaging.deid import RESEARCH_DEFAULT, load_pixel_text_settings, quiet
-from imaging.index import index_file
+from imaging.driver.config import read_yaml
 from imaging.issuers import IssuerPolicy
 from imaging.records import IndexedImage, LinkedImage, ListedFile, PublishedImage, Quarantined
+from imaging.steps.anonymize import AnonymizeJob
+from imaging.steps.clinical import load_policy
+from imaging.steps.index import index_file
 
 KEY = "fuzz-test-key-" + "k" * 16
 SITE = "site-a"
@@ -47,7 +47,7 @@ BUDGET_SECONDS = 5.0  # per file and step: "a few seconds"
 HANG_SECONDS = 60.0  # a step still running after this is stopped and reported as a hang
 MEMORY_BUDGET = 1 << 30  # growth of the process's peak memory that one file may cause (bytes)
 ROOT = Path(__file__).resolve().parents[1]
-REASON_SOURCES = [ROOT / "imaging/index.py", ROOT / "imaging/anonymize.py", *sorted((ROOT / "imaging/deid").glob("*.py"))]
+REASON_SOURCES = [ROOT / "imaging/steps/index.py", ROOT / "imaging/steps/anonymize.py", *sorted((ROOT / "imaging/deid").glob("*.py"))]
 
 
 def _size() -> int | None:
@@ -115,7 +115,7 @@ def run(tmp_path_factory):
     try:
         for number, mutant in enumerate(corpus):
             # All mutants of one source share its SOP Instance UID; the pipeline would keep one per
-            # site-day (imaging.index.DUPLICATES). Each file gets its own day (so its own batch folder)
+            # site-day (imaging.steps.index.DUPLICATES). Each file gets its own day (so its own batch folder)
             # and every one is tried.
             date = dt.date.fromordinal(first_day + number).isoformat()
             path = folder / mutant.name

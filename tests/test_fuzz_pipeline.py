@@ -17,9 +17,8 @@ import pytest
 
 from conftest import DATES, SITES, publish_cohorts, run_assets
 from fuzz_corpus import KINDS, write_corpus
-from imaging.catalogue import (ANONYMIZE_QUARANTINE, INDEX_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX,
-                               manifest)
-from imaging.clinical import load_policy
+from imaging.catalogue import ANONYMIZE_QUARANTINE, INDEX_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX, manifest
+from imaging.steps.clinical import load_policy
 
 SITE, DAYS = SITES[0], DATES[:2]
 PER_KIND = int(os.environ.get("FUZZ_PIPELINE_PER_KIND", "16"))

@@ -18,14 +18,15 @@ import pydicom
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from imaging.anonymize import AnonymizeJob
-from imaging.clinical import load_policy
-from imaging.config import read_yaml
 from imaging.deid import RESEARCH_DEFAULT, load_pixel_text_settings, quiet
-from imaging.index import DICOM_ROOT, IndexRules, dicom_date, index_file, is_uid
+from imaging.driver.config import read_yaml
 from imaging.issuers import IssuerPolicy
-from imaging.quality import load_quality_rules
+from imaging.quality.rules import load_quality_rules
 from imaging.records import IndexedImage, LinkedImage, ListedFile, PublishedImage, Quarantined
+from imaging.steps.anonymize import AnonymizeJob
+from imaging.steps.clinical import load_policy
+from imaging.steps.header import dicom_date
+from imaging.steps.index import DICOM_ROOT, IndexRules, index_file, is_uid
 from synth import generate_hospital
 from test_hostile import save_anything
 

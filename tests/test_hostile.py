@@ -23,16 +23,16 @@ from pydicom import config as dicom_config
 
 from conftest import DATES, SITES, publish_cohorts, run_assets
 from imaging import fs as fsx
-from imaging.anonymize import AnonymizeJob
-from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_QUARANTINE, INDEX_QUARANTINE,
-                               LEDGER, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX, manifest)
-from imaging.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH, load_policy
-from imaging.config import read_yaml
+from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_QUARANTINE, INDEX_QUARANTINE, LEDGER,
+                               LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX, manifest)
 from imaging.deid import RESEARCH_DEFAULT, load_pixel_text_settings, quiet
-from imaging.index import (ELSEWHERE, MALFORMED_UID, PLACEHOLDER_PATIENT_ID, STUDY_DATE_AFTER_INDEXING,
-                           UID_UNDER_DICOM_ROOT, index_file)
+from imaging.driver.config import read_yaml
 from imaging.issuers import IssuerPolicy
 from imaging.records import IndexedImage, LinkedImage, ListedFile, PublishedImage
+from imaging.steps.anonymize import AnonymizeJob
+from imaging.steps.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH, load_policy
+from imaging.steps.index import (ELSEWHERE, MALFORMED_UID, PLACEHOLDER_PATIENT_ID, STUDY_DATE_AFTER_INDEXING,
+                                 UID_UNDER_DICOM_ROOT, index_file)
 from synth import generate_hospital
 
 SITE, DAY, NEXT_DAY = SITES[0], DATES[0], DATES[1]

@@ -6,8 +6,8 @@ import pytest
 
 import pydicom
 
-from imaging.index import DUPLICATES, MANDATORY, index_file
 from imaging.records import IndexedImage, ListedFile, Quarantined
+from imaging.steps.index import DUPLICATES, MANDATORY, index_file
 from synth import generate_hospital
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from imaging.datacard import DEMO_KEY_NOTE, key_section, render_markdown
-from imaging.pseudonym import (DEMO_KEY, DEMO_KEY_FINGERPRINT, MIN_KEY_BYTES, check_key, key_fingerprint)
+from imaging.governance.datacard import DEMO_KEY_NOTE, key_section, render_markdown
+from imaging.pseudonym import DEMO_KEY, DEMO_KEY_FINGERPRINT, MIN_KEY_BYTES, check_key, key_fingerprint
 from resources.spark import (AUTH_SECRET_ENV, STANDALONE_SECURITY, check_master, connect_transport_error,
                              is_loopback, session_config, spark_config)
 

@@ -1,9 +1,9 @@
-"""Landing zone data versions and the sensor's plan (imaging/landing.py): pure, on real files."""
+"""Landing zone data versions and the sensor's plan (imaging/driver/landing.py): pure, on real files."""
 
 import os
 import shutil
 
-from imaging.landing import LandedFile, listing_version, plan_requests, scan_landing
+from imaging.driver.landing import LandedFile, listing_version, plan_requests, scan_landing
 from synth import generate_hospital
 
 SITES = ("site-a", "site-b")

@@ -22,13 +22,13 @@ import pydicom
 import pytest
 from fuzz_corpus import source_files  # pydicom's and pydicom-data's files on disk, never a download
 
-from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINK_QUARANTINE, LINKED,
-                                RAW_IMAGE_INDEX, manifest)
-from imaging.clinical import load_policy
+from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINK_QUARANTINE,
+                               LINKED, RAW_IMAGE_INDEX, manifest)
+from imaging.steps.clinical import load_policy
 
 from conftest import DATES, SITES, publish_cohorts, run_assets
 from imaging.deid import load_profile, quiet
-from imaging.index import MANDATORY
+from imaging.steps.index import MANDATORY
 from test_deid_planted import TOKEN, UID_ROOT, _allowed, _survivors, planted
 
 MANIFEST = manifest(load_policy())

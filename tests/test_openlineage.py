@@ -14,15 +14,15 @@ from openlineage.client.generated.schema_dataset import SchemaDatasetFacet, Sche
 from openlineage.client.serde import Serde
 
 from imaging.catalogue import manifest
-from imaging.clinical import ClinicalPolicy
-from imaging.code_version import code_version, module_files
-from imaging.config import read_yaml
-from imaging.deid import RESEARCH_DEFAULT
-from imaging.disclosure import DisclosurePolicy
-from imaging.lineage import (LINKED, MANIFEST, PSEUDONYMISED, RELEASE, KEPT, column_lineage, dagster_column_deps,
-                             release_columns)
 from imaging.catalogue import LINKED as LINKED_TABLE
-from imaging.lineage_events import EVENTS_FILE, dataset_name
+from imaging.deid import RESEARCH_DEFAULT
+from imaging.driver.config import read_yaml
+from imaging.governance.code_version import code_version, module_files
+from imaging.governance.disclosure import DisclosurePolicy
+from imaging.governance.lineage import (LINKED, MANIFEST, PSEUDONYMISED, RELEASE, KEPT, column_lineage,
+                                        dagster_column_deps, release_columns)
+from imaging.governance.lineage_events import EVENTS_FILE, dataset_name
+from imaging.steps.clinical import ClinicalPolicy
 from release_helpers import RUN_IDS, build_release, make_hospital
 
 
@@ -94,7 +94,7 @@ def test_lineage_follows_the_options_and_the_policy(spec):
 
 
 def test_code_version_is_derived_from_files_options_and_policy(spec, tmp_path):
-    files = module_files("imaging.anonymize", "imaging.deid")
+    files = module_files("imaging.steps.anonymize", "imaging.deid")
     assert any(f.name == "ps3.15-table-e.1-1.json" for f in files)
     base = code_version(files, RESEARCH_DEFAULT, spec)
     assert base == code_version(files, list(reversed(RESEARCH_DEFAULT)), spec)

@@ -8,11 +8,11 @@ import pyarrow.parquet as pq
 import pydicom
 
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINKED,
-                                RAW_IMAGE_INDEX, manifest)
-from imaging.clinical import load_policy
+                               RAW_IMAGE_INDEX, manifest)
+from imaging.steps.clinical import load_policy
 
 from conftest import DATES, ROOT, SITES, run_assets
-from imaging.release import verify_release
+from imaging.governance.bundle import verify_release
 
 MANIFEST = manifest(load_policy())
 

@@ -1,6 +1,6 @@
-"""Progress arithmetic and wording (imaging/progress.py): pure, no Spark."""
+"""Progress arithmetic and wording (imaging/driver/progress.py): pure, no Spark."""
 
-from imaging.progress import MB, ProgressMeter, StageCounts, format_duration, fraction_done
+from imaging.driver.progress import MB, ProgressMeter, StageCounts, format_duration, fraction_done
 
 
 def stages(completed, tasks=8):

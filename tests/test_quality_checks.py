@@ -17,11 +17,11 @@ from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField,
 from assets import quality as q
 from assets.linkage import as_of_join
 from imaging.catalogue import LINKED, RAW_IMAGE_INDEX
-from imaging.clinical import ClinicalPolicy
-from imaging.config import read_yaml
+from imaging.driver.config import read_yaml
 from imaging.pseudonym import Pseudonymizer
-from imaging.quality import load_quality_rules
+from imaging.quality.rules import load_quality_rules
 from imaging.records import ClinicalRow, schema_of
+from imaging.steps.clinical import ClinicalPolicy
 from resources.spark import spark_schema
 
 PSEUDO = Pseudonymizer(os.environ["IMAGING_PSEUDONYM_KEY"])
@@ -196,7 +196,7 @@ def test_dates_in_the_future_or_before_birth_and_missing_attributes(spark):
     assert not raw["study_date_in_future"].passed and raw["study_date_in_future"].observed == 1
     assert raw["study_date_in_future"].offenders[0].pseudonym == PSEUDO.patient_id("NHS", future[0]["patient_id"])
     assert not raw["mandatory_attributes"].passed and raw["mandatory_attributes"].details["missing_modality"] == 1
-    # The index quarantines such rows (imaging.index.MANDATORY): one reaching it is an ERROR, blocking.
+    # The index quarantines such rows (imaging.steps.index.MANDATORY): one reaching it is an ERROR, blocking.
     assert raw["mandatory_attributes"].blocking and raw["mandatory_attributes"].failed_partitions == ("2024-03-01|site-a",)
     before = q.study_before_birth(as_of_join(index, hospital.extracts(spark)), POLICY, CTX)
     assert not before.passed and before.observed == 1 and before.failed_partitions == ("2024-03-01|site-b",)

@@ -1,14 +1,17 @@
-"""The pure data-quality rules (imaging/quality.py): no Spark, no Dagster."""
+"""The pure data-quality rules (imaging/quality/): no Spark, no Dagster."""
 
 import json
 
 import pytest
 
-from imaging.config import read_yaml
+from imaging.driver.config import read_yaml
 from imaging.pseudonym import Pseudonymizer
-from imaging.quality import (ERROR, WARN, CheckEvaluation, Distribution, QualityRules, blocking_message,
-                             evaluate_balance, evaluate_max, latest_by_partition, java_date_pattern, load_quality_rules, parse_dicom_date,
-                             patient_offender, publication_blockers, release_checks, uid_offender)
+from imaging.quality.columns import java_date_pattern
+from imaging.quality.gate import (CheckEvaluation, blocking_message, latest_by_partition, publication_blockers,
+                                  release_checks)
+from imaging.quality.outcomes import Distribution, evaluate_balance, evaluate_max, patient_offender, uid_offender
+from imaging.quality.rules import ERROR, WARN, QualityRules, load_quality_rules
+from imaging.steps.header import dicom_date
 
 RULES = load_quality_rules()
 KEY = Pseudonymizer("rules-test-key")
@@ -78,7 +81,7 @@ def test_balance_rule():
 
 def test_dates():
     assert java_date_pattern("%d/%m/%Y") == "dd/MM/yyyy" and java_date_pattern("%Y%m%d") == "yyyyMMdd"
-    assert parse_dicom_date("19990101").year == 1999 and parse_dicom_date("1990/01/") is None
+    assert dicom_date("19990101").year == 1999 and dicom_date("1990/01/") is None
     with pytest.raises(ValueError):
         java_date_pattern("%H:%M")
 

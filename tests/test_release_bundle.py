@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from imaging.bundle import SUMS_FILE, bundle_files, verify_bundle
-from imaging.datacard import CheckResult
+from imaging.governance.bundle import SUMS_FILE, bundle_files, verify_bundle
+from imaging.governance.datacard import CheckResult
 from release_helpers import DATES, LANDING_VERSIONS, RUN_IDS, SITE, build_release, make_hospital
 
 
@@ -135,7 +135,7 @@ def test_no_identifier_from_the_generated_data_in_the_bundle(hospital, built):
 
 
 def test_markdown_lists_a_bounded_number_of_partitions_per_check(built):
-    from imaging.datacard import SHOWN_PARTITIONS, render_markdown
+    from imaging.governance.datacard import SHOWN_PARTITIONS, render_markdown
 
     card = json.loads((Path(built.root) / "datacard.json").read_text())
     many = [f"{i:020x}" for i in range(SHOWN_PARTITIONS + 5)]

@@ -4,12 +4,12 @@ from collections import Counter
 
 import pytest
 
-from imaging.clinical import ClinicalPolicy
-from imaging.config import read_yaml
-from imaging.datacard import BREAKDOWN_COLUMNS, MISSING, breakdown_sql, counts_sql
 from imaging.deid import RESEARCH_DEFAULT
-from imaging.disclosure import DisclosurePolicy, class_sizes
-from imaging.lineage import column_lineage, release_columns, release_row
+from imaging.driver.config import read_yaml
+from imaging.governance.datacard import BREAKDOWN_COLUMNS, MISSING, breakdown_sql, counts_sql
+from imaging.governance.disclosure import DisclosurePolicy, class_sizes
+from imaging.governance.lineage import column_lineage, release_columns, release_row
+from imaging.steps.clinical import ClinicalPolicy
 
 
 @pytest.fixture(scope="module")

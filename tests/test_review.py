@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from imaging import approval as gate
-from imaging.bundle import APPROVAL, content_key_of, verify_bundle
-from imaging.cohort import CohortDefinition
-from imaging.review import main, review
-from imaging.review_html import render_html
+from imaging.governance import approval as gate
+from imaging.governance.bundle import APPROVAL, content_key_of, verify_bundle
+from imaging.governance.cohort import CohortDefinition
+from imaging.governance.review import main, review
+from imaging.governance.review_html import render_html
 from release_helpers import DATES, RUN_IDS, SITE, SMALL_TEST, begin_commit, build_release, make_hospital
 
 REPO = Path(__file__).resolve().parents[1]
@@ -188,11 +188,11 @@ def test_html_report_has_the_graph_and_no_identifier(flow, published, tmp_path):
 def test_cli_runs_as_a_program(published, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "IMAGING_WAREHOUSE"}
     out = tmp_path / "report.html"
-    done = subprocess.run([sys.executable, "-m", "imaging.review", str(published), "--html", str(out)], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "imaging.governance.review", str(published), "--html", str(out)], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert out.read_text().startswith("<!DOCTYPE html>")
-    done = subprocess.run([sys.executable, "-m", "imaging.review", str(tmp_path)], cwd=REPO, env=env,
+    done = subprocess.run([sys.executable, "-m", "imaging.governance.review", str(tmp_path)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "no SHA256SUMS" in done.stderr
 
@@ -259,7 +259,7 @@ def test_a_rebuild_naming_other_runs_publishes_the_approved_held_bytes(tmp_path)
 
 
 def test_a_failed_error_check_in_the_card_is_a_problem_a_warn_or_unevaluated_one_a_note():
-    from imaging.review import card_check_findings
+    from imaging.governance.review import card_check_findings
 
     def check(result, severity, partitions=()):
         return {"asset": "raw_image_index", "check": f"c_{result}_{severity}", "result": result,

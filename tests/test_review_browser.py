@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from imaging import approval as gate
-from imaging.review import review
-from imaging.review_html import render_html
+from imaging.governance import approval as gate
+from imaging.governance.review import review
+from imaging.governance.review_html import render_html
 from release_helpers import SMALL_TEST, begin_commit, build_release, make_hospital
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "review"

@@ -1,8 +1,8 @@
-"""Materialization metadata (imaging/run_summary.py, assets/metadata.py): stable keys, nothing identifying."""
+"""Materialization metadata (imaging/driver/run_summary.py, assets/metadata.py): stable keys, nothing identifying."""
 
 import pytest
 
-from imaging.run_summary import StageClock, StepSummary, slug
+from imaging.driver.run_summary import StageClock, StepSummary, slug
 
 KNOWN = ("empty file", "not a DICOM Part 10 file", "duplicate SOP Instance UID in this site-day")
 

@@ -45,7 +45,7 @@ def test_no_asset_imports_another_asset(path):
             assert node.module.split(".")[1] not in assets, f"{path.name} imports {node.module}"
 
 
-@pytest.mark.parametrize("path", sources("assets", "resources", "tests") + [REPO / "imaging/report.py"],
+@pytest.mark.parametrize("path", sources("assets", "resources", "tests") + [REPO / "imaging/governance/report.py"],
                          ids=lambda p: str(p.relative_to(REPO)))
 def test_table_paths_are_spelled_only_in_the_catalogue(path):
     asset_keys = {"raw_image_index", "linked_patient_metadata", "anonymized_images", "published_cohort"}
@@ -74,7 +74,7 @@ def test_an_outcome_batch_holds_both_kinds_and_tells_them_apart_by_reason():
 
 
 def test_the_manifest_and_ledger_are_projections_of_the_published_record():
-    from imaging.clinical import load_policy
+    from imaging.steps.clinical import load_policy
 
     table = catalogue.manifest(load_policy())
     fields = set(schema_of(PublishedImage).names)

@@ -23,10 +23,11 @@ import sys
 from dataclasses import dataclass, field
 
 from imaging import fs as fsx
-from imaging.approval import Approval, ApprovalError, approval_copy, list_held, load_approval, record_approval
-from imaging.bundle import BundleCheck, find_bundle_root, read_manifest, sha256_url, verify_bundle
 from imaging.catalogue import COHORTS, HELD, LEDGER
-from imaging.datacard import NOT_EVALUATED, NOT_OBSERVED
+from imaging.governance.approval import (Approval, ApprovalError, approval_copy, list_held, load_approval,
+                                         record_approval)
+from imaging.governance.bundle import BundleCheck, find_bundle_root, read_manifest, verify_bundle
+from imaging.governance.datacard import NOT_EVALUATED, NOT_OBSERVED
 from imaging.provenance import ProvenanceRecord, lookup
 
 
@@ -97,7 +98,7 @@ def _landing_state(record: ProvenanceRecord) -> str:
     try:
         if not fsx.exists(record.source_path):
             return "absent"
-        return "verified" if sha256_url(record.source_path) == record.source_sha256 else "differs"
+        return "verified" if fsx.sha256_url(record.source_path) == record.source_sha256 else "differs"
     except OSError:
         return "absent"
 
@@ -317,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     sys.stdout.write(render_text(result))
     if args.html:
-        from imaging.review_html import render_html
+        from imaging.governance.review_html import render_html
 
         os.makedirs(os.path.dirname(os.path.abspath(args.html)), exist_ok=True)
         with open(args.html, "w", encoding="utf-8") as handle:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from html import escape
 
-from imaging.lineage import LINKED, MANIFEST, RELEASE
+from imaging.governance.lineage import LINKED, MANIFEST, RELEASE
 
 COLOURS = {"kept": "#4a7fb5", "pseudonymised": "#8e44ad", "shifted": "#d35400", "generalised": "#16a085",
            "cleaned": "#7f8c8d", "derived": "#2c3e50", "dropped": "#c0392b"}
@@ -73,7 +73,7 @@ def _rows(header: list[str], rows: list[list]) -> str:
 
 
 def render_html(review) -> str:
-    """The report of a `imaging.review.Review`."""
+    """The report of a `imaging.governance.review.Review`."""
     card = review.card or {}
     status = "VERIFIED" if review.ok else "FAILED"
     out = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",

@@ -12,21 +12,18 @@ files holding one instance.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import hashlib
 import io
 import re
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from imaging import fs as fsx
-from imaging.records import (BatchStep, IndexedImage, ListedFile, Quarantined, SiteDayFolder, Stateless,
-                             outcome_schema, schema_of)
-
-if TYPE_CHECKING:  # pydicom is imported where files are read: the driver of a run may never need it
-    import pydicom
+from imaging.records import (BatchStep, IndexedImage, ListedFile, Quarantined, SiteDayFolder, Stateless, outcome_schema,
+                             schema_of)
+from imaging.steps.header import INDEXED, dicom_date, header_text, read_columns
 
 CHUNK = 1 << 20
 IN_MEMORY = 64 << 20  # files up to this size are read whole (see read_header)
@@ -123,40 +120,6 @@ def index_rule(image: IndexedImage, rules: IndexRules) -> IndexedImage | Quarant
                        sha256=image.sha256, reason=reason)
 
 
-def dicom_date(text: str | None) -> dt.date | None:
-    """A DICOM DA value (YYYYMMDD) as a date, or None when absent or malformed."""
-    if not text or len(text) != 8 or not text.isdigit():
-        return None
-    try:
-        return dt.date(int(text[:4]), int(text[4:6]), int(text[6:]))
-    except ValueError:
-        return None
-
-
-def header_text(ds: pydicom.Dataset, keyword: str) -> str | None:
-    """A header value as text, or None when absent or unreadable (malformed values do occur)."""
-    try:
-        value = ds.get(keyword)
-    except Exception:  # a malformed value must not lose the whole file's row
-        return None
-    if value is None or value == "":
-        return None
-    return str(value).strip("\x00 ") or None
-
-
-def header_int(ds: pydicom.Dataset, keyword: str) -> int | None:
-    text = header_text(ds, keyword)
-    try:
-        return int(float(text)) if text is not None else None
-    except ValueError:
-        return None
-
-
-def laterality(ds: pydicom.Dataset) -> str | None:
-    """The eye imaged: Image Laterality, else the series' Laterality."""
-    return header_text(ds, "ImageLaterality") or header_text(ds, "Laterality")
-
-
 def read_header(handle, listed: ListedFile) -> IndexedImage:
     """Index record of one open file; raises on anything that is not a usable Part 10 instance.
 
@@ -166,7 +129,7 @@ def read_header(handle, listed: ListedFile) -> IndexedImage:
     streamed for the hash and their header read again from the file. Either way the bytes hashed
     and parsed are the same, so the records are too.
     """
-    import pydicom  # here, not at import time: see TYPE_CHECKING above
+    import pydicom  # here, not at import time: the driver of a run may never need it
 
     if listed.size_bytes is not None and listed.size_bytes <= IN_MEMORY:
         data = handle.read()
@@ -183,21 +146,7 @@ def read_header(handle, listed: ListedFile) -> IndexedImage:
     return IndexedImage(
         date=listed.date, site=listed.site, source_path=listed.source_path, size_bytes=listed.size_bytes,
         sha256=digest.hexdigest(),
-        sop_instance_uid=header_text(ds, "SOPInstanceUID"),
-        study_instance_uid=header_text(ds, "StudyInstanceUID"),
-        series_instance_uid=header_text(ds, "SeriesInstanceUID"),
-        sop_class_uid=header_text(ds, "SOPClassUID"),
-        modality=header_text(ds, "Modality"),
-        laterality=laterality(ds),
-        patient_id=header_text(ds, "PatientID"),
-        issuer_of_patient_id=header_text(ds, "IssuerOfPatientID"),
-        study_date=header_text(ds, "StudyDate"),
-        study_time=header_text(ds, "StudyTime"),
-        manufacturer=header_text(ds, "Manufacturer"),
-        model=header_text(ds, "ManufacturerModelName"),
-        rows=header_int(ds, "Rows"),
-        columns=header_int(ds, "Columns"),
-        number_of_frames=header_int(ds, "NumberOfFrames") or 1,
+        **read_columns(ds, INDEXED),
         transfer_syntax_uid=header_text(meta, "TransferSyntaxUID") if meta is not None else None,
     )
 

@@ -20,14 +20,14 @@ import pydicom
 
 from imaging import fs as fsx
 from imaging.catalogue import ANONYMIZED_FILES
-from imaging.clinical import ClinicalPolicy, parse_date
 from imaging.deid import NotDeidentifiable, deidentify, load_profile, to_bytes
 from imaging.deid.pixel_text import PixelTextDetector, PixelTextSettings
-from imaging.index import header_int, header_text, laterality
 from imaging.issuers import IssuerPolicy
 from imaging.provenance import source_uid_hash
 from imaging.pseudonym import Pseudonymizer
 from imaging.records import BatchStep, LinkedImage, PublishedImage, Quarantined, outcome_schema
+from imaging.steps.clinical import ClinicalPolicy
+from imaging.steps.header import PUBLISHED, dicom_date, header_text, read_columns
 
 
 def batch_name(pseudonymizer: Pseudonymizer, date: str, site: str) -> str:
@@ -84,9 +84,9 @@ def output_name(out) -> str:
     return f"{uid}.dcm"
 
 
-def _iso(dicom_date):
+def _iso(text):
     """A DICOM date (already shifted) as ISO 8601, the form researchers' tools read."""
-    day = parse_date(dicom_date, ("%Y%m%d",))
+    day = dicom_date(text, lenient=True)
     return day.isoformat() if day else None
 
 
@@ -167,7 +167,7 @@ class _Anonymizer:
         fsx.write_under(job.staging, relative, payload)
 
         shift = pseudonymizer.date_shift_days(namespace, image.patient_id or "")
-        scan = parse_date(image.study_date, ("%Y%m%d",)) or dt.date.fromisoformat(image.date)
+        scan = dicom_date(image.study_date, lenient=True) or dt.date.fromisoformat(image.date)
         fields = job.policy.apply(clinical, scan_date=scan, shift_days=shift,
                                   token=lambda column, value: pseudonymizer.token("clinical", column, value))
         return PublishedImage(
@@ -175,18 +175,7 @@ class _Anonymizer:
             source_uid_hash=source_uid_hash(pseudonymizer, image.sop_instance_uid or ""), batch=batch,
             output_path=relative, output_sha256=hashlib.sha256(payload).hexdigest(), output_size_bytes=len(payload),
             patient_pseudonym=header_text(out, "PatientID"),
-            study_instance_uid=header_text(out, "StudyInstanceUID"),
-            series_instance_uid=header_text(out, "SeriesInstanceUID"),
-            sop_instance_uid=header_text(out, "SOPInstanceUID"),
-            sop_class_uid=header_text(out, "SOPClassUID"),
-            modality=header_text(out, "Modality"),
-            laterality=laterality(out),
-            study_date=_iso(header_text(out, "StudyDate")),
-            manufacturer=header_text(out, "Manufacturer"),
-            model=header_text(out, "ManufacturerModelName"),
-            rows=header_int(out, "Rows"),
-            columns=header_int(out, "Columns"),
-            number_of_frames=header_int(out, "NumberOfFrames") or 1,
+            **{**read_columns(out, PUBLISHED), "study_date": _iso(header_text(out, "StudyDate"))},
             has_clinical_record=bool(image.has_clinical_record),
             clinical={c: fields[c] for c in job.policy.output_columns},
         )

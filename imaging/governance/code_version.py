@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 _DATA_SUFFIXES = (".py", ".json", ".yaml", ".yml")
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def module_files(*modules: str) -> list[Path]:

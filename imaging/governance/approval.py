@@ -10,7 +10,7 @@ Layout (`<warehouse>` is the warehouse root):
 
 `decide` is the whole policy, pure: the asset builds the bundle (its id is its content), then asks
 what to do with it. `carry_out` is the one way its answers are done: staged in the run's crash-safe
-commit (`imaging.commit`), so a run's releases appear together or not at all. The rest reads and
+commit (`imaging.driver.commit`), so a run's releases appear together or not at all. The rest reads and
 writes the small JSON records.
 """
 
@@ -23,9 +23,9 @@ from typing import Sequence
 
 from imaging import fs as fsx
 from imaging.catalogue import APPROVALS, COHORTS, HELD, Folder
-from imaging.bundle import APPROVAL, SUMS_FILE, content_key_of, sha256_url, verify_bundle
-from imaging.cohort import CohortDefinition
-from imaging.commit import CommitBuilder
+from imaging.driver.commit import CommitBuilder
+from imaging.governance.bundle import APPROVAL, SUMS_FILE, content_key_of, verify_bundle
+from imaging.governance.cohort import CohortDefinition
 
 HOLD, PUBLISH, UNCHANGED, CONFLICT, BLOCKED = "held", "publish", "unchanged", "conflict", "blocked"
 EMPTY = "empty"  # a cohort that selects no image: nothing built, nothing released
@@ -60,7 +60,7 @@ class HeldRelease:
     cohort: str
     version: int
     release_id: str  # recomputed from the held SHA256SUMS, not taken from the folder name
-    content_key: str | None  # see imaging.bundle.content_key_of
+    content_key: str | None  # see imaging.governance.bundle.content_key_of
     approval: Approval | None
 
     @property
@@ -134,7 +134,7 @@ def approval_path(warehouse: str, rid: str) -> str:
 
 def manifest_id(root: str) -> str | None:
     """The release id of a bundle (sha256 of its SHA256SUMS), or None when it has none."""
-    return sha256_url(f"{root}/{SUMS_FILE}") if fsx.exists(f"{root}/{SUMS_FILE}") else None
+    return fsx.sha256_url(f"{root}/{SUMS_FILE}") if fsx.exists(f"{root}/{SUMS_FILE}") else None
 
 
 def _read(url: str) -> bytes:

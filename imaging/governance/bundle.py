@@ -56,15 +56,6 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_url(url: str) -> str:
-    fs, path = fsx.filesystem(url)
-    digest = hashlib.sha256()
-    with fs.open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def manifest_bytes(entries: Iterable[ManifestEntry]) -> bytes:
     """SHA256SUMS text: `<sha256>  <path>` per file, sorted by path (byte order), one newline each."""
     entries = sorted(entries, key=lambda e: e.path.encode())
@@ -125,7 +116,7 @@ def hash_files(root: str, known: Mapping[str, str] | None = None) -> list[Manife
     missing = sorted(set(known) - set(present))
     if missing:
         raise ValueError(f"{len(missing)} files said to be written are not in the bundle")
-    return [ManifestEntry(p, known.get(p) or sha256_url(f"{root}/{p}")) for p in present]
+    return [ManifestEntry(p, known.get(p) or fsx.sha256_url(f"{root}/{p}")) for p in present]
 
 
 @dataclass(frozen=True)
@@ -165,7 +156,7 @@ def verify_bundle(root: str, only: str | None = None) -> BundleCheck:
     to_check = sorted(set(expected) & present)
     if only is not None:
         to_check = [p for p in to_check if p == only or not p.startswith("images/")]
-    problems += [f"checksum differs: {p}" for p in to_check if sha256_url(f"{root}/{p}") != expected[p]]
+    problems += [f"checksum differs: {p}" for p in to_check if fsx.sha256_url(f"{root}/{p}") != expected[p]]
     return BundleCheck(root, release_id(listed.data), tuple(problems), len(to_check), len(expected))
 
 
@@ -204,3 +195,9 @@ def content_key_of(root: str) -> str | None:
     except (FileNotFoundError, ValueError):
         return None
     return next((e.sha256 for e in entries if e.path == "release.json"), None)
+
+
+def verify_release(root: str) -> list[str]:
+    """Problems found checking a release folder against its SHA256SUMS (empty when it verifies): every
+    file listed with its checksum, nothing unlisted but SHA256SUMS and the approval copy."""
+    return list(verify_bundle(root).problems)

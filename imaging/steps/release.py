@@ -6,7 +6,6 @@ import hashlib
 from dataclasses import dataclass
 
 from imaging import fs as fsx
-from imaging.bundle import sha256_url
 from imaging.records import BatchStep, ReleaseFile, schema_of
 
 
@@ -51,21 +50,6 @@ class CopyJob:
 
     def step(self) -> BatchStep:
         return BatchStep(self, ReleaseSource, schema_of(ReleaseFile))
-
-
-# One streamed file hash for the whole platform (imaging/bundle.py); the old name stays for callers.
-sha256_file = sha256_url
-
-
-def verify_release(root: str) -> list[str]:
-    """Problems found checking a release folder against its SHA256SUMS (empty when it verifies).
-
-    The one verification rule lives in imaging/bundle.py (every file listed with its checksum,
-    nothing unlisted but SHA256SUMS and the approval copy).
-    """
-    from imaging.bundle import verify_bundle
-
-    return list(verify_bundle(root).problems)
 
 
 @dataclass(frozen=True)

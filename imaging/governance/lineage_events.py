@@ -2,7 +2,7 @@
 
 Two jobs made a release: `anonymized_images` (one event per run that wrote an input partition:
 `linked_patient_metadata` in, the de-identified manifest out) and `published_cohort` (the manifest
-in, the release out). Each output carries the column-lineage facet from `imaging.lineage`, with
+in, the release out). Each output carries the column-lineage facet from `imaging.governance.lineage`, with
 `masking` set on every transformation that leaves no original value (keyed pseudonyms, shifted
 dates, bands, derived values), and a schema facet.
 
@@ -28,11 +28,11 @@ from openlineage.client.generated.schema_dataset import SchemaDatasetFacet, Sche
 from openlineage.client.serde import Serde
 
 from imaging.catalogue import COHORTS, LINKED as LINKED_TABLE
-from imaging.datacard import CodeVersion, InputPartition
-from imaging.lineage import KEPT, LINKED, MANIFEST, RELEASE, ColumnLineage
+from imaging.governance.datacard import CodeVersion, InputPartition
+from imaging.governance.lineage import KEPT, LINKED, MANIFEST, RELEASE, ColumnLineage
 
 NAMESPACE = "eye-imaging-platform"
-PRODUCER = "urn:eye-imaging-platform:imaging.lineage_events"
+PRODUCER = "urn:eye-imaging-platform:imaging.governance.lineage_events"
 EVENTS_FILE = "lineage/openlineage.jsonl"
 
 

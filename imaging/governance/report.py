@@ -1,6 +1,6 @@
 """What a run made and where: counts only, never a value from the data.
 
-`python -m imaging.report` reads the warehouse with pyarrow (no Spark start-up), table by table
+`python -m imaging.governance.report` reads the warehouse with pyarrow (no Spark start-up), table by table
 from the catalogue, and checks every published release against its SHA256SUMS.
 """
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from imaging.approval import approval_copy, list_held, manifest_id
 from imaging.catalogue import ANONYMIZED_FILES, COHORTS, DEIDENTIFIED, HELD, IDENTIFIABLE, TABLES, manifest
-from imaging.clinical import load_policy
-from imaging.config import load_settings
-from imaging.release import verify_release
+from imaging.driver.config import load_settings
+from imaging.governance.approval import approval_copy, list_held, manifest_id
+from imaging.governance.bundle import verify_release
+from imaging.steps.clinical import load_policy
 
 
 def rows(path: Path) -> int:

@@ -17,8 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-DEFAULT_MIN_K = 5
-DEFAULT_SUPPRESS_BELOW = 10
+from imaging.config_files import DEFAULT_MIN_K, DEFAULT_SUPPRESS_BELOW
 
 
 def suppress(count: int, below: int = DEFAULT_SUPPRESS_BELOW) -> int | str:
@@ -80,7 +79,7 @@ class DisclosurePolicy:
         """From the clinical policy's `quasi_identifiers:` list and `disclosure:` settings (a parsed
         clinical_policy.yaml; a ConfigError from imaging.config_files names every mistake).
 
-        `min_k` (IMAGING_MIN_K, see imaging.config) overrides the policy's minimum when given.
+        `min_k` (IMAGING_MIN_K, see imaging.driver.config) overrides the policy's minimum when given.
         """
         from imaging.config_files import ClinicalPolicyFile, validate
 

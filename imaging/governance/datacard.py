@@ -22,8 +22,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from imaging.disclosure import DEFAULT_SUPPRESS_BELOW, KAnonymity, suppress
-from imaging.lineage import MANIFEST, RELEASE, ColumnLineage
+from imaging.config_files import DEFAULT_SUPPRESS_BELOW
+from imaging.governance.disclosure import KAnonymity, suppress
+from imaging.governance.lineage import MANIFEST, RELEASE, ColumnLineage
 from imaging.pseudonym import DEMO_KEY_FINGERPRINT
 
 _TOKEN = re.compile(r"^[0-9a-f]{8,64}$")  # the opaque batch token of a site-day

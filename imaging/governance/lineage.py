@@ -5,7 +5,7 @@ profile (Table E.1-1 resolved for the options) and says, for every column of the
 manifest (`anonymized_images`) and of a release (`published_cohort`), where it comes from and what
 was done to it; source columns that reach no output are listed as dropped. The same records feed
 Dagster's `dagster/column_lineage` (`dagster_column_deps`), the OpenLineage column-lineage facet
-(`imaging.lineage_events`) and the graph of the review report (`imaging.review_html`), so the three
+(`imaging.governance.lineage_events`) and the graph of the review report (`imaging.governance.review_html`), so the three
 can never disagree. Change an option or a policy action and the lineage changes with it.
 """
 
@@ -16,9 +16,10 @@ from typing import Iterable, Mapping
 
 from pydicom.datadict import dictionary_VR, tag_for_keyword
 
-from imaging.clinical import ClinicalPolicy
 from imaging.deid import load_profile
-from imaging.disclosure import DisclosurePolicy
+from imaging.governance.disclosure import DisclosurePolicy
+from imaging.steps.clinical import ClinicalPolicy
+from imaging.steps.header import COLUMNS as HEADER, PUBLISHED
 
 # Tables, named by the Dagster asset that writes them.
 LINKED = "linked_patient_metadata"  # identifiable: the source header index joined to clinical records
@@ -103,18 +104,7 @@ def manifest_lineage(policy: ClinicalPolicy, options: Iterable[str] | None) -> l
                       "size of the de-identified file"),
         ColumnLineage(MANIFEST, "patient_pseudonym", _linked("patient_id", "issuer_of_patient_id"), PSEUDONYMISED,
                       True, "keyed pseudonym of (issuer, patient id): one per patient across sites and dates"),
-        _dicom(profile, "StudyInstanceUID", "study_instance_uid", _linked("study_instance_uid")),
-        _dicom(profile, "SeriesInstanceUID", "series_instance_uid", _linked("series_instance_uid")),
-        _dicom(profile, "SOPInstanceUID", "sop_instance_uid", _linked("sop_instance_uid")),
-        _dicom(profile, "SOPClassUID", "sop_class_uid", _linked("sop_class_uid")),
-        _dicom(profile, "Modality", "modality", _linked("modality")),
-        _dicom(profile, "ImageLaterality", "laterality", _linked("laterality")),
-        _dicom(profile, "StudyDate", "study_date", _linked("study_date")),
-        _dicom(profile, "Manufacturer", "manufacturer", _linked("manufacturer")),
-        _dicom(profile, "ManufacturerModelName", "model", _linked("model")),
-        _dicom(profile, "Rows", "rows", _linked("rows")),
-        _dicom(profile, "Columns", "columns", _linked("columns")),
-        _dicom(profile, "NumberOfFrames", "number_of_frames", _linked("number_of_frames")),
+        *(_dicom(profile, HEADER[column][0], column, _linked(column)) for column in PUBLISHED),
         ColumnLineage(MANIFEST, "has_clinical_record", _linked("has_clinical_record"), KEPT, False,
                       "whether a clinical record dated on or before the scan was found"),
     ]

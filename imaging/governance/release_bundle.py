@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from imaging import fs as fsx
-from imaging.bundle import SUMS_FILE, ManifestEntry, hash_files, manifest_bytes, sha256_url
-from imaging.datacard import DataCardInputs, build_datacard
-from imaging.disclosure import KAnonymity, suppress
-from imaging.lineage import RELEASE
-from imaging.lineage_events import EVENTS_FILE, events_jsonl, release_events
+from imaging.governance.bundle import SUMS_FILE, ManifestEntry, hash_files, manifest_bytes
+from imaging.governance.datacard import DataCardInputs, build_datacard
+from imaging.governance.disclosure import KAnonymity, suppress
+from imaging.governance.lineage import RELEASE
+from imaging.governance.lineage_events import EVENTS_FILE, events_jsonl, release_events
 
 RELEASE_JSON = "release.json"
 DATACARD_JSON = "datacard.json"
@@ -74,7 +74,7 @@ def finish_release(root: str, card: DataCardInputs, images: Callable[[], Iterabl
         hashed = hash_files(root)
         listed = [e for e in hashed if e.path.startswith("images/")]
         images = lambda: listed  # noqa: E731
-    metadata = [ManifestEntry(p, sha256_url(f"{root}/{p}")) for p in present if p.startswith("metadata.")]
+    metadata = [ManifestEntry(p, fsx.sha256_url(f"{root}/{p}")) for p in present if p.startswith("metadata.")]
     # The data digest over the data manifest, streamed: image paths sort before metadata.*.
     digest_hash, count = hashlib.sha256(), 0
     previous = ""
@@ -107,7 +107,7 @@ def finish_release(root: str, card: DataCardInputs, images: Callable[[], Iterabl
     fsx.write_bytes(f"{root}/{DATACARD_JSON}", datacard.json_bytes())
     fsx.write_bytes(f"{root}/{DATACARD_MD}", datacard.markdown_bytes())
     fsx.write_bytes(f"{root}/{EVENTS_FILE}", events_jsonl(events))
-    described = [ManifestEntry(p, sha256_url(f"{root}/{p}"))
+    described = [ManifestEntry(p, fsx.sha256_url(f"{root}/{p}"))
                  for p in (RELEASE_JSON, DATACARD_JSON, DATACARD_MD, EVENTS_FILE)]
     content_key = next(e.sha256 for e in described if e.path == RELEASE_JSON)
     # SHA256SUMS streamed in path order, hashed as it is written: its hash is the release id.
