@@ -69,7 +69,7 @@ def _patient_study_series(ds: Dataset, spec: ImageSpec) -> None:
          ],
          PatientAge=_age(p.birth_date, st.date))
     # Undefined length here also makes the truncated junk file fail loudly
-    # (see imaging.synth_junk.truncated_bytes).
+    # (see synth.junk.truncated_bytes).
     _undefined_length(ds, "OtherPatientIDsSequence")
     _set(ds, StudyInstanceUID=st.uid, StudyDate=st.date, StudyTime=st.time, ReferringPhysicianName=s.referring,
          StudyID=st.study_id, AccessionNumber=st.accession, StudyDescription=st.description)

@@ -1,6 +1,6 @@
 """What one synthetic image is made of: seeded ids, site profiles and the header records.
 
-`imaging.synth_images` fills an `ImageSpec` per planned image; `imaging.synth_dicom`
+`synth.images` fills an `ImageSpec` per planned image; `synth.dicom`
 turns it into a dataset. Everything derives from the seed: no clock, no uuid4.
 """
 
