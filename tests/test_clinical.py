@@ -4,7 +4,7 @@ import pytest
 
 from imaging.driver.config import read_yaml
 from imaging.records import ClinicalExtract, ClinicalRow, Quarantined
-from imaging.steps.clinical import (PLACEHOLDER_ROW, ClinicalPolicy, ExtractError, age_in_years, birth_date_of,
+from imaging.steps.clinical import (PLACEHOLDER_ROW, ClinicalPolicy, ExtractError, age_in_years,
                                     extract_date, parse_extract, read_extract)
 
 POLICY = ClinicalPolicy.from_dict(read_yaml("clinical_policy.yaml"))
@@ -27,10 +27,6 @@ def test_rows_with_a_blank_or_placeholder_id_are_quarantined_one_each(tmp_path):
     assert [r.reason for r in held] == [PLACEHOLDER_ROW] * 3
     assert all(r.date == "2024-03-01" and r.source_path == str(extract) for r in held)
 
-
-def test_birth_date_comes_from_the_policy_columns_and_formats():
-    assert birth_date_of(POLICY, {"date_of_birth": "1950-06-15"}) == dt.date(1950, 6, 15)
-    assert birth_date_of(POLICY, {"date_of_birth": "not a date"}) is None and birth_date_of(POLICY, None) is None
 
 
 def test_extract_without_patient_id_is_an_error_naming_no_value():

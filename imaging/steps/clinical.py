@@ -253,14 +253,3 @@ def read_extract(extract: ClinicalExtract, placeholders: frozenset[str] = frozen
 # The link step's rule: an image whose study date is before its linked record's birth date cannot be
 # right (the study date or the record is wrong), so the image is quarantined, not linked.
 STUDY_BEFORE_BIRTH = "study date before the linked record's birth date"
-
-
-def birth_date_of(policy: "ClinicalPolicy", record: Mapping[str, str] | None) -> dt.date | None:
-    """The birth date in a clinical record: the policy's `age_at_scan` columns, in its date formats."""
-    for rule in policy.rules:
-        if rule.action == "age_at_scan":
-            for alias in rule.aliases:
-                day = parse_date((record or {}).get(alias), policy.date_formats)
-                if day is not None:
-                    return day
-    return None
