@@ -16,6 +16,7 @@ from dagster import AssetSpec, Definitions, EnvVar, in_process_executor, map_ass
 
 from assets.anonymized_images import anonymized_images
 from assets.checks import TABLE_CHECKS
+from assets.governance import CODE_VERSIONS, OWNERS, tags
 from assets.landing_zone import landing_zone
 from assets.linked_patient_metadata import linked_patient_metadata
 from assets.partitions import SETTINGS
@@ -31,18 +32,21 @@ from resources.warehouse import Warehouse
 
 
 
-def automation_policy(spec: AssetSpec) -> AssetSpec:
-    """The shared automation policy, applied here once rather than in each asset's module: the downstream
-    image assets catch up on updated site-days (`CATCH_UP`, evaluated by `downstream_automation`); the
-    others run from the landing sensor (raw_image_index) or by hand (published_cohort)."""
-    if spec.key.to_user_string() in DOWNSTREAM:
-        return spec.replace_attributes(automation_condition=CATCH_UP)
-    return spec
+def policies(spec: AssetSpec) -> AssetSpec:
+    """The shared asset policies, applied here once rather than in each asset's module: owners, the zone and
+    domain tags, the derived code version, the group, and automation. The downstream image assets catch up
+    on updated site-days (`CATCH_UP`, evaluated by `downstream_automation`); raw_image_index runs from the
+    landing sensor and published_cohort by hand. (The warehouse pool is the one policy Dagster cannot
+    apply to a spec: `assets/runner.py` and `published_cohort` set it on their decorators.)"""
+    name = spec.key.to_user_string()
+    return spec.replace_attributes(
+        owners=OWNERS, tags={**spec.tags, **tags(name)}, code_version=CODE_VERSIONS[name], group_name="imaging",
+        automation_condition=CATCH_UP if name in DOWNSTREAM else spec.automation_condition)
 
 
 defs = Definitions(
     # landing_zone is observed, not materialized: it has no policy to apply.
-    assets=[landing_zone, *map_asset_specs(automation_policy, [raw_image_index, linked_patient_metadata,
+    assets=[landing_zone, *map_asset_specs(policies, [raw_image_index, linked_patient_metadata,
                                                                anonymized_images, published_cohort])],
     asset_checks=TABLE_CHECKS,
     # Both off by default; docs/ui.md says what they do and how to turn them on.

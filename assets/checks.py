@@ -34,14 +34,15 @@ from imaging.quality.gate import (CheckEvaluation, ReleaseCheck, blocking_messag
 from imaging.quality.outcomes import CheckOutcome
 from imaging.quality.rules import ERROR, CheckRule, QualityRules, load_quality_rules
 from imaging.steps.clinical import load_policy
+from imaging.steps.declared import CHECKS, IMAGE_STEPS
 from resources.deid import Deidentifier
 from resources.spark import SparkResource
 from resources.warehouse import Warehouse
 
 RULES: QualityRules = load_quality_rules()
-# Checks that read every partition of their table: evaluated by the table-wide checks below.
-TABLE_WIDE = {q.RAW: ("scans_per_patient", "sop_instance_uid_in_one_partition"),
-              q.ANONYMIZED: ("pseudonyms_per_patient", "patients_per_pseudonym")}
+# Checks that read every partition of their table (declared with the steps): evaluated by the
+# table-wide checks below.
+TABLE_WIDE = {s.asset: s.table_wide for s in IMAGE_STEPS if s.table_wide}
 UPSTREAM = (q.RAW, q.LINKED, q.ANONYMIZED)
 LANDING_ZONE = "landing_zone"  # the observed source asset (assets/landing_zone.py: an asset, not imported)
 HISTORY = 500  # evaluations read per check when folding per-partition state (newest first)
@@ -53,8 +54,8 @@ def _spec(rule) -> AssetCheckSpec:
 
 
 def check_specs(asset: str) -> list[AssetCheckSpec]:
-    """The specs evaluated with `asset`'s materialization (its rules minus the table-wide ones)."""
-    return [_spec(r) for r in RULES.for_asset(asset) if r.name not in TABLE_WIDE.get(asset, ())]
+    """The specs evaluated with `asset`'s materialization: its declared checks but the table-wide ones, in order."""
+    return [_spec(RULES.rule(asset, c.name)) for c in CHECKS[asset] if not c.table_wide]
 
 
 def quality_context(deid: Deidentifier) -> q.QualityContext:

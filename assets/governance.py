@@ -1,5 +1,6 @@
 """What the asset definitions say about themselves: owners, tags, derived code versions, column schemas
-and column lineage (Dagster's `dagster/column_schema` and `dagster/column_lineage`).
+and column lineage (Dagster's `dagster/column_schema` and `dagster/column_lineage`). Owners, tags and
+code versions are applied to every asset at once, in `definitions.py`.
 
 Code versions are derived (imaging/governance/code_version.py): a hash of each asset's module and the core
 modules it runs, plus the de-identification options and the clinical policy where they decide the
@@ -11,12 +12,13 @@ from __future__ import annotations
 from dagster import AssetKey, TableColumn, TableColumnDep, TableColumnLineage, TableSchema
 
 from assets.partitions import SETTINGS
-from imaging.catalogue import LINKED, RAW_IMAGE_INDEX, Table, manifest
+from imaging.catalogue import DEIDENTIFIED, LINKED, RAW_IMAGE_INDEX, Table, manifest
 from imaging.driver.config import read_yaml
 from imaging.governance.code_version import code_version, module_files
 from imaging.governance.disclosure import DisclosurePolicy
 from imaging.governance.lineage import MANIFEST, RELEASE, column_lineage, dagster_column_deps
 from imaging.steps.clinical import load_policy
+from imaging.steps.declared import IMAGE_STEPS
 
 OWNERS = ["team:imaging-platform"]
 POLICY_SPEC = read_yaml("clinical_policy.yaml")
@@ -25,12 +27,13 @@ DISCLOSURE = DisclosurePolicy.from_dict(POLICY_SPEC, min_k=SETTINGS.min_k)
 LINEAGE = tuple(column_lineage(POLICY, SETTINGS.deid_options, DISCLOSURE))
 
 _COMMON = ("imaging.records", "imaging.catalogue", "imaging.fs")
+_STEP = ("assets.runner", "imaging.steps.declared", *_COMMON)  # every image step runs through the runner
 _MODULES = {
-    "raw_image_index": ("assets.raw_image_index", "imaging.steps.index", "imaging.steps.header", *_COMMON),
-    "linked_patient_metadata": ("assets.linked_patient_metadata", "imaging.steps.clinical", *_COMMON),
+    "raw_image_index": ("assets.raw_image_index", "imaging.steps.index", "imaging.steps.header", *_STEP),
+    "linked_patient_metadata": ("assets.linked_patient_metadata", "imaging.steps.clinical", *_STEP),
     "anonymized_images": ("assets.anonymized_images", "imaging.steps.anonymize", "imaging.steps.header",
                           "imaging.deid", "imaging.steps.clinical", "imaging.pseudonym", "imaging.provenance",
-                          *_COMMON),
+                          *_STEP),
     "published_cohort": ("assets.published_cohort", "imaging.steps.release", "imaging.governance.release_bundle",
                          "imaging.governance.bundle", "imaging.governance.datacard", "imaging.governance.disclosure",
                          "imaging.governance.lineage", "imaging.governance.lineage_events",
@@ -47,8 +50,12 @@ CODE_VERSIONS = {asset: code_version(module_files(*modules), *_DECIDED_BY[asset]
                  for asset, modules in _MODULES.items()}
 
 
-def tags(zone: str) -> dict[str, str]:
-    return {"zone": zone, "domain": "ophthalmic-imaging"}
+# The zone each asset's output lies in (the image steps declare theirs), shown as a tag.
+ZONES = {**{s.asset: s.zone for s in IMAGE_STEPS}, "published_cohort": DEIDENTIFIED}
+
+
+def tags(asset: str) -> dict[str, str]:
+    return {"zone": ZONES[asset], "domain": "ophthalmic-imaging"}
 
 
 def table_schema(table: Table) -> TableSchema:

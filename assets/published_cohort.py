@@ -11,8 +11,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from assets import quality as q
 from assets.checks import RULES, RecordedFacts, check_results, check_specs, publication_refusal, quality_context
-from assets.governance import (CODE_VERSIONS, DISCLOSURE, LINEAGE, OWNERS, column_lineage, definition_metadata,
-                               tags)
+from assets.governance import CODE_VERSIONS, DISCLOSURE, LINEAGE, column_lineage, definition_metadata
 from imaging import fs as fsx
 from imaging.catalogue import COHORTS, DEIDENTIFIED, LEDGER, manifest
 from imaging.driver.config import PLATFORM_DIR
@@ -177,10 +176,6 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
 @asset(
     deps=["anonymized_images"],
     kinds={"spark", "dicom", "parquet"},
-    group_name="imaging",
-    owners=OWNERS,
-    tags=tags("deidentified"),
-    code_version=CODE_VERSIONS["published_cohort"],
     metadata=definition_metadata("published_cohort"),
     pool=WAREHOUSE_POOL,
     check_specs=check_specs("published_cohort"),

@@ -13,19 +13,17 @@ The as-of join the linkage checks mirror is `assets/linkage.py` `as_of_join`.
 
 from __future__ import annotations
 
-import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, functions as F
 
-from imaging.config_files import load_file
 from imaging.governance.bundle import verify_release
 from imaging.pseudonym import Pseudonymizer
 from imaging.quality.columns import birth_date_columns, identity_columns, java_date_pattern
 from imaging.quality.outcomes import (CheckOutcome, Distribution, Offender, evaluate_balance, evaluate_max,
                                       patient_offender, uid_offender)
-from imaging.quality.rules import CheckRule, QualityRules
+from imaging.quality.rules import CheckRule, QualityContext, QualityRules, load_suite  # noqa: F401 (q.QualityContext)
 from imaging.steps.clinical import ClinicalPolicy
 from imaging.steps.index import MANDATORY as MANDATORY_ATTRIBUTES
 
@@ -33,22 +31,6 @@ RAW = "raw_image_index"
 LINKED = "linked_patient_metadata"
 ANONYMIZED = "anonymized_images"
 PUBLISHED = "published_cohort"
-
-
-@dataclass(frozen=True)
-class QualityContext:
-    """What every check needs besides its data: the rules, how to pseudonymise offenders, the day."""
-
-    rules: QualityRules
-    pseudonymizer: Pseudonymizer
-    # The patient-id namespace of each site (platform/issuers.yaml): offenders are named by the same
-    # pseudonym the de-identified zone uses, whatever IssuerOfPatientID the file carries.
-    site_namespaces: Mapping[str, str]
-    default_issuer: str  # the namespace of a site not listed
-    today: dt.date = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).date())
-
-    def rule(self, asset: str, name: str) -> CheckRule:
-        return self.rules.rule(asset, name)
 
 
 def partition_key() -> Column:
@@ -462,12 +444,6 @@ def release_checksums(releases: Mapping[str, str], ctx: QualityContext) -> Check
 
 
 # --- Great Expectations suites -----------------------------------------------------------------------
-
-def load_suite(name: str) -> dict:
-    """A suite in `platform/expectations/<name>` (JSON: name + expectations of type, kwargs and severity),
-    validated (imaging.config_files.SuiteFile)."""
-    return load_file(f"expectations/{name}").model_dump()
-
 
 def column_rules(df: DataFrame, asset: str, ctx: QualityContext, *,
                  partitions: Iterable[str] = ()) -> list[CheckOutcome]:

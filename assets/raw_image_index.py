@@ -1,109 +1,52 @@
-"""raw_image_index: one row per DICOM instance in the landing zone, read from headers only."""
+"""raw_image_index: one row per DICOM instance in the landing zone, read from headers only (step: imaging/steps/declared.py INDEX)."""
 
 import math
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 from pyspark.sql import Column, DataFrame, Window, functions as F
 
-from assets import empty_day, quality as q
-from assets.checks import check_results, check_specs, quality_context, summary
-from assets.governance import CODE_VERSIONS, OWNERS, definition_metadata, tags
-from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
+from assets import quality as q
+from assets.runner import Body, Figures, StepOutput, StepRun, image_asset
 from imaging import fs as fsx
 from imaging.catalogue import INDEX_QUARANTINE, RAW_IMAGE_INDEX
-from imaging.driver.run_summary import StageClock, StepSummary
-from imaging.quality.gate import covering
-from imaging.records import QUARANTINED, SiteDay, SiteDayFolder, schema_of
+from imaging.records import QUARANTINED, SiteDayFolder, schema_of
+from imaging.steps.declared import INDEX
 from imaging.steps.index import DUPLICATES, ELSEWHERE, LIST, IndexJob, IndexRules, site_day_url
-from resources.deid import Deidentifier
-from resources.landing import LandingZone
-from resources.progress import SparkProgress
-from resources.spark import SparkResource, frame_of, map_batches
-from resources.warehouse import WAREHOUSE_POOL, Warehouse
+from resources.spark import frame_of, map_batches
 
 
-@asset(
-    # The landing zone's site-day versions: a site-day whose files changed after this ran shows as stale.
-    deps=["landing_zone"],
-    partitions_def=PARTITIONS,
-    backfill_policy=SINGLE_RUN,
-    kinds={"spark", "parquet"},
-    group_name="imaging",
-    owners=OWNERS,
-    tags=tags("identifiable"),
-    code_version=CODE_VERSIONS["raw_image_index"],
-    metadata=definition_metadata("raw_image_index"),
-    pool=WAREHOUSE_POOL,
-    check_specs=check_specs("raw_image_index"),
-    description="Identifiable zone. One row per DICOM instance (headers only, sha256 of the file); "
-                "unreadable files, instances missing a mandatory attribute (PatientID, a UID, Modality) and duplicate "
-                "instances go to quarantine/raw_image_index with the reason.",
-)
-def raw_image_index(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
-                    warehouse: Warehouse, deid: Deidentifier, progress: SparkProgress) -> MaterializeResult:
-    keys = site_days(context)
-    clock = StageClock(("list", "index", "commit"))
-    folders = [SiteDayFolder(k.date, k.site, site_day_url(landing.root, k.site, k.date)) for k in keys]
-    if not any(fsx.exists(f.url) for f in folders):  # nothing landed: no Spark (assets/empty_day.py)
-        return nothing_landed(context, keys, clock, warehouse, deid)
-    session = spark.spark_session
+def folders(run: StepRun) -> list[SiteDayFolder]:
+    return [SiteDayFolder(k.date, k.site, site_day_url(run.landing.root, k.site, k.date)) for k in run.keys]
 
+
+def nothing_landed(run: StepRun) -> bool:
+    return not any(fsx.exists(f.url) for f in folders(run))
+
+
+def index(run: StepRun) -> StepOutput:
+    session, landing = run.session, run.landing
     # Listing fans out from a handful of site-days to many files: list in parallel, then
     # repartition so that opening files is spread over the cluster, not fused behind the listing.
-    with clock.stage("list"):
-        listing = map_batches(frame_of(session, folders, schema_of(SiteDayFolder)).repartition(len(folders)),
-                              LIST).persist()
+    with run.clock.stage("list"):
+        sites = folders(run)
+        listing = map_batches(frame_of(session, sites, schema_of(SiteDayFolder)).repartition(len(sites)), LIST).persist()
         # One row per site-day: its files and bytes (the accounting check needs them per partition).
         per_partition = listing.groupBy(q.partition_key().alias("p")).agg(
             F.count(F.lit(1)).alias("n"), F.sum("size_bytes").alias("bytes")).collect()
         listed_by_partition = {r["p"]: r["n"] for r in per_partition}
         listed, listed_bytes = sum(listed_by_partition.values()), sum(r["bytes"] or 0 for r in per_partition)
     tasks = max(1, math.ceil(listed / landing.files_per_task))
-    ctx = quality_context(deid)
-    rules = IndexRules(placeholders=frozenset(ctx.rules.placeholder_list), today=ctx.today.isoformat())
+    rules = IndexRules(placeholders=frozenset(run.ctx.rules.placeholder_list), today=run.ctx.today.isoformat())
     outcomes = map_batches(listing.repartition(tasks), IndexJob(rules).step())
     # Instances indexed in site-days outside this run (one column of the table, never on the driver).
-    elsewhere = warehouse.read(session, RAW_IMAGE_INDEX).join(frame_of(session, keys, schema_of(SiteDay)),
-                                                              ["date", "site"], "left_anti")
+    elsewhere = run.warehouse.read(session, RAW_IMAGE_INDEX).join(run.site_days(), ["date", "site"], "left_anti")
     outcomes = one_partition_per_instance(outcomes, elsewhere).persist()
-
-    commit = warehouse.begin("raw_image_index")
-    with clock.stage("index"), progress.track(context.log, session, label="raw_image_index", files=listed,
-                                              bytes=listed_bytes):
-        warehouse.stage(commit, outcomes.where(~F.expr(QUARANTINED)), RAW_IMAGE_INDEX, keys)
-    with clock.stage("commit"):
-        warehouse.stage(commit, outcomes.where(QUARANTINED), INDEX_QUARANTINE, keys)
-        commit.build().apply()
-
-    # One pass: the reasons are a handful of fixed phrases whatever the input size.
-    tally = {r["reason"]: r["count"] for r in outcomes.groupBy("reason").count().collect()}
-    listing.unpersist()
-    outcomes.unpersist()
-    indexed = tally.pop(None, 0)
-    quarantined = sum(tally.values())
-    context.log.info(f"{len(keys)} site-days: {listed} files, {indexed} indexed, {quarantined} quarantined")
-
-    # Data quality, on what was committed. `listed = indexed + quarantined` is the files_accounted
-    # check (ERROR, blocking): a loss stops downstream and publication, and names the partitions.
-    index = warehouse.read(session, RAW_IMAGE_INDEX, keys)
-    held = warehouse.read(session, INDEX_QUARANTINE, keys)
-    checks = [q.scans_per_patient_site_day(index, ctx), q.instances_per_series(index, ctx),
-              q.series_per_study(index, ctx), q.mandatory_attributes(index, ctx), q.study_date_in_future(index, ctx),
-              q.files_accounted(listed_by_partition, index, held, ctx), *q.column_rules(index, "raw_image_index", ctx)]
-    partitions = [f"{k.date}|{k.site}" for k in keys]
-    checks = [covering(o, partitions) for o in checks]
-
-    written = warehouse.footprint(RAW_IMAGE_INDEX, keys)
-    step = StepSummary(
-        partitions=len(keys), files_in=listed, bytes_in=listed_bytes, rows_out=indexed, files_out=written.files,
-        bytes_out=written.bytes, quarantined=tally, stage_seconds=clock.seconds, known_reasons=(DUPLICATES.reason, ELSEWHERE.reason),
-        outputs={"table": warehouse.relative(warehouse.url(RAW_IMAGE_INDEX)),
-                 "quarantine": warehouse.relative(warehouse.url(INDEX_QUARANTINE))})
-    return MaterializeResult(metadata={
-        **step.values(), "spark_tasks": tasks, "table_unchanged": False, **summary(checks),
-        **deid.run_metadata(),  # which key keyed the batch tokens and checks: its fingerprint, never the key
-        "summary": MetadataValue.md(step.markdown("raw_image_index")),
-    }, check_results=check_results(checks, context.log))
+    with run.clock.stage("index"), run.progress.track(run.context.log, session, label=INDEX.asset, files=listed,
+                                                      bytes=listed_bytes):
+        outcomes.count()  # read every header exactly once; the tables below are written from the persisted rows
+    return StepOutput(
+        rows={RAW_IMAGE_INDEX.name: outcomes.where(~F.expr(QUARANTINED)), INDEX_QUARANTINE.name: outcomes.where(QUARANTINED)},
+        tallied=[outcomes], files_in=listed, bytes_in=listed_bytes, given={"listed": listed_by_partition},
+        metadata={"spark_tasks": tasks}, release=[listing, outcomes])
 
 
 def one_partition_per_instance(outcomes: DataFrame, elsewhere: DataFrame) -> DataFrame:
@@ -123,13 +66,18 @@ def one_partition_per_instance(outcomes: DataFrame, elsewhere: DataFrame) -> Dat
             .select(*outcomes.columns))
 
 
-def nothing_landed(context: AssetExecutionContext, keys, clock: StageClock, warehouse: Warehouse,
-                   deid: Deidentifier) -> MaterializeResult:
-    """No site-day folder in the landing zone: every partition is emptied (through the journal) and
-    every check reports an empty site-day, with no Spark session."""
-    with clock.stage("commit"):
-        emptied = empty_day.commit_empty(warehouse, "raw_image_index",
-                                         [(RAW_IMAGE_INDEX, keys), (INDEX_QUARANTINE, keys)])
-    outputs = {"table": warehouse.url(RAW_IMAGE_INDEX), "quarantine": warehouse.url(INDEX_QUARANTINE)}
-    return empty_day.answer(context, "raw_image_index", q.RAW, keys, emptied, "nothing landed", clock, warehouse,
-                            deid, outputs, {"spark_tasks": 0}, known_reasons=(DUPLICATES.reason, ELSEWHERE.reason))
+# Data quality, on what was committed. `listed = indexed + quarantined` is the files_accounted check
+# (ERROR, blocking): a loss stops downstream and publication, and names the partitions.
+FIGURES = {
+    "scans_per_patient_site_day": lambda f: q.scans_per_patient_site_day(f.committed(RAW_IMAGE_INDEX), f.ctx),
+    "instances_per_series": lambda f: q.instances_per_series(f.committed(RAW_IMAGE_INDEX), f.ctx),
+    "series_per_study": lambda f: q.series_per_study(f.committed(RAW_IMAGE_INDEX), f.ctx),
+    "mandatory_attributes": lambda f: q.mandatory_attributes(f.committed(RAW_IMAGE_INDEX), f.ctx),
+    "study_date_in_future": lambda f: q.study_date_in_future(f.committed(RAW_IMAGE_INDEX), f.ctx),
+    "files_accounted": lambda f: q.files_accounted(f.given["listed"], f.committed(RAW_IMAGE_INDEX),
+                                                   f.committed(INDEX_QUARANTINE), f.ctx),
+    ("column_rules", "column_warnings"): lambda f: q.column_rules(f.committed(RAW_IMAGE_INDEX), INDEX.asset, f.ctx),
+}
+
+raw_image_index = image_asset(INDEX, Body(idle=nothing_landed, work=index, idle_metadata=lambda run: {"spark_tasks": 0}),
+                              FIGURES)

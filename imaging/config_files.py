@@ -36,8 +36,9 @@ from pydantic import (BaseModel, ConfigDict, Field, RootModel, StringConstraints
 from imaging.deid.options import BY_NAME as DEID_OPTIONS, FULL_DATES, MODIFIED_DATES
 from imaging.deid.pixel_text import PAGE_SEGMENTATION, THRESHOLDING, PixelTextSettings
 from imaging.issuers import normalise
-from imaging.quality.rules import BALANCE, QUALITY_CHECKS, SEVERITIES, SUITE
+from imaging.quality.rules import BALANCE, SEVERITIES, SUITE
 from imaging.steps.clinical import ACTIONS
+from imaging.steps.declared import QUALITY_CHECKS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PLATFORM_DIR = REPO_ROOT / "platform"
@@ -198,7 +199,7 @@ def _asset_checks(asset: str, checks: Mapping[str, str]) -> type[_Model]:
     return create_model(f"{asset}_checks", __base__=_Model, **fields)
 
 
-# Every asset's checks, from imaging.quality.QUALITY_CHECKS: an unknown or missing asset or check is an error.
+# Every asset's checks, as declared with the steps (imaging.steps.declared.QUALITY_CHECKS): an unknown or missing asset or check is an error.
 QualityChecks = create_model("QualityChecks", __base__=_Model,
                              **{asset: (_asset_checks(asset, checks), ...) for asset, checks in QUALITY_CHECKS.items()})
 

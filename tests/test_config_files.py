@@ -18,7 +18,7 @@ import yaml
 
 from imaging.config_files import (DEFAULT_PLATFORM_DIR, FILES, ConfigError, CohortFile, load_cohort_files, load_file,
                                   load_platform)
-from imaging.quality.rules import QUALITY_CHECKS
+from imaging.steps.declared import QUALITY_CHECKS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,16 +57,30 @@ def test_every_shipped_file_loads():
     assert load_file("cohorts/amd_oct.yaml").age_at_scan.min == 50
 
 
-def test_the_known_checks_are_the_ones_the_assets_evaluate():
-    """QUALITY_CHECKS (what quality.yaml must configure) names exactly the checks assets/ asks rules for."""
-    source = "\n".join(p.read_text() for p in (ROOT / "assets").glob("*.py"))
-    constants = {"RAW": "raw_image_index", "LINKED": "linked_patient_metadata",
-                 "ANONYMIZED": "anonymized_images", "PUBLISHED": "published_cohort"}
-    asked = {(constants[c], name) for c, name in re.findall(r"\b(RAW|LINKED|ANONYMIZED|PUBLISHED), \"(\w+)\"", source)}
-    known = {(asset, name) for asset, checks in QUALITY_CHECKS.items() for name in checks}
-    assert asked and asked <= known
-    for asset, name in known - asked:  # evaluated through a loop or a table (column_rules, TABLE_WIDE)
-        assert f'"{name}"' in source, (asset, name)
+def test_the_declared_checks_are_the_ones_evaluated():
+    """Each step's declared per-run checks are the ones its asset's Spark figures compute, its table-wide
+    checks the ones the multi-asset checks evaluate; QUALITY_CHECKS (what quality.yaml must configure)
+    is the declarations'."""
+    from assets import anonymized_images, linked_patient_metadata, raw_image_index
+    from assets.checks import TABLE_CHECKS
+    from assets.runner import _names
+    from imaging.steps.declared import ANONYMIZE, CHECKS, IMAGE_STEPS, INDEX, LINK
+
+    for module, step in ((raw_image_index, INDEX), (linked_patient_metadata, LINK), (anonymized_images, ANONYMIZE)):
+        assert sorted(_names(module.FIGURES)) == sorted(c.name for c in step.per_run), step.asset
+    evaluated = {(key.asset_key.to_user_string(), key.name) for c in TABLE_CHECKS for key in c.check_keys}
+    assert evaluated == {(s.asset, name) for s in IMAGE_STEPS for name in s.table_wide}
+    assert QUALITY_CHECKS == {asset: {c.name: c.kind for c in checks} for asset, checks in CHECKS.items()}
+
+
+def test_a_step_whose_figures_miss_a_declared_check_is_refused():
+    from assets.raw_image_index import FIGURES
+    from assets.runner import Body, image_asset
+    from imaging.steps.declared import INDEX
+
+    fewer = {k: v for k, v in FIGURES.items() if k != "files_accounted"}
+    with pytest.raises(ValueError, match="raw_image_index: FIGURES compute"):
+        image_asset(INDEX, Body(idle=lambda run: True, work=lambda run: None), fewer)
 
 
 # (file, change, the line the error must contain): (a) an unknown key, (b) a wrong type, (c) a missing field.

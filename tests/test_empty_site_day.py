@@ -160,8 +160,10 @@ def test_empty_site_day_empties_stale_partitions_through_the_journal(defs, sessi
 
 
 def test_empty_day_outcomes_equal_sparks_on_empty_frames():
-    """`assets/empty_day.py` reports what `assets/quality.py` computes on Spark over frames with no row."""
-    from assets import empty_day, quality as q
+    """The declared empty-day figures (imaging/steps/declared.py) are what `assets/quality.py` computes on
+    Spark over frames with no row, check for check and in the declared order."""
+    from assets import quality as q
+    from imaging.steps.declared import empty_outcomes, step_of
     from imaging.quality.gate import covering
     from imaging.records import ClinicalRow, schema_of
     from imaging.steps.clinical import load_policy
@@ -196,5 +198,6 @@ def test_empty_day_outcomes_equal_sparks_on_empty_frames():
     }
     for asset, outcomes in on_spark.items():
         expected = [(o.check, o.passed, o.as_metadata()) for o in (covering(o, [KEY]) for o in outcomes)]
-        shortcut = [(o.check, o.passed, o.as_metadata()) for o in empty_day.outcomes(asset, ctx, [KEY])]
+        shortcut = [(o.check, o.passed, o.as_metadata()) for o in (covering(o, [KEY])
+                                                                   for o in empty_outcomes(step_of(asset), ctx))]
         assert shortcut == expected, asset

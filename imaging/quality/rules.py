@@ -12,34 +12,21 @@ reduces a table to a few figures per check and `outcomes` judges them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import datetime as dt
+from dataclasses import dataclass, field
 from typing import Mapping
+
+from imaging.pseudonym import Pseudonymizer
 
 ERROR = "ERROR"
 WARN = "WARN"
 SEVERITIES = (ERROR, WARN)
 
-# Every check the assets evaluate (`ctx.rule(asset, name)` in assets/quality.py, assets/empty_day.py),
-# and its kind: MAX passes while the observed value is at most `max`; BALANCE compares the two sides of
-# an accounting equation (no `max`); SUITE counts failed expectations of a suite in platform/expectations/.
-# platform/quality.yaml must configure exactly these (imaging/config_files.py).
+# The kinds of check: MAX passes while the observed value is at most `max`; BALANCE compares the two
+# sides of an accounting equation (no `max`); SUITE counts failed expectations of a suite in
+# platform/expectations/. Which checks each asset has, and their kinds, is declared with the steps
+# (imaging/steps/declared.py `QUALITY_CHECKS`); platform/quality.yaml must configure exactly those.
 MAX, BALANCE, SUITE = "max", "balance", "suite"
-QUALITY_CHECKS: dict[str, dict[str, str]] = {
-    "raw_image_index": {
-        "scans_per_patient_site_day": MAX, "scans_per_patient": MAX, "instances_per_series": MAX,
-        "series_per_study": MAX, "sop_instance_uid_in_one_partition": MAX, "mandatory_attributes": MAX,
-        "study_date_in_future": MAX, "files_accounted": BALANCE, "column_rules": SUITE, "column_warnings": SUITE,
-    },
-    "linked_patient_metadata": {
-        "images_accounted": BALANCE, "records_per_image": MAX, "images_per_record": MAX, "unlinked_share": MAX, "placeholder_keys": MAX,
-        "images_per_clinical_key": MAX, "study_before_birth": MAX, "column_rules": SUITE, "column_warnings": SUITE,
-    },
-    "anonymized_images": {
-        "images_accounted": BALANCE, "manifest_files": MAX, "pseudonyms_per_patient": MAX,
-        "patients_per_pseudonym": MAX, "column_rules": SUITE, "column_warnings": SUITE,
-    },
-    "published_cohort": {"release_checksums": MAX},
-}
 
 
 @dataclass(frozen=True)
@@ -117,3 +104,27 @@ def load_quality_rules() -> QualityRules:
     from imaging.config_files import load_file
 
     return QualityRules.from_model(load_file("quality.yaml"))
+
+
+def load_suite(name: str) -> dict:
+    """A suite in `platform/expectations/<name>` (JSON: name + expectations of type, kwargs and severity),
+    validated (imaging.config_files.SuiteFile)."""
+    from imaging.config_files import load_file
+
+    return load_file(f"expectations/{name}").model_dump()
+
+
+@dataclass(frozen=True)
+class QualityContext:
+    """What every check needs besides its data: the rules, how to pseudonymise offenders, the day."""
+
+    rules: QualityRules
+    pseudonymizer: Pseudonymizer
+    # The patient-id namespace of each site (platform/issuers.yaml): offenders are named by the same
+    # pseudonym the de-identified zone uses, whatever IssuerOfPatientID the file carries.
+    site_namespaces: Mapping[str, str]
+    default_issuer: str  # the namespace of a site not listed
+    today: dt.date = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).date())
+
+    def rule(self, asset: str, name: str) -> CheckRule:
+        return self.rules.rule(asset, name)

@@ -1,0 +1,276 @@
+"""The one runner of the image steps: a step's declaration and its Spark body become an asset.
+
+Shared helper module (like `assets/checks.py`), not an asset. A step is declared in the core
+(`imaging/steps/declared.py`: input, executor step, tables, stages, checks); its asset module adds only
+what is its own: a `Body` (when the run has nothing to do, the Spark work, the extra metadata) and the
+Spark figure of each declared check (`FIGURES`). The runner owns the rest, the same for every step:
+
+1. the run's site-days (one partition, or many for a single-run backfill) and the stage clock;
+2. the empty-day shortcut: when the body says there is nothing to do (nothing landed, indexed or linked),
+   a Spark session and a dozen jobs over empty frames would only learn what is known without them. The
+   runner empties every output partition through the journal instead (a partition a previous run filled
+   is emptied, not left stale), and every check reports its declared empty-day figure: the values,
+   thresholds, details and partitions `assets/quality.py` reports on empty frames
+   (tests/test_empty_site_day.py holds the two equal), with no Spark session and no JVM;
+3. otherwise the body's frames are staged into one journal commit (`imaging/driver/commit.py`) and
+   applied; the quarantine reasons are tallied (a handful of fixed phrases, one aggregate);
+4. the checks, on what was committed, in declared order, each stamped with the partitions it covered;
+5. the `StepSummary` and the `MaterializeResult` with the check results.
+
+Shared policies (owners, tags, code version, automation) are applied in `definitions.py`.
+"""
+
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable, Mapping, Sequence
+
+from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, asset
+from pyspark.sql import DataFrame
+
+from assets.checks import check_results, check_specs, quality_context, summary
+from assets.governance import definition_metadata
+from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
+from imaging.catalogue import Folder, Table
+from imaging.driver.run_summary import StageClock, StepSummary
+from imaging.quality.gate import covering
+from imaging.quality.outcomes import CheckOutcome
+from imaging.quality.rules import QualityContext
+from imaging.records import SiteDay, schema_of
+from imaging.steps.anonymize import batch_name
+from imaging.steps.clinical import ClinicalPolicy, load_policy
+from imaging.steps.declared import ImageStep, empty_outcomes
+from resources.deid import Deidentifier
+from resources.landing import LandingZone
+from resources.progress import SparkProgress
+from resources.spark import SparkResource, frame_of
+from imaging import fs as fsx
+from imaging.driver.commit import CommitBuilder
+from imaging.driver.run_summary import Footprint
+from resources.warehouse import WAREHOUSE_POOL, Warehouse
+
+BATCH = ("batch",)  # the partitioning of what is written per opaque batch of a site-day
+
+
+@dataclass
+class StepRun:
+    """One run of a step: its site-days, its clock and its resources, for the body and the figures."""
+
+    context: AssetExecutionContext
+    step: ImageStep
+    keys: list[SiteDay]
+    clock: StageClock
+    spark: SparkResource
+    landing: LandingZone
+    warehouse: Warehouse
+    deid: Deidentifier
+    progress: SparkProgress
+    commit: CommitBuilder | None = None  # the run's journal commit, begun before the body runs
+
+    @cached_property
+    def session(self):
+        return self.spark.spark_session
+
+    @cached_property
+    def ctx(self) -> QualityContext:
+        return quality_context(self.deid)
+
+    @cached_property
+    def policy(self) -> ClinicalPolicy:
+        return load_policy()
+
+    @property
+    def partitions(self) -> list[str]:
+        """The run's Dagster partition keys, `date|site`."""
+        return [f"{k.date}|{k.site}" for k in self.keys]
+
+    @cached_property
+    def batch_of(self) -> dict[str, str]:
+        """Each site-day's opaque batch folder: a keyed token, so no path names a real date or site."""
+        pseudonymizer = self.deid.pseudonymizer()
+        return {f"{k.date}|{k.site}": batch_name(pseudonymizer, k.date, k.site) for k in self.keys}
+
+    def partitions_of(self, entry: Table | Folder) -> list:
+        """The run's partitions of a table (site-days, or batches) or sub-folders of a folder (batches)."""
+        if isinstance(entry, Folder):
+            return list(self.batch_of.values())
+        if entry.partition_by == BATCH:
+            return [{"batch": b} for b in self.batch_of.values()]
+        return list(self.keys)
+
+    def read(self, table: Table) -> DataFrame:
+        """The run's partitions of `table` as the warehouse holds them."""
+        return self.warehouse.read(self.session, table, self.partitions_of(table))
+
+    def site_days(self) -> DataFrame:
+        """The run's site-days as a frame (date, site), for joins that keep a run to its own partitions."""
+        return frame_of(self.session, self.keys, schema_of(SiteDay))
+
+
+@dataclass
+class StepOutput:
+    """What a step's body hands the runner: its rows, what to tally, and what its check figures read."""
+
+    rows: Mapping[str, DataFrame]            # table name -> rows to write over the run's partitions
+    tallied: Sequence[DataFrame]             # frames whose `reason` is tallied (null: the row is ok)
+    files_in: int
+    bytes_in: int
+    given: Mapping[str, object] = field(default_factory=dict)  # named inputs of the Spark figures
+    metadata: Mapping[str, object] = field(default_factory=dict)
+    footprint: Footprint | None = None       # files and bytes written; None: the output table's
+    release: Sequence[DataFrame] = ()        # persisted frames to unpersist once checked
+
+
+@dataclass
+class Figures:
+    """What a step's Spark check figures read: the committed tables and what the body handed over."""
+
+    run: StepRun
+    given: Mapping[str, object]
+    _read: dict[str, DataFrame] = field(default_factory=dict)
+
+    @property
+    def ctx(self) -> QualityContext:
+        return self.run.ctx
+
+    def committed(self, table: Table) -> DataFrame:
+        """The run's partitions of `table` after the commit (one frame per table, shared by the figures)."""
+        if table.name not in self._read:
+            self._read[table.name] = self.run.read(table)
+        return self._read[table.name]
+
+
+# A figure computes one check, or several from one pass (named together in FIGURES' key).
+Figure = Callable[[Figures], CheckOutcome | Sequence[CheckOutcome]]
+
+
+@dataclass(frozen=True)
+class Body:
+    """A step's own part: when there is nothing to do, the Spark work, and the metadata of an idle run."""
+
+    idle: Callable[[StepRun], bool]          # nothing to do: answer without Spark
+    work: Callable[[StepRun], StepOutput]    # stage nothing itself: returns rows for the runner to commit
+    idle_metadata: Callable[[StepRun], dict] = lambda run: {}
+
+
+def _names(figures: Mapping[str | tuple[str, ...], Figure]) -> list[str]:
+    return [n for key in figures for n in ((key,) if isinstance(key, str) else key)]
+
+
+def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, ...], Figure]) -> AssetsDefinition:
+    """The Dagster asset of `step`. Refuses figures that do not compute exactly the declared per-run checks."""
+    declared, bound = [c.name for c in step.per_run], _names(figures)
+    if sorted(bound) != sorted(declared):
+        raise ValueError(f"{step.asset}: FIGURES compute {sorted(bound)}, the step declares {sorted(declared)}")
+
+    @asset(
+        name=step.asset,
+        deps=[step.input],
+        partitions_def=PARTITIONS,
+        backfill_policy=SINGLE_RUN,
+        kinds=set(step.kinds),
+        metadata=definition_metadata(step.asset),
+        pool=WAREHOUSE_POOL,  # Dagster has no spec attribute for it, so it cannot be applied in definitions.py
+        check_specs=check_specs(step.asset),
+        description=step.description,
+    )
+    def _asset(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone, warehouse: Warehouse,
+               deid: Deidentifier, progress: SparkProgress) -> MaterializeResult:
+        run = StepRun(context, step, site_days(context), StageClock(step.stages), spark, landing, warehouse, deid,
+                      progress)
+        return _idle(run, body) if body.idle(run) else _run(run, body, figures)
+
+    return _asset
+
+
+def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figure]) -> MaterializeResult:
+    step, warehouse = run.step, run.warehouse
+    commit = run.commit = warehouse.begin(step.asset)  # the body may write files into its staging
+    out = body.work(run)
+    with run.clock.stage("commit"):
+        for folder in step.folders:
+            warehouse.stage_folders(commit, folder, run.partitions_of(folder))
+        for table in step.tables(run.policy):
+            warehouse.stage(commit, out.rows[table.name], table, run.partitions_of(table))
+        commit.build().apply()
+
+    # One aggregate per frame: the reasons are a handful of fixed phrases whatever the input size.
+    tally: dict[str | None, int] = {}
+    for frame in out.tallied:
+        for row in frame.groupBy("reason").count().collect():
+            tally[row["reason"]] = tally.get(row["reason"], 0) + row["count"]
+    rows_out = tally.pop(None, 0)
+    run.context.log.info(f"{len(run.keys)} site-days: {out.files_in} in, {rows_out} out, "
+                         f"{sum(tally.values())} quarantined")
+
+    # Data quality on what was committed, in declared order.
+    given = Figures(run, out.given)
+    computed: dict[str, CheckOutcome] = {}
+    for figure in figures.values():
+        result = figure(given)
+        for outcome in ([result] if isinstance(result, CheckOutcome) else result):
+            computed[outcome.check] = outcome
+    checks = [covering(computed[c.name], run.partitions) for c in step.per_run]
+    for frame in out.release:
+        frame.unpersist()
+
+    written = out.footprint or warehouse.footprint(step.output_table(run.policy), run.keys)
+    return _result(run, checks, StepSummary(
+        partitions=len(run.keys), files_in=out.files_in, bytes_in=out.bytes_in, rows_out=rows_out,
+        files_out=written.files, bytes_out=written.bytes, quarantined=tally, stage_seconds=run.clock.seconds,
+        known_reasons=step.known_reasons, outputs=_outputs(run)), {**out.metadata, "table_unchanged": False})
+
+
+def _idle(run: StepRun, body: Body) -> MaterializeResult:
+    """Nothing to do: every output partition emptied through the journal, every check its empty-day figure."""
+    step = run.step
+    with run.clock.stage("commit"):
+        emptied = commit_empty(run.warehouse, step.asset, [(t, run.partitions_of(t)) for t in step.tables(run.policy)],
+                               folders=[(f, run.partitions_of(f)) for f in step.folders])
+    run.context.log.info(f"{len(run.keys)} site-days: {step.idle}, {emptied.partitions_emptied} partitions emptied")
+    checks = [covering(o, run.partitions) for o in empty_outcomes(step, run.ctx)]
+    return _result(run, checks, StepSummary(
+        partitions=len(run.keys), files_in=0, bytes_in=0, rows_out=0, files_out=0, bytes_out=0, quarantined={},
+        stage_seconds=run.clock.seconds, known_reasons=step.known_reasons, outputs=_outputs(run)),
+        {**body.idle_metadata(run), "table_unchanged": not emptied.changed})
+
+
+@dataclass(frozen=True)
+class Emptied:
+    """What committing empty outputs did: partitions (and folders) that held something before."""
+
+    partitions_emptied: int
+
+    @property
+    def changed(self) -> bool:
+        """Whether any table (or folder) lost rows: only then can a table-wide figure move."""
+        return self.partitions_emptied > 0
+
+
+def commit_empty(warehouse: Warehouse, label: str, tables: Sequence[tuple[Table, Sequence]],
+                 folders: Sequence[tuple[Folder, Sequence[str]]] = ()) -> Emptied:
+    """Commit `tables`' partitions (and `folders`' sub-folders) as empty, through the journal."""
+    commit: CommitBuilder = warehouse.begin(label)
+    emptied = 0
+    for table, partitions in tables:
+        emptied += len(warehouse.present(table, partitions))
+        warehouse.stage_empty(commit, table, partitions)
+    for folder, subfolders in folders:
+        emptied += sum(1 for sub in subfolders if fsx.exists(warehouse.url(folder, sub)))
+        warehouse.stage_folders(commit, folder, subfolders)
+    commit.build().apply()
+    return Emptied(emptied)
+
+
+def _outputs(run: StepRun) -> dict[str, str]:
+    return {label: run.warehouse.relative(run.warehouse.url(entry))
+            for label, entry in run.step.outputs(run.policy).items()}
+
+
+def _result(run: StepRun, checks: list[CheckOutcome], step: StepSummary, metadata: dict) -> MaterializeResult:
+    return MaterializeResult(metadata={
+        **step.values(), **metadata, **summary(checks),
+        # Which key keyed the pseudonyms, batch tokens and offenders: its fingerprint, never the key.
+        **run.deid.run_metadata(),
+        "summary": MetadataValue.md(step.markdown(run.step.asset)),
+    }, check_results=check_results(checks, run.context.log))
