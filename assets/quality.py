@@ -25,6 +25,7 @@ from imaging.quality.outcomes import (CheckOutcome, Distribution, Offender, eval
                                       patient_offender, uid_offender)
 from imaging.quality.rules import CheckRule, QualityContext, QualityRules, load_suite  # noqa: F401 (q.QualityContext)
 from imaging.steps.clinical import ClinicalPolicy
+from imaging.steps.header import DA_FORMAT
 from imaging.steps.index import MANDATORY as MANDATORY_ATTRIBUTES
 
 RAW = "raw_image_index"
@@ -183,8 +184,9 @@ def mandatory_attributes(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
 
 
 def study_date(column: Column) -> Column:
-    """A DICOM DA column as a date (null when malformed)."""
-    return F.try_to_date(column, "yyyyMMdd")
+    """A DICOM DA column as a date (null when malformed): the header module's `DA_FORMAT` as a Spark
+    pattern ('yyyyMMdd')."""
+    return F.try_to_date(column, java_date_pattern(DA_FORMAT))
 
 
 def _dicom_date(column: str) -> Column:

@@ -15,59 +15,22 @@ changes too and every interval within the patient is kept exactly:
 Precision is kept: an `HHMM` stays `HHMM` (seconds are computed, then cut), fractions of a
 second and a DT's UTC offset suffix are kept as they were. A value that is not a real date or
 time (`1990/01/`, `25:00`) cannot be shifted and is never kept: the caller empties it.
+
+The values are parsed and written by the one DICOM header module, `imaging.steps.header` (a DA by
+`dicom_date(..., acr_nema=True)`: YYYYMMDD or YYYY.MM.DD; a TM by `dicom_time`, a DT by
+`dicom_datetime`); this module only moves them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass
 
 from pydicom.datadict import DicomDictionary
 
 from imaging.pseudonym import DAY_SECONDS as DAY
 from imaging.pseudonym import DateTimeShift
-
-_DA = re.compile(r"^(\d{4})\.?(\d{2})\.?(\d{2})$")  # YYYYMMDD, or ACR-NEMA YYYY.MM.DD
-_TM = re.compile(r"^(\d{2})(?::?(\d{2})(?::?(\d{2})(\.\d{1,6})?)?)?$")  # HH[MM[SS[.F]]], ACR-NEMA colons
-_DT = re.compile(r"^(\d{4})(\d{2})(\d{2})((?:\d{2}){0,3}(?:\.\d{1,6})?)([+-]\d{4})?$")
-
-
-@dataclass(frozen=True)
-class _Time:
-    seconds: int  # of the day, from the given components (missing ones are 0)
-    components: int  # 1 (HH), 2 (HHMM) or 3 (HHMMSS)
-    fraction: str  # ".F..." or ""
-
-
-def _parse_date(value: str) -> dt.date | None:
-    match = _DA.match(str(value).strip())
-    if not match:
-        return None
-    try:
-        return dt.date(*(int(g) for g in match.groups()))
-    except ValueError:
-        return None
-
-
-def _parse_time(value: str) -> _Time | None:
-    match = _TM.match(str(value).strip())
-    if not match:
-        return None
-    hh, mm, ss, fraction = match.groups()
-    hour, minute, second = int(hh), int(mm or 0), min(int(ss or 0), 59)  # a leap second counts as :59
-    if hour > 23 or minute > 59 or second > 60:
-        return None
-    if fraction is not None and ss is None:
-        return None
-    components = 1 + (mm is not None) + (ss is not None)
-    return _Time(hour * 3600 + minute * 60 + second, components, fraction or "")
-
-
-def _format_time(seconds: int, components: int, fraction: str) -> str:
-    seconds %= DAY
-    parts = (seconds // 3600, seconds // 60 % 60, seconds % 60)
-    return "".join(f"{p:02d}" for p in parts[:components]) + (fraction if components == 3 else "")
+from imaging.steps.header import dicom_date, dicom_datetime, dicom_time, format_date, format_time
 
 
 def _add(day: dt.date, time_seconds: int, shift: DateTimeShift) -> tuple[dt.date, int] | None:
@@ -81,51 +44,44 @@ def _add(day: dt.date, time_seconds: int, shift: DateTimeShift) -> tuple[dt.date
 
 def shift_date(value: str, shift: DateTimeShift) -> str | None:
     """A DA with no paired time: the date of its midnight after the shift (day + shift.days)."""
-    day = _parse_date(value)
+    day = dicom_date(value, acr_nema=True)
     if day is None:
         return None
     moved = _add(day, 0, shift)
-    return moved[0].strftime("%Y%m%d") if moved else None
+    return format_date(moved[0]) if moved else None
 
 
 def shift_time(value: str, shift: DateTimeShift) -> str | None:
     """A TM moved by the sub-day part of the shift (the time of day its date-time would get)."""
-    time = _parse_time(value)
+    time = dicom_time(value)
     if time is None:
         return None
-    return _format_time(time.seconds + shift.seconds, time.components, time.fraction)
+    return format_time((time.seconds + shift.seconds) % DAY, time.components, time.fraction)
 
 
 def shift_paired_date(date_value: str, time_value: str, shift: DateTimeShift) -> str | None:
     """A DA paired with a TM: the date of the shifted date-time (may be one day after day + days)."""
-    day, time = _parse_date(date_value), _parse_time(time_value)
+    day, time = dicom_date(date_value, acr_nema=True), dicom_time(time_value)
     if day is None:
         return None
     if time is None:  # the time is unusable (and will be emptied): the date alone decides
         return shift_date(date_value, shift)
     moved = _add(day, time.seconds, shift)
-    return moved[0].strftime("%Y%m%d") if moved else None
+    return format_date(moved[0]) if moved else None
 
 
 def shift_datetime(value: str, shift: DateTimeShift) -> str | None:
     """A DT moved as one date-time; a DT with only a date moves like a DA. Suffix (&ZZXX) kept."""
-    match = _DT.match(str(value).strip())
-    if not match:
+    parsed = dicom_datetime(value)
+    if parsed is None:
         return None
-    year, month, day_text, rest, suffix = match.groups()
-    day = _parse_date(year + month + day_text)
-    if day is None:
-        return None
-    if not rest:
-        shifted = shift_date(year + month + day_text, shift)
-        return None if shifted is None else shifted + (suffix or "")
-    time = _parse_time(rest)
-    if time is None:
-        return None
-    moved = _add(day, time.seconds, shift)
+    time = parsed.time
+    moved = _add(parsed.date, time.seconds if time else 0, shift)
     if moved is None:
         return None
-    return moved[0].strftime("%Y%m%d") + _format_time(moved[1], time.components, time.fraction) + (suffix or "")
+    if time is None:  # only a date: the date of its midnight after the shift, as shift_date
+        return format_date(moved[0]) + parsed.suffix
+    return format_date(moved[0]) + format_time(moved[1], time.components, time.fraction) + parsed.suffix
 
 
 def _pairs() -> dict[int, int]:

@@ -27,7 +27,7 @@ from imaging.provenance import source_uid_hash
 from imaging.pseudonym import Pseudonymizer
 from imaging.records import BatchStep, LinkedImage, PublishedImage, Quarantined, outcome_schema
 from imaging.steps.clinical import ClinicalPolicy
-from imaging.steps.header import PUBLISHED, dicom_date, header_text, read_columns
+from imaging.steps.header import PUBLISHED, column_value, dicom_date, keyword, read_columns
 
 
 def batch_name(pseudonymizer: Pseudonymizer, date: str, site: str) -> str:
@@ -78,7 +78,7 @@ OUTPUT_NAME = re.compile(r"2\.25\.[0-9]{1,39}")
 
 def output_name(out) -> str:
     """The file name of a de-identified dataset, derived (never a raw value) and checked for its shape."""
-    uid = str(out.get("SOPInstanceUID", "") or "")
+    uid = str(out.get(keyword("sop_instance_uid"), "") or "")
     if not OUTPUT_NAME.fullmatch(uid):
         raise NotDeidentifiable("de-identified SOP Instance UID is not a 2.25 UID")
     return f"{uid}.dcm"
@@ -154,7 +154,7 @@ class _Anonymizer:
             raise NotDeidentifiable("source file changed since it was indexed")
         clinical = image.clinical or {}
         ds = read_whole(data)
-        if header_text(ds, "SOPInstanceUID") != image.sop_instance_uid:
+        if column_value(ds, "sop_instance_uid") != image.sop_instance_uid:
             raise NotDeidentifiable(UNREADABLE_PAST_HEADER)
         known = job.policy.identifying_values({**clinical, "patient_id": image.patient_id or ""})
         # The patient's namespace comes from the site, never from the file's IssuerOfPatientID.
@@ -174,8 +174,8 @@ class _Anonymizer:
             date=image.date, site=image.site, source_path=image.source_path, source_sha256=image.sha256,
             source_uid_hash=source_uid_hash(pseudonymizer, image.sop_instance_uid or ""), batch=batch,
             output_path=relative, output_sha256=hashlib.sha256(payload).hexdigest(), output_size_bytes=len(payload),
-            patient_pseudonym=header_text(out, "PatientID"),
-            **{**read_columns(out, PUBLISHED), "study_date": _iso(header_text(out, "StudyDate"))},
+            patient_pseudonym=column_value(out, "patient_id"),  # the pseudonym is the de-identified PatientID
+            **{**read_columns(out, PUBLISHED), "study_date": _iso(column_value(out, "study_date"))},
             has_clinical_record=bool(image.has_clinical_record),
             clinical={c: fields[c] for c in job.policy.output_columns},
         )

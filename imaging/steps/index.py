@@ -23,7 +23,7 @@ from typing import Iterator
 from imaging import fs as fsx
 from imaging.records import (BatchStep, IndexedImage, ListedFile, Quarantined, SiteDayFolder, Stateless, outcome_schema,
                              schema_of)
-from imaging.steps.header import INDEXED, dicom_date, header_text, read_columns
+from imaging.steps.header import INDEXED, dicom_date, header_text, keyword, read_columns
 
 CHUNK = 1 << 20
 IN_MEMORY = 64 << 20  # files up to this size are read whole (see read_header)
@@ -44,12 +44,11 @@ class NotAnInstance(ValueError):
     """A readable file that is not an addressable DICOM instance; the message is the reason."""
 
 
-# Every indexed instance carries these (record field, DICOM keyword): the UIDs address and name it,
-# the patient id links and pseudonymises it (without one, every such image would share the
-# pseudonym of the empty id), the modality selects it into cohorts.
-MANDATORY = (("patient_id", "PatientID"), ("study_instance_uid", "StudyInstanceUID"),
-             ("series_instance_uid", "SeriesInstanceUID"), ("sop_instance_uid", "SOPInstanceUID"),
-             ("sop_class_uid", "SOPClassUID"), ("modality", "Modality"))
+# Every indexed instance carries these (record field, DICOM keyword from header.COLUMNS): the UIDs
+# address and name it, the patient id links and pseudonymises it (without one, every such image would
+# share the pseudonym of the empty id), the modality selects it into cohorts.
+MANDATORY = tuple((column, keyword(column)) for column in ("patient_id", "study_instance_uid", "series_instance_uid",
+                                                           "sop_instance_uid", "sop_class_uid", "modality"))
 MISSING_MANDATORY = "missing mandatory attribute"  # the reason's fixed start; the attributes' keywords follow
 
 # UIDs (PS3.5 9.1): digits and dots, at most 64 characters, no empty component. Checked where they are
@@ -61,7 +60,7 @@ MALFORMED_UID = "malformed UID"  # the reason's fixed start; the attributes' key
 # Only the standard's own UIDs live under its root; an instance, series or study there would be kept
 # verbatim by the de-identification (a registered UID is not replaced) instead of getting its 2.25 UID.
 DICOM_ROOT = "1.2.840.10008."
-INSTANCE_UIDS = tuple(pair for pair in UIDS if pair[1] != "SOPClassUID")
+INSTANCE_UIDS = tuple(pair for pair in UIDS if pair[0] != "sop_class_uid")
 UID_UNDER_DICOM_ROOT = "instance UID under the DICOM root"
 PLACEHOLDER_PATIENT_ID = "placeholder PatientID"
 STUDY_DATE_AFTER_INDEXING = "study date after the day it was indexed"
