@@ -29,9 +29,9 @@ LINEAGE = tuple(column_lineage(POLICY, SETTINGS.deid_options, DISCLOSURE))
 _COMMON = ("imaging.records", "imaging.catalogue", "imaging.fs")
 _STEP = ("assets.runner", "imaging.steps.declared", *_COMMON)  # every image step runs through the runner
 _MODULES = {
-    "raw_image_index": ("assets.raw_image_index", "imaging.steps.index", "imaging.steps.header", *_STEP),
+    "raw_image_index": ("assets.raw_image_index", "imaging.steps.index", "imaging.header", *_STEP),
     "linked_patient_metadata": ("assets.linked_patient_metadata", "imaging.steps.clinical", *_STEP),
-    "anonymized_images": ("assets.anonymized_images", "imaging.steps.anonymize", "imaging.steps.header",
+    "anonymized_images": ("assets.anonymized_images", "imaging.steps.anonymize", "imaging.header",
                           "imaging.deid", "imaging.steps.clinical", "imaging.pseudonym", "imaging.provenance",
                           *_STEP),
     "published_cohort": ("assets.published_cohort", "imaging.steps.release", "imaging.governance.release_bundle",

@@ -25,7 +25,7 @@ from imaging.quality.outcomes import (CheckOutcome, Distribution, Offender, eval
                                       patient_offender, uid_offender)
 from imaging.quality.rules import CheckRule, QualityContext, QualityRules, load_suite  # noqa: F401 (q.QualityContext)
 from imaging.steps.clinical import ClinicalPolicy
-from imaging.steps.header import DA_FORMAT
+from imaging.header import DA_FORMAT
 from imaging.steps.index import MANDATORY as MANDATORY_ATTRIBUTES
 
 RAW = "raw_image_index"

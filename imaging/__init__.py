@@ -1,7 +1,8 @@
 """Pure core of the imaging platform, split by where the code runs (ARCHITECTURE.md, "Code layout").
 
-The top-level modules are the foundations shared by driver and executors (records, catalogue, fs,
-settings models, pseudonyms, issuers, the provenance ledger record); `imaging.steps` the executor
+The top-level modules are the foundations shared by driver and executors (records, catalogue, fs, the
+DICOM header (keyword -> column table, value readers, DA/TM/DT), settings models, pseudonyms, issuers,
+the provenance ledger record); `imaging.steps` the executor
 steps, `imaging.deid` the de-identification engine, `imaging.quality` the quality rules,
 `imaging.driver` a run's machinery (settings, commits, summaries, progress, landing versions) and
 `imaging.governance` the release governance. Nothing in this package imports Spark or Dagster, so every

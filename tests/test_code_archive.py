@@ -13,7 +13,7 @@ import zipfile
 from resources.spark import DRIVER_ONLY, code_archive
 
 EXECUTOR_STEPS = ("imaging.steps.index", "imaging.steps.clinical", "imaging.steps.anonymize",
-                  "imaging.steps.release", "imaging.steps.header", "imaging.quality.files", "imaging.records")
+                  "imaging.steps.release", "imaging.header", "imaging.quality.files", "imaging.records")
 
 
 def _modules(names: list[str]) -> list[str]:

@@ -25,7 +25,7 @@ from imaging.quality.rules import load_quality_rules
 from imaging.records import IndexedImage, LinkedImage, ListedFile, PublishedImage, Quarantined
 from imaging.steps.anonymize import AnonymizeJob
 from imaging.steps.clinical import load_policy
-from imaging.steps.header import dicom_date
+from imaging.header import dicom_date
 from imaging.steps.index import DICOM_ROOT, IndexRules, index_file, is_uid
 from synth import generate_hospital
 from test_hostile import save_anything

@@ -1,4 +1,4 @@
-"""The DICOM DA/TM/DT reads and writes of the one header module (imaging/steps/header.py), and the
+"""The DICOM DA/TM/DT reads and writes of the one header module (imaging/header.py), and the
 keyword of a record column. Pure: no Spark, no files."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import datetime as dt
 
 import pytest
 
-import imaging.steps.header as header
+import imaging.header as header
 
-from imaging.steps.header import (COLUMNS, DicomTime, dicom_date, dicom_datetime, dicom_time, format_date,
+from imaging.header import (COLUMNS, DicomTime, dicom_date, dicom_datetime, dicom_time, format_date,
                                   format_time, keyword)
 
 

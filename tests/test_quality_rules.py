@@ -11,7 +11,7 @@ from imaging.quality.gate import (CheckEvaluation, blocking_message, latest_by_p
                                   release_checks)
 from imaging.quality.outcomes import Distribution, evaluate_balance, evaluate_max, patient_offender, uid_offender
 from imaging.quality.rules import ERROR, WARN, QualityRules, load_quality_rules
-from imaging.steps.header import dicom_date
+from imaging.header import dicom_date
 
 RULES = load_quality_rules()
 KEY = Pseudonymizer("rules-test-key")

@@ -16,7 +16,7 @@ Precision is kept: an `HHMM` stays `HHMM` (seconds are computed, then cut), frac
 second and a DT's UTC offset suffix are kept as they were. A value that is not a real date or
 time (`1990/01/`, `25:00`) cannot be shifted and is never kept: the caller empties it.
 
-The values are parsed and written by the one DICOM header module, `imaging.steps.header` (a DA by
+The values are parsed and written by the one DICOM header module, `imaging.header` (a DA by
 `dicom_date(..., acr_nema=True)`: YYYYMMDD or YYYY.MM.DD; a TM by `dicom_time`, a DT by
 `dicom_datetime`); this module only moves them.
 """
@@ -30,7 +30,7 @@ from pydicom.datadict import DicomDictionary
 
 from imaging.pseudonym import DAY_SECONDS as DAY
 from imaging.pseudonym import DateTimeShift
-from imaging.steps.header import dicom_date, dicom_datetime, dicom_time, format_date, format_time
+from imaging.header import dicom_date, dicom_datetime, dicom_time, format_date, format_time
 
 
 def _add(day: dt.date, time_seconds: int, shift: DateTimeShift) -> tuple[dt.date, int] | None:

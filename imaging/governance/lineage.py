@@ -19,7 +19,7 @@ from pydicom.datadict import dictionary_VR, tag_for_keyword
 from imaging.deid import load_profile
 from imaging.governance.disclosure import DisclosurePolicy
 from imaging.steps.clinical import ClinicalPolicy
-from imaging.steps.header import COLUMNS as HEADER, PUBLISHED
+from imaging.header import COLUMNS as HEADER, PUBLISHED
 
 # Tables, named by the Dagster asset that writes them.
 LINKED = "linked_patient_metadata"  # identifiable: the source header index joined to clinical records

@@ -27,7 +27,7 @@ from imaging.provenance import source_uid_hash
 from imaging.pseudonym import Pseudonymizer
 from imaging.records import BatchStep, LinkedImage, PublishedImage, Quarantined, outcome_schema
 from imaging.steps.clinical import ClinicalPolicy
-from imaging.steps.header import PUBLISHED, column_value, dicom_date, keyword, read_columns
+from imaging.header import PUBLISHED, column_value, dicom_date, keyword, read_columns
 
 
 def batch_name(pseudonymizer: Pseudonymizer, date: str, site: str) -> str:

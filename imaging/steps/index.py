@@ -23,7 +23,7 @@ from typing import Iterator
 from imaging import fs as fsx
 from imaging.records import (BatchStep, IndexedImage, ListedFile, Quarantined, SiteDayFolder, Stateless, outcome_schema,
                              schema_of)
-from imaging.steps.header import INDEXED, dicom_date, header_text, keyword, read_columns
+from imaging.header import INDEXED, dicom_date, header_text, keyword, read_columns
 
 CHUNK = 1 << 20
 IN_MEMORY = 64 << 20  # files up to this size are read whole (see read_header)
