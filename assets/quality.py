@@ -19,11 +19,10 @@ from typing import Iterable, Mapping, Sequence
 from pyspark.sql import Column, DataFrame, functions as F
 
 from imaging.governance.bundle import verify_release
-from imaging.pseudonym import Pseudonymizer
 from imaging.quality.columns import birth_date_columns, identity_columns, java_date_pattern
 from imaging.quality.outcomes import (CheckOutcome, Distribution, Offender, evaluate_balance, evaluate_max,
                                       patient_offender, uid_offender)
-from imaging.quality.rules import CheckRule, QualityContext, QualityRules, load_suite  # noqa: F401 (q.QualityContext)
+from imaging.quality.rules import QualityContext, load_suite
 from imaging.steps.clinical import ClinicalPolicy
 from imaging.header import DA_FORMAT
 from imaging.steps.index import MANDATORY as MANDATORY_ATTRIBUTES

@@ -5,7 +5,7 @@ import math
 from pyspark.sql import Column, DataFrame, Window, functions as F
 
 from assets import quality as q
-from assets.runner import Body, Figures, StepOutput, StepRun, image_asset
+from assets.runner import Body, StepOutput, StepRun, image_asset
 from imaging import fs as fsx
 from imaging.catalogue import INDEX_QUARANTINE, RAW_IMAGE_INDEX
 from imaging.records import QUARANTINED, SiteDayFolder, schema_of
