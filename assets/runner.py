@@ -225,8 +225,7 @@ def _idle(run: StepRun, body: Body) -> MaterializeResult:
     """Nothing to do: every output partition emptied through the journal, every check its empty-day figure."""
     step = run.step
     with run.clock.stage("commit"):
-        emptied = commit_empty(run.warehouse, step.asset, [(t, run.partitions_of(t)) for t in step.tables(run.policy)],
-                               folders=[(f, run.partitions_of(f)) for f in step.folders])
+        emptied = commit_empty(run)
     run.context.log.info(f"{len(run.keys)} site-days: {step.idle}, {emptied.partitions_emptied} partitions emptied")
     checks = [covering(o, run.partitions) for o in empty_outcomes(step, run.ctx)]
     return _result(run, checks, StepSummary(
@@ -247,17 +246,18 @@ class Emptied:
         return self.partitions_emptied > 0
 
 
-def commit_empty(warehouse: Warehouse, label: str, tables: Sequence[tuple[Table, Sequence]],
-                 folders: Sequence[tuple[Folder, Sequence[str]]] = ()) -> Emptied:
-    """Commit `tables`' partitions (and `folders`' sub-folders) as empty, through the journal."""
-    commit: CommitBuilder = warehouse.begin(label)
+def commit_empty(run: StepRun) -> Emptied:
+    """Commit every output partition (and batch folder) of the run's step as empty, through the journal."""
+    warehouse, commit = run.warehouse, run.warehouse.begin(run.step.asset)
     emptied = 0
-    for table, partitions in tables:
+    for table in run.step.tables(run.policy):
+        partitions = run.partitions_of(table)
         emptied += len(warehouse.present(table, partitions))
         warehouse.stage_empty(commit, table, partitions)
-    for folder, subfolders in folders:
-        emptied += sum(1 for sub in subfolders if fsx.exists(warehouse.url(folder, sub)))
-        warehouse.stage_folders(commit, folder, subfolders)
+    for folder in run.step.folders:
+        batches = run.partitions_of(folder)
+        emptied += sum(1 for batch in batches if fsx.exists(warehouse.url(folder, batch)))
+        warehouse.stage_folders(commit, folder, batches)
     commit.build().apply()
     return Emptied(emptied)
 
