@@ -238,7 +238,7 @@ def test_materialize_one_site_day_from_the_ui(ui):
     run_id = run_url.rsplit("/", 1)[1]
     ui.driver.get(run_url)
     status = ui.wait(lambda: run_status(ui, run_id) in TERMINAL_RUN and run_status(ui, run_id), "the run to finish",
-                     timeout=RUN_WAIT, poll=3)
+                     timeout=RUN_WAIT, poll=1)
     # The run page follows the run live; its header tag says how it ended.
     ui.wait(lambda: ui.text_shown("Success") or ui.text_shown("Failure"), "the run page's status")
     ui.shot("site-day-run-succeeded")
@@ -270,7 +270,7 @@ def test_backfill_one_site_over_two_dates_is_one_run(ui):
     ui.driver.get(backfill_url)
     ui.shot("backfill-in-progress")
     ui.wait(lambda: backfill_status(ui, backfill_id).startswith(("COMPLETED", "FAILED", "CANCELED")),
-            "the backfill to finish", timeout=RUN_WAIT, poll=3)
+            "the backfill to finish", timeout=RUN_WAIT, poll=1)
     ui.driver.refresh()
 
     def status_badge():  # the "Status" field of the backfill's overview (not the "Succeeded" column)
