@@ -11,6 +11,7 @@ workers share.
 import fcntl
 import json
 import os
+import signal
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -31,6 +32,15 @@ os.environ.update({
     # The test hospitals are a dozen patients: no cohort of them reaches the default k of 5.
     "IMAGING_MIN_K": "1",
 })
+
+# A run started in the background of a non-interactive shell (CI scripts, `... &`) inherits SIGINT ignored,
+# and after Dagster's first in-process run SIGTERM is ignored too (dagster._utils.interrupts gives SIGTERM
+# SIGINT's handler). Every server a test starts afterwards would inherit both, ignore its stop signal, and
+# each stop would wait out its timeout (30 s a server) or fail. The tests start from Python's defaults.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session")
