@@ -136,19 +136,22 @@ def spark(warehouse):
 # - SESSION_WORLD: the tests on this file's session world (the hospital, the warehouse materialized from
 #   it, its instance and the Spark session the assets started). Each worker process builds its own world
 #   (ROOT is per process), so the tests that read it share one worker and it is built once.
+# - "dagster-ui": the tests on the shared `dagster dev` (browser and proxy tests, fixture `dagster_ui`).
 # - otherwise its module: module-scoped worlds and tests that build on each other stay on one worker.
 # Groups are handed out heaviest first (GROUP_SECONDS), so the long ones start at once and the many
 # short ones fill in at the end; any group not listed comes after them, in file order.
 
 SESSION_WORLD = "session-world"
-WORLD_FIXTURES = ("hospital", "warehouse", "instance", "spark")
+# Fixtures of this file whose tests share a worker: the session world's, and the UI tests' `dagster dev`.
+WORLD_FIXTURES = {"hospital": SESSION_WORLD, "warehouse": SESSION_WORLD, "instance": SESSION_WORLD,
+                  "spark": SESSION_WORLD, "dagster_ui": "dagster-ui"}
 # Rough seconds each heavy group takes on a 2-core machine with the other worker busy.
 GROUP_SECONDS = {
     SESSION_WORLD: 200,
     "test_crash_safety": 150,
     "deployments-standalone": 110,
     "test_quality_gate": 90,
-    "test_ui_browser": 85,
+    "dagster-ui": 110,
     "test_ui_automation": 65,
     "deployments-connect": 60,
     "deployments-gcs": 50,
@@ -171,8 +174,9 @@ def _group(item: pytest.Item) -> str:
     if marker is not None:
         return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
     # A world fixture of this file's, not one the module defines under the same name.
-    if any(name in item.fixturenames and not hasattr(item.module, name) for name in WORLD_FIXTURES):
-        return SESSION_WORLD
+    for name, group in WORLD_FIXTURES.items():
+        if name in item.fixturenames and not hasattr(item.module, name):
+            return group
     return item.module.__name__
 
 
@@ -236,3 +240,28 @@ def build_once(tmp_path_factory, name: str, build: Callable[[Path], dict]) -> tu
             return folder, json.loads(done.read_text())
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# --- The UI tests' shared `dagster dev` -------------------------------------------------------------
+
+_SHARED_UI = []  # this process's SharedDagsterDev, once a test has asked for it
+
+
+@pytest.fixture(scope="session")
+def dagster_ui(tmp_path_factory):
+    """One `dagster dev` for the browser steps (test_ui_browser) and the proxy (test_ui_proxy): started
+    by the first test that asks (`dagster_ui.get()`), stopped after the last (pytest_runtest_teardown)."""
+    from dagster_server import SharedDagsterDev
+
+    shared = SharedDagsterDev(tmp_path_factory.mktemp("dagster-ui"))
+    _SHARED_UI.append(shared)
+    yield shared
+    shared.stop()
+
+
+def pytest_runtest_teardown(item, nextitem):
+    # Its tests run one after the other (one xdist group): stop the server once the next test does not use
+    # it, rather than leave its daemon polling until the end of the run.
+    if _SHARED_UI and "dagster_ui" in item.fixturenames and (
+            nextitem is None or "dagster_ui" not in nextitem.fixturenames):
+        _SHARED_UI[0].stop()
