@@ -211,7 +211,12 @@ def code_archive() -> str:
     data = buffer.getvalue()
     target = Path(tempfile.gettempdir()) / f"imaging-{hashlib.sha256(data).hexdigest()[:16]}.zip"
     if not target.exists():
-        target.write_bytes(data)
+        # Written aside, then renamed: another process on this machine (a second run, a parallel test worker)
+        # may be making the same archive, and must never see it half-written.
+        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=target.stem + "-", suffix=".part",
+                                         delete=False) as part:
+            part.write(data)
+        os.replace(part.name, target)
     return str(target)
 
 

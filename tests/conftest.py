@@ -2,11 +2,19 @@
 
 The data contract's environment variables are set before any platform module is imported,
 because the definitions read them at import time, as a deployment does.
+
+The suite runs on parallel workers (pytest-xdist, `--dist loadgroup`; platform/test.sh turns it on): see
+"Parallel runs" below for how tests are grouped onto workers, and `build_once` for a world that all
+workers share.
 """
 
+import fcntl
+import json
 import os
+import signal
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -24,6 +32,15 @@ os.environ.update({
     # The test hospitals are a dozen patients: no cohort of them reaches the default k of 5.
     "IMAGING_MIN_K": "1",
 })
+
+# A run started in the background of a non-interactive shell (CI scripts, `... &`) inherits SIGINT ignored,
+# and after Dagster's first in-process run SIGTERM is ignored too (dagster._utils.interrupts gives SIGTERM
+# SIGINT's handler). Every server a test starts afterwards would inherit both, ignore its stop signal, and
+# each stop would wait out its timeout (30 s a server) or fail. The tests start from Python's defaults.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session")
@@ -110,3 +127,141 @@ def spark(warehouse):
     from pyspark.sql import SparkSession
 
     return SparkSession.builder.getOrCreate()
+
+
+# --- Parallel runs (pytest-xdist) -----------------------------------------------------------------
+#
+# platform/test.sh runs the suite on two workers with `--dist loadgroup`: the tests of one xdist_group
+# run on one worker, in file order. Every test gets a group here unless its module names one itself:
+# - SESSION_WORLD: the tests on this file's session world (the hospital, the warehouse materialized from
+#   it, its instance and the Spark session the assets started). Each worker process builds its own world
+#   (ROOT is per process), so the tests that read it share one worker and it is built once.
+# - "dagster-ui": the tests on the shared `dagster dev` (browser and proxy tests, fixture `dagster_ui`).
+# - otherwise its module: module-scoped worlds and tests that build on each other stay on one worker.
+# Groups are handed out heaviest first (GROUP_SECONDS), so the long ones start at once and the many
+# short ones fill in at the end; any group not listed comes after them, in file order.
+
+SESSION_WORLD = "session-world"
+# Fixtures of this file whose tests share a worker: the session world's, and the UI tests' `dagster dev`.
+WORLD_FIXTURES = {"hospital": SESSION_WORLD, "warehouse": SESSION_WORLD, "instance": SESSION_WORLD,
+                  "spark": SESSION_WORLD, "dagster_ui": "dagster-ui"}
+# Rough seconds each heavy group takes on a 2-core machine with the other worker busy.
+GROUP_SECONDS = {
+    SESSION_WORLD: 200,
+    "test_crash_safety": 150,
+    "deployments-standalone": 110,
+    "test_quality_gate": 90,
+    "dagster-ui": 110,
+    "test_ui_automation": 65,
+    "deployments-connect": 60,
+    "deployments-gcs": 50,
+    "test_leak_free": 45,
+    "test_deid_sweep": 35,
+    "test_progress_spark": 30,
+    "test_quality_checks": 30,
+    "test_hostile": 25,
+    "test_deid_dciodvfy": 25,
+    "test_cli": 25,
+    "test_fuzz_pipeline": 20,
+    "test_pixel_text": 18,
+    "test_empty_site_day": 13,
+    "test_dg": 11,
+}
+
+
+def _group(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    if marker is not None:
+        return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+    # A world fixture of this file's, not one the module defines under the same name.
+    for name, group in WORLD_FIXTURES.items():
+        if name in item.fixturenames and not hasattr(item.module, name):
+            return group
+    return item.module.__name__
+
+
+def pytest_configure(config):
+    # Work is handed out in the order pytest_collection_modifyitems leaves it (heaviest group first), not
+    # re-sorted by the number of tests in a group (xdist's default for loadscope and loadgroup).
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config, items):
+    """Before the other hooks (xdist's reads the groups): every test gets its group, and on a worker of
+    `--dist loadgroup` the tests are ordered heaviest group first. After them: each test's node id ends
+    in `@<group>`, the key xdist's loadgroup scheduler groups by."""
+    groups = {}
+    for item in items:
+        groups[item] = _group(item)
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(groups[item]))
+    grouping = hasattr(config, "workerinput") and config.getoption("loadgroup", False)
+    if grouping:
+        first = {}
+        for item in items:
+            first.setdefault(groups[item], len(first))
+        items.sort(key=lambda item: (-GROUP_SECONDS.get(groups[item], 0), first[groups[item]]))
+    result = yield
+    if grouping:
+        # xdist 3.8 appends the suffix by setting `item._nodeid`, which pytest 9.2 no longer reads (an item's
+        # node id is `item._id`): without this every test would be scheduled alone, groups ignored.
+        from _pytest.nodeid import NodeId
+
+        for item in items:
+            if not item.nodeid.endswith("@" + groups[item]):
+                item._id = NodeId.parse(f"{item.nodeid}@{groups[item]}")
+    return result
+
+
+def shared_folder(tmp_path_factory) -> Path:
+    """A folder every worker of this run sees: the run's base temporary folder (this process's own when
+    the tests run in one process)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def build_once(tmp_path_factory, name: str, build: Callable[[Path], dict]) -> tuple[Path, dict]:
+    """A world made once per run whichever workers ask for it: `build(folder)` makes it in `folder` and
+    returns facts about it (JSON); the first worker to ask builds it under a file lock, the others wait for
+    it and get the same folder and facts. A build that fails leaves nothing, and the next asker tries again."""
+    folder = shared_folder(tmp_path_factory) / name
+    done = folder.with_name(name + ".json")
+    with open(folder.with_name(name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not done.exists():
+                import shutil
+
+                shutil.rmtree(folder, ignore_errors=True)
+                folder.mkdir(parents=True)
+                done.write_text(json.dumps(build(folder)))
+            return folder, json.loads(done.read_text())
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# --- The UI tests' shared `dagster dev` -------------------------------------------------------------
+
+_SHARED_UI = []  # this process's SharedDagsterDev, once a test has asked for it
+
+
+@pytest.fixture(scope="session")
+def dagster_ui(tmp_path_factory):
+    """One `dagster dev` for the browser steps (test_ui_browser) and the proxy (test_ui_proxy): started
+    by the first test that asks (`dagster_ui.get()`), stopped after the last (pytest_runtest_teardown)."""
+    from dagster_server import SharedDagsterDev
+
+    shared = SharedDagsterDev(tmp_path_factory.mktemp("dagster-ui"))
+    _SHARED_UI.append(shared)
+    yield shared
+    shared.stop()
+
+
+def pytest_runtest_teardown(item, nextitem):
+    # Its tests run one after the other (one xdist group): stop the server once the next test does not use
+    # it, rather than leave its daemon polling until the end of the run.
+    if _SHARED_UI and "dagster_ui" in item.fixturenames and (
+            nextitem is None or "dagster_ui" not in nextitem.fixturenames):
+        _SHARED_UI[0].stop()

@@ -2,7 +2,8 @@
 
 Not a test module: the UI, proxy and automation tests import it. Every process is started in its
 own process group and stopped with SIGINT to that group (`dagster dev` ignores SIGTERM), then
-SIGKILL if it has not gone within a bounded wait.
+SIGKILL if it has not gone within a bounded wait. `SharedDagsterDev` is the one `dagster dev` the
+browser and proxy tests share (tests/conftest.py, fixture `dagster_ui`).
 """
 
 from __future__ import annotations
@@ -130,3 +131,34 @@ class DagsterProcess:
             pass
         if self._log:
             self._log.close()
+
+
+# The shared UI server's hospital: 2 sites x 2 days, 2 patients a site (test_ui_browser's steps name them).
+UI_SITES = ("site-a", "site-b")
+UI_DATES = ("2024-03-01", "2024-03-02")
+UI_KEY = "ui-test-key-not-secret-" + "u" * 10
+
+
+class SharedDagsterDev:
+    """`dagster dev` (webserver and daemon) with its own instance under `root`, on a small generated hospital:
+    started on first use (`get`), stopped by `stop` (and started again if a later test asks)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.server: DagsterProcess | None = None
+
+    def get(self) -> DagsterProcess:
+        if self.server is None or self.server.process.poll() is not None:
+            landing = self.root / "landing"
+            if not landing.exists():
+                from synth import generate_hospital
+
+                generate_hospital(landing, seed=3, sites=UI_SITES, dates=UI_DATES, patients_per_site=2)
+            env = platform_env(self.root, sites=UI_SITES, start_date=UI_DATES[0], key=UI_KEY)
+            self.server = DagsterProcess.start("dev", env, self.root / "dagster-dev.log")
+        return self.server
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None

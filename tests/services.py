@@ -2,9 +2,9 @@
 
 Each server is a context manager that starts real processes on dynamically chosen free ports,
 waits until it answers, yields a named record describing it, and stops every process it started
-(by the process group it created, never by name). The pytest fixtures at the bottom wrap them;
-each skips with the reason only when the program it needs is absent on this machine (CI installs
-them all: see `.ci/run`).
+(by the process group it created, never by name). The pytest fixtures at the bottom wrap them, one
+server per test module; each skips with the reason only when the program it needs is absent on this
+machine (CI installs them all: see `.ci/run`).
 
 - `spark_standalone`: a Spark standalone master and one worker, from the installed pyspark's own
   `bin/spark-class`, with authentication and network encryption on under a fresh shared secret (what
@@ -426,6 +426,8 @@ def postgres_server(database: str = "dagster", timeout: float = 60) -> Iterator[
 
 
 # --- pytest fixtures (import them into a test module: `from services import postgres, ...`) ----
+# Module-scoped: a server stops when the tests of the module that needed it are done, rather than idling
+# until the end of the run (the suite runs in parallel workers, with two cores between them).
 
 
 def _skip_unless(condition: bool, reason: str) -> None:
@@ -433,28 +435,28 @@ def _skip_unless(condition: bool, reason: str) -> None:
         pytest.skip(reason + " (CI installs it: see .ci/run)")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark_cluster():
     _skip_unless(java_available(), "Java is not installed: no Spark standalone cluster")
     with spark_standalone() as cluster:
         yield cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark_connect():
     _skip_unless(java_available(), "Java is not installed: no Spark Connect server")
     with spark_connect_server() as server:
         yield server
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def gcs():
     _skip_unless(gcs_emulator_program() is not None, "gcp-storage-emulator is not installed")
     with gcs_emulator() as emulator:
         yield emulator
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def postgres():
     _skip_unless(postgres_bin_dir() is not None, "PostgreSQL server is not installed (apt-get install postgresql)")
     with postgres_server() as server:

@@ -6,6 +6,7 @@ source, with values and item numbers normalised; an error only the output has fa
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -49,8 +50,14 @@ def errors(path) -> set[str]:
     return found
 
 
+@functools.lru_cache(maxsize=None)
+def source_errors(path: str) -> frozenset[str]:
+    """A source file's own errors: the same for every profile, so validated once per file."""
+    return frozenset(errors(path))
+
+
 def new_errors(source_path, data: bytes, tmp_path, name: str) -> list[str]:
-    source = errors(source_path)
+    source = source_errors(str(source_path))
     if any("read failed" in e for e in source):
         return []  # dciodvfy cannot read the source itself: nothing to compare with
     out = tmp_path / "out.dcm"

@@ -5,10 +5,15 @@ fresh process whose working directory is an empty folder: a Spark standalone clu
 worker from pyspark's `bin/spark-class`), a Spark Connect server (pyspark's `start-connect-server.sh`),
 and landing plus output files on a GCS emulator. Outputs are compared with the reference: files by
 bytes, tables by rows (tests/compare.py).
+
+The hospital and the local reference run are made once per test run (`build_once`, tests/conftest.py),
+so the backends can run on different workers; the reference is made by the first backend test to finish
+its own run, while the others still run theirs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from compare import collect, rewritten
+from conftest import build_once
 from services import gcs, spark_cluster, spark_connect  # noqa: F401 - pytest fixtures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,14 +67,21 @@ def run_pipeline(tmp: Path, landing: str, master: str, warehouse: str | None = N
 def tiny_landing(tmp_path_factory) -> Path:
     from synth import generate_hospital
 
-    landing = tmp_path_factory.mktemp("tiny") / "landing"
-    generate_hospital(landing, seed=23, sites=(SITE,), dates=(DATE,), patients_per_site=4)
-    return landing
+    def generate(folder: Path) -> dict:
+        generate_hospital(folder / "landing", seed=23, sites=(SITE,), dates=(DATE,), patients_per_site=4)
+        return {}
+
+    folder, _ = build_once(tmp_path_factory, "deployments-tiny", generate)
+    return folder / "landing"
 
 
 @pytest.fixture(scope="module")
 def local_run(tiny_landing, tmp_path_factory) -> PipelineRun:
-    return run_pipeline(tmp_path_factory.mktemp("local"), str(tiny_landing), "local[2]")
+    """The reference: the same runner on a local session. A test asks for it after its own run
+    (`request.getfixturevalue`), so the backends' runs do not wait for it."""
+    _, facts = build_once(tmp_path_factory, "deployments-local-run",
+                          lambda folder: dataclasses.asdict(run_pipeline(folder, str(tiny_landing), "local[2]")))
+    return PipelineRun(**facts)
 
 
 def assert_equal_to_local(run: PipelineRun, local: PipelineRun) -> None:
@@ -86,7 +99,8 @@ def assert_equal_to_local(run: PipelineRun, local: PipelineRun) -> None:
     assert any(o.kind == "rows" and o.value for o in got.values()), "no table rows"
 
 
-def test_standalone_cluster_equals_local(spark_cluster, tiny_landing, local_run, tmp_path):  # noqa: F811
+@pytest.mark.xdist_group("deployments-standalone")
+def test_standalone_cluster_equals_local(spark_cluster, tiny_landing, tmp_path, request):  # noqa: F811
     """Over a cluster whose master and worker require authentication and encrypt RPC and block transfers
     (the pseudonym key rides in every de-identification task): the driver authenticates with the shared
     secret from IMAGING_SPARK_AUTH_SECRET, its executors (started by the worker with that secret) run the
@@ -98,16 +112,18 @@ def test_standalone_cluster_equals_local(spark_cluster, tiny_landing, local_run,
                                   "IMAGING_SPARK_AUTH_SECRET": spark_cluster.auth_secret})
     assert run.security == {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
     assert ".zip" in run.executor_imaging, run.executor_imaging  # the shipped code, not the driver's tree
-    assert_equal_to_local(run, local_run)
+    assert_equal_to_local(run, request.getfixturevalue("local_run"))
 
 
-def test_spark_connect_equals_local(spark_connect, tiny_landing, local_run, tmp_path):  # noqa: F811
+@pytest.mark.xdist_group("deployments-connect")
+def test_spark_connect_equals_local(spark_connect, tiny_landing, tmp_path, request):  # noqa: F811
     run = run_pipeline(tmp_path, str(tiny_landing), spark_connect.remote)
     assert ".zip" in run.executor_imaging, run.executor_imaging  # shipped with addArtifacts
-    assert_equal_to_local(run, local_run)
+    assert_equal_to_local(run, request.getfixturevalue("local_run"))
 
 
-def test_gcs_landing_and_images_equal_local(gcs, tiny_landing, local_run, tmp_path, monkeypatch):  # noqa: F811
+@pytest.mark.xdist_group("deployments-gcs")
+def test_gcs_landing_and_images_equal_local(gcs, tiny_landing, tmp_path, monkeypatch, request):  # noqa: F811
     """Landing in one bucket, output files in another; Spark's tables on a local root (no GCS connector)."""
     for key, value in gcs.environment().items():
         monkeypatch.setenv(key, value)  # the comparison below reads the buckets too
@@ -117,9 +133,10 @@ def test_gcs_landing_and_images_equal_local(gcs, tiny_landing, local_run, tmp_pa
                        tables=str(tmp_path / "tables"), extra_env=gcs.environment())
     published = gcs.filesystem().find(f"{warehouse.removeprefix('gs://')}/warehouse/deidentified")
     assert any(p.endswith(".dcm") for p in published), "no de-identified image in the bucket"
-    assert_equal_to_local(run, local_run)
+    assert_equal_to_local(run, request.getfixturevalue("local_run"))
 
 
+@pytest.mark.xdist_group("deployments-gcs")
 def test_missing_bucket_fails_at_the_start_with_its_name(gcs, monkeypatch):  # noqa: F811
     from dagster import Failure
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pydicom
+import pytest
 
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINKED,
                                RAW_IMAGE_INDEX, manifest)
@@ -152,16 +153,28 @@ def ledger_runs(root: Path, key) -> set:
     return {r["run_id"] for r in table(root / LEDGER.path) if (r["date"], r["site"]) == key}
 
 
-def test_rerun_of_one_partition_is_byte_identical(defs, warehouse):
-    before, runs = snapshot(warehouse), ledger_runs(warehouse, (DATES[1], SITES[0]))
-    key = f"{DATES[1]}|{SITES[0]}"
-    run_assets(defs, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key))
-    run_assets(defs, ["published_cohort"])
+RERUN = (DATES[1], SITES[0])
+
+
+@pytest.fixture(scope="module")
+def rerun(defs, warehouse):
+    """One site-day re-run as an operator re-runs it: its three image assets in one run, then published_cohort.
+    What the warehouse held before (and which run wrote the site-day's ledger rows), and the two runs' results:
+    the re-run's outputs and what it showed are both checked below, on the one re-run."""
+    before, runs = snapshot(warehouse), ledger_runs(warehouse, RERUN)
+    key = f"{RERUN[0]}|{RERUN[1]}"
+    results = [run_assets(defs, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key)),
+               run_assets(defs, ["published_cohort"])]
+    return before, runs, results
+
+
+def test_rerun_of_one_partition_is_byte_identical(warehouse, rerun):
+    before, runs, _ = rerun
     after = snapshot(warehouse)
     assert before.keys() == after.keys()
     assert [k for k in before if before[k] != after[k]] == []
     # Same bytes everywhere, but the ledger names the run that wrote them now.
-    assert len(runs) == 1 and ledger_runs(warehouse, (DATES[1], SITES[0])) - runs
+    assert len(runs) == 1 and ledger_runs(warehouse, RERUN) - runs
 
 
 def test_follow_up_references_name_the_published_baseline(hospital, warehouse):
@@ -199,11 +212,9 @@ def test_published_dates_move_with_the_patients_offset(warehouse, defs):
         assert published["study_date"] == dt.datetime.strptime(shifted, "%Y%m%d").date().isoformat() != real.isoformat()
 
 
-def test_no_identifier_in_dagster_metadata_or_logs(hospital, defs, warehouse):
+def test_no_identifier_in_dagster_metadata_or_logs(hospital, rerun):
     """What the runs show in the UI (metadata, log messages) holds no value from the generated data."""
-    key = f"{DATES[0]}|{SITES[1]}"
-    results = [run_assets(defs, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key)),
-               run_assets(defs, ["published_cohort"])]
+    _, _, results = rerun
     shown, fingerprints = [], {}
     for result in results:
         for event in result.all_events:

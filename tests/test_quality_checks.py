@@ -8,10 +8,8 @@ import datetime as dt
 import hashlib
 import json
 import os
-import sys
 
 import pytest
-from pyspark.sql import SparkSession
 from pyspark.sql.types import BooleanType, IntegerType, StringType, StructField, StructType
 
 from assets import quality as q
@@ -42,9 +40,16 @@ LEDGER = StructType([StructField(n, StringType(), False) for n in
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this interpreter's pyarrow
-    return (SparkSession.builder.master(os.environ.get("IMAGING_SPARK_MASTER", "local[2]"))
-            .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    """The process's one Spark session, started as the assets start theirs (SparkResource: getOrCreate hands
+    it to every later run in this test process, so it must be the assets' whichever test starts it), with
+    2 shuffle partitions for these tiny frames while this module runs."""
+    from resources.spark import SparkResource, spark_config
+
+    session = SparkResource(spark_config=spark_config(os.environ["IMAGING_SPARK_MASTER"])).spark_session
+    before = session.conf.get("spark.sql.shuffle.partitions")
+    session.conf.set("spark.sql.shuffle.partitions", "2")
+    yield session
+    session.conf.set("spark.sql.shuffle.partitions", before)
 
 
 class Hospital:

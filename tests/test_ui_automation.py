@@ -20,7 +20,7 @@ SITES = ("site-a", "site-b")
 START = "2024-03-01"
 DROPPED = ("2024-03-02", "site-b")
 CHAIN = {"raw_image_index", "linked_patient_metadata", "anonymized_images"}
-TICK = 10  # IMAGING_LANDING_SENSOR_SECONDS for this test; production ticks every 60 s
+TICK = 3  # IMAGING_LANDING_SENSOR_SECONDS for this test; production ticks every 60 s
 RUN_WAIT = 600  # two cores shared with other work: a Spark run takes one to two minutes here
 WORKSPACE = os.environ.get("UI_TEST_WORKSPACE", "workspace.yaml")
 
@@ -58,7 +58,7 @@ def _wait(predicate, what: str, timeout: float, server):
         value = predicate()
         if value:
             return value
-        time.sleep(3)
+        time.sleep(1)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{server.log_tail(3000)}")
 
 

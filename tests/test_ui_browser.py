@@ -1,7 +1,8 @@
 """End to end in a real browser: headless Chromium (Debian's) driven by Selenium against `dagster dev`.
 
-`dagster dev` runs on loopback with a temporary instance and a tiny generated hospital (2 sites x 2 days).
-The steps run in file order and share one browser, as an operator would:
+`dagster dev` runs on loopback with a temporary instance and a tiny generated hospital (2 sites x 2 days): the
+one the proxy test puts nginx in front of (tests/conftest.py, fixture `dagster_ui`). The steps run in file order
+and share one browser, as an operator would:
 
 1. open the asset graph (dismissing the "Join the Dagster community" dialog) and find the four assets;
 2. materialize one site-day of raw_image_index from its partitions view and see the run succeed;
@@ -24,15 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from dagster_server import REPO, DagsterProcess, graphql, platform_env
+from dagster_server import REPO, UI_DATES, UI_SITES, DagsterProcess, graphql
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
                                 reason="needs Debian's chromium and chromium-driver")
 
-SITES = ("site-a", "site-b")
-DATES = ("2024-03-01", "2024-03-02")
+SITES, DATES = UI_SITES, UI_DATES  # the shared server's hospital
 ASSETS = ("raw_image_index", "linked_patient_metadata", "anonymized_images", "published_cohort")
 SITE_DAY = f"{DATES[0]}|{SITES[0]}"        # step 2
 BACKFILL_SITE = SITES[1]                    # step 3: this site over both dates
@@ -165,15 +165,11 @@ def backfill_status(ui: UI, backfill_id: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory, request):
+def ui(dagster_ui, tmp_path_factory, request):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    from synth import generate_hospital
-
     root = tmp_path_factory.mktemp("ui")
-    generate_hospital(root / "landing", seed=3, sites=SITES, dates=DATES, patients_per_site=2)
-    env = platform_env(root, sites=SITES, start_date=DATES[0], key="ui-test-key-not-secret-" + "u" * 10)
     shots = Path(os.environ.get("UI_SCREENSHOTS") or REPO / "build" / "ui-screenshots")
     shutil.rmtree(shots, ignore_errors=True)
     shots.mkdir(parents=True)
@@ -181,7 +177,7 @@ def ui(tmp_path_factory, request):
     if reporter:
         reporter.write_line(f"\nUI screenshots: {shots}")
 
-    server = DagsterProcess.start("dev", env, root / "dagster-dev.log")
+    server = dagster_ui.get()
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in CHROME_FLAGS:
@@ -196,7 +192,6 @@ def ui(tmp_path_factory, request):
     finally:
         if driver:
             driver.quit()
-        server.stop()
 
 
 def test_asset_graph_shows_the_four_assets(ui):
@@ -238,7 +233,7 @@ def test_materialize_one_site_day_from_the_ui(ui):
     run_id = run_url.rsplit("/", 1)[1]
     ui.driver.get(run_url)
     status = ui.wait(lambda: run_status(ui, run_id) in TERMINAL_RUN and run_status(ui, run_id), "the run to finish",
-                     timeout=RUN_WAIT, poll=3)
+                     timeout=RUN_WAIT, poll=1)
     # The run page follows the run live; its header tag says how it ended.
     ui.wait(lambda: ui.text_shown("Success") or ui.text_shown("Failure"), "the run page's status")
     ui.shot("site-day-run-succeeded")
@@ -270,7 +265,7 @@ def test_backfill_one_site_over_two_dates_is_one_run(ui):
     ui.driver.get(backfill_url)
     ui.shot("backfill-in-progress")
     ui.wait(lambda: backfill_status(ui, backfill_id).startswith(("COMPLETED", "FAILED", "CANCELED")),
-            "the backfill to finish", timeout=RUN_WAIT, poll=3)
+            "the backfill to finish", timeout=RUN_WAIT, poll=1)
     ui.driver.refresh()
 
     def status_badge():  # the "Status" field of the backfill's overview (not the "Succeeded" column)

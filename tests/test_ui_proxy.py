@@ -1,9 +1,10 @@
-"""The UI behind the example authenticating proxy (platform/proxy/): real nginx, real dagster-webserver.
+"""The UI behind the example authenticating proxy (platform/proxy/): real nginx, real Dagster webserver.
 
 nginx runs in the foreground from a temporary prefix on a free loopback port, with the project's
 server block rendered from its template, a self-signed certificate and a password file; the
-webserver runs on another loopback port. Without credentials nothing is served; with them the UI
-page, GraphQL and the websocket upgrade the UI's live updates use all come through.
+webserver is the UI tests' `dagster dev` on another loopback port (tests/conftest.py, fixture
+`dagster_ui`). Without credentials nothing is served; with them the UI page, GraphQL and the
+websocket upgrade the UI's live updates use all come through.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_server import REPO, DagsterProcess, free_port, platform_env
+from dagster_server import REPO, free_port
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 OPENSSL = shutil.which("openssl")
@@ -81,10 +82,9 @@ def _request(port: int, method: str, path: str, *, auth: tuple[str, str] | None,
 
 
 @pytest.fixture(scope="module")
-def proxied_ui(tmp_path_factory):
+def proxied_ui(dagster_ui, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("proxy")
-    env = platform_env(tmp, sites=("site-a",), start_date="2024-03-01", key="proxy-test-key-not-secret-" + "p" * 8)
-    server = DagsterProcess.start("webserver", env, tmp / "webserver.log")
+    server = dagster_ui.get()
     port = free_port()
     conf = _render(tmp, port, server.url.removeprefix("http://"))
     check = subprocess.run([NGINX, "-t", "-p", str(tmp), "-c", str(conf), "-e", str(tmp / "error.log")],
@@ -109,7 +109,6 @@ def proxied_ui(tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(nginx.pid, signal.SIGKILL)
             nginx.wait(5)
-        server.stop()
 
 
 GRAPHQL = b'{"query": "{ version assetNodes { assetKey { path } } }"}'
