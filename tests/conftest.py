@@ -145,27 +145,27 @@ SESSION_WORLD = "session-world"
 # Fixtures of this file whose tests share a worker: the session world's, and the UI tests' `dagster dev`.
 WORLD_FIXTURES = {"hospital": SESSION_WORLD, "warehouse": SESSION_WORLD, "instance": SESSION_WORLD,
                   "spark": SESSION_WORLD, "dagster_ui": "dagster-ui"}
-# Rough seconds each heavy group takes on a 2-core machine with the other worker busy.
+# Rough seconds each heavy group took on a 2-core machine with the other worker busy (--durations).
 GROUP_SECONDS = {
-    SESSION_WORLD: 200,
-    "test_crash_safety": 150,
-    "deployments-standalone": 110,
-    "test_quality_gate": 90,
+    "test_crash_safety": 200,
+    SESSION_WORLD: 180,
+    "test_quality_gate": 135,
+    "deployments-standalone": 130,
     "dagster-ui": 110,
-    "test_ui_automation": 65,
-    "deployments-connect": 60,
+    "test_ui_automation": 90,
+    "deployments-connect": 80,
+    "test_leak_free": 70,
     "deployments-gcs": 50,
-    "test_leak_free": 45,
+    "test_quality_checks": 50,
+    "test_cli": 45,
+    "test_progress_spark": 45,
+    "test_hostile": 35,
     "test_deid_sweep": 35,
-    "test_progress_spark": 30,
-    "test_quality_checks": 30,
-    "test_hostile": 25,
-    "test_deid_dciodvfy": 25,
-    "test_cli": 25,
-    "test_fuzz_pipeline": 20,
-    "test_pixel_text": 18,
-    "test_empty_site_day": 13,
-    "test_dg": 11,
+    "test_deid_dciodvfy": 30,
+    "test_fuzz_pipeline": 23,
+    "test_pixel_text": 22,
+    "test_empty_site_day": 12,
+    "test_dg": 8,
 }
 
 

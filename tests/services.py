@@ -81,6 +81,15 @@ def java_available() -> bool:
     return shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME"))
 
 
+def server_java_options() -> str:
+    """The JVM options platform/spark.yaml gives the platform's driver (C1 only, the parallel collector: half
+    the CPU of a short run, benchmarks/RESULTS.md). The test servers' JVMs run short jobs too: a Connect
+    server (a driver itself), a cluster's master, worker and the executors the worker starts."""
+    from imaging.config_files import load_file
+
+    return str(load_file("spark.yaml").root.get("spark.driver.extraJavaOptions", ""))
+
+
 def spark_env(**extra: str) -> dict[str, str]:
     """Environment of Spark's own scripts: this interpreter for Python workers, loopback only."""
     env = dict(os.environ)
@@ -191,7 +200,9 @@ def spark_standalone(cores: int = 2, memory: str = "2g", timeout: float = 90) ->
     with owned_processes("spark-standalone-") as (workdir, procs):
         env = spark_env(SPARK_LOG_DIR=str(workdir), SPARK_WORKER_DIR=str(workdir / "work"),
                         # The web UIs would otherwise also bind 0.0.0.0.
-                        SPARK_PUBLIC_DNS=LOOPBACK)
+                        SPARK_PUBLIC_DNS=LOOPBACK,
+                        # The master's and worker's JVMs, and (inherited from the worker) its executors'.
+                        SPARK_DAEMON_JAVA_OPTS=server_java_options(), JAVA_TOOL_OPTIONS=server_java_options())
         security = ["--properties-file", str(security_properties(workdir, secret))]
         serve(procs, [spark_class, "org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
                       "--port", str(master_port), "--webui-port", str(master_ui_port), *security],
@@ -229,7 +240,8 @@ def spark_connect_server(master: str = "local[2]", conf: dict[str, str] | None =
                     SPARK_IDENT_STRING=f"connect-{port}")
     settings = {"spark.connect.grpc.binding.address": LOOPBACK, "spark.connect.grpc.binding.port": str(port),
                 "spark.master": master, "spark.ui.enabled": "false",
-                "spark.sql.shuffle.partitions": "4", **(conf or {})}
+                "spark.sql.shuffle.partitions": "4", "spark.driver.extraJavaOptions": server_java_options(),
+                **(conf or {})}
     argv = [str(sbin / "start-connect-server.sh")]
     for key, value in settings.items():
         argv += ["--conf", f"{key}={value}"]

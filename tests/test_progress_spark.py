@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from services import server_java_options
+
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = r"""
@@ -99,7 +101,8 @@ def connect_server(tmp_path_factory):
     env = dict(_env(), SPARK_HOME=str(home), SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(logs), SPARK_PID_DIR=str(logs))
     server = subprocess.Popen([str(script), "--conf", f"spark.connect.grpc.binding.port={port}",
                                "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-                               "--conf", "spark.master=local[2]", "--conf", "spark.ui.enabled=false"],
+                               "--conf", "spark.master=local[2]", "--conf", "spark.ui.enabled=false",
+                               "--conf", f"spark.driver.extraJavaOptions={server_java_options()}"],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
