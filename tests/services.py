@@ -149,7 +149,7 @@ def _alive_workers(master_ui: str) -> int:
     try:
         with urllib.request.urlopen(f"{master_ui}/json/", timeout=2) as response:
             state = json.load(response)
-    except OSError:
+    except (OSError, ValueError):  # not up yet; under load the UI serves its HTML page before the JSON one
         return 0
     return int(state.get("aliveworkers", 0))
 
