@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from pydicom.datadict import dictionary_VR, tag_for_keyword
+from pydicom.dataelem import RawDataElement
 from pydicom.dataset import Dataset
 
 from .values import as_list
@@ -20,6 +22,7 @@ from .values import as_list
 # Attributes whose values identify the patient or the visit wherever they appear in a file.
 _ID_KEYWORDS = ("PatientID", "OtherPatientIDs", "AccessionNumber", "MedicalRecordLocator",
                 "PatientTelephoneNumbers", "IssuerOfPatientID")
+_ID_TAGS = frozenset(tag_for_keyword(k) for k in _ID_KEYWORDS)
 _MIN_NAME = 2  # single letters (initials) are not worth removing from every text
 _MIN_ID = 3
 
@@ -72,12 +75,18 @@ def _id_terms(value) -> set[str]:
 
 
 def collect_terms(ds: Dataset, extra: Iterable[str] = ()) -> set[str]:
-    """Names and ids found anywhere in `ds` (any depth), plus `extra` and its words."""
+    """Names and ids found anywhere in `ds` (any depth), plus `extra` and its words.
+
+    One pass per file; only the elements that can hold a name or an id (PN, the id attributes) or
+    items (SQ) are decoded, the rest (pixel data above all) stay as read (`_may_hold_terms`).
+    """
     terms: set[str] = set()
 
     def visit(dataset: Dataset) -> None:
         for tag in list(dataset.keys()):
             try:
+                if not _may_hold_terms(dataset, tag):
+                    continue
                 elem = dataset[tag]
                 if elem.VR == "SQ":
                     for item in elem.value or ():
@@ -98,6 +107,24 @@ def collect_terms(ds: Dataset, extra: Iterable[str] = ()) -> set[str]:
             terms.update(_id_terms([text]))
             terms.update(w for w in _words(text) if len(w) >= _MIN_NAME)
     return terms
+
+
+def _may_hold_terms(dataset: Dataset, tag) -> bool:
+    """False only for an undecoded element that pydicom would decode as neither PN nor SQ, and not an
+    id attribute: decoding it could not add a term. Undecided cases are decoded and looked at."""
+    if tag in _ID_TAGS:
+        return True
+    raw = dataset.get_item(tag)
+    if type(raw) is not RawDataElement:
+        return True
+    vr = raw.VR
+    if vr is None:  # implicit VR: pydicom takes the dictionary's (private and unknown tags: looked at)
+        try:
+            vr = dictionary_VR(tag)
+        except KeyError:
+            return True
+    # An explicit VR other than UN is kept by pydicom's decoding (or made UN when it cannot decode).
+    return vr in ("PN", "SQ", "UN")
 
 
 class Scrubber:
