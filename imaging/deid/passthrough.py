@@ -9,6 +9,8 @@ value still gets the decoded one (`Unconverted.value`), so every decision is the
 
 from __future__ import annotations
 
+import struct
+
 from pydicom.datadict import dictionary_VR
 from pydicom.dataelem import RawDataElement
 from pydicom.dataset import Dataset
@@ -17,10 +19,11 @@ from pydicom.sequence import Sequence
 from pydicom.uid import UID
 
 # VR -> size of one value. Decoded then encoded, these give back the file's bytes when the length
-# is whole values and even. Not FL (a float32 NaN's payload may change through Python's float),
-# not AT, text or UN (pydicom may decode a UN as its dictionary VR).
-_UNIT = {"OB": 1, "OW": 2, "OD": 8, "OF": 4, "OL": 4, "OV": 8,
-         "US": 2, "SS": 2, "UL": 4, "SL": 4, "UV": 8, "SV": 8, "FD": 8}
+# is whole values and even (FL: and no value is a NaN, whose payload Python's float may change).
+# Not text (decoding strips padding the writer does not put back) nor UN (pydicom may decode a UN
+# as its dictionary VR).
+_UNIT = {"OB": 1, "OW": 2, "OD": 8, "OF": 4, "OL": 4, "OV": 8, "AT": 4,
+         "US": 2, "SS": 2, "UL": 4, "SL": 4, "UV": 8, "SV": 8, "FL": 4, "FD": 8}
 _UNDEFINED = 0xFFFFFFFF
 
 
@@ -63,7 +66,14 @@ def source_element(src: Dataset, tag, syntax: UID):
     length = len(raw.value)
     if unit is None or length % unit or length % 2:
         return src[tag]  # odd lengths are padded by the writer, partial values cut by the reader
+    if vr == "FL" and _has_nan(raw.value, raw.is_little_endian):
+        return src[tag]
     return Unconverted(raw, vr, src)
+
+
+def _has_nan(data: bytes, little_endian: bool) -> bool:
+    values = struct.unpack(("<" if little_endian else ">") + "f" * (len(data) // 4), data)
+    return any(v != v for v in values)
 
 
 def ready_to_write(out: Dataset, syntax: UID) -> None:
