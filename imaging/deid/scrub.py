@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import cached_property
 
 from pydicom.datadict import dictionary_VR, tag_for_keyword
 from pydicom.dataelem import RawDataElement
@@ -128,26 +129,37 @@ def _may_hold_terms(dataset: Dataset, tag) -> bool:
 
 
 class Scrubber:
-    """Removes a fixed set of terms (and, for descriptors, identifying shapes) from text."""
+    """Removes a fixed set of terms (and, for descriptors, identifying shapes) from text.
+
+    The patterns are compiled on first use: a file whose kept text is all numbers, dates and UIDs
+    (or has none) never pays for the alternation of its patient's terms."""
 
     def __init__(self, terms: Iterable[str]):
-        ordered = sorted({t for t in terms if t}, key=lambda t: (-len(t), t))  # longest first
-        self._terms = _alternation(ordered)
+        self._ordered = sorted({t for t in terms if t}, key=lambda t: (-len(t), t))  # longest first
+
+    @cached_property
+    def _terms(self) -> re.Pattern | None:
+        return _alternation(self._ordered)
+
+    @cached_property
+    def _code_terms(self) -> re.Pattern | None:
         # Code strings (CS) are short enumerated codes: a two-letter surname must not erase "CT"
         # or "OP". Only terms of 4+ characters are removed from them.
-        self._code_terms = _alternation([t for t in ordered if len(t) >= 4])
+        return _alternation([t for t in self._ordered if len(t) >= 4])
 
     def terms(self, text: str) -> str:
-        if self._terms is None:
+        if not text or self._terms is None:
             return text
         return _tidy(self._terms.sub(" ", text), text)
 
     def code(self, text: str) -> str:
-        if self._code_terms is None:
+        if not text or self._code_terms is None:
             return text
         return _tidy(self._code_terms.sub(" ", text), text)
 
     def descriptor(self, text: str) -> str:
+        if not text:
+            return text
         return _tidy(_SHAPES.sub(" ", self.terms(text)), text)
 
 
