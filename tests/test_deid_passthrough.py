@@ -143,3 +143,28 @@ def test_a_float_nan_is_decoded_not_copied():
                      pixel_text=NoText())
     assert type(out.get_item(0x00220035)) is RawDataElement  # the plain FL: copied
     assert type(out.get_item(0x00220036)) is not RawDataElement  # the NaN: decoded
+
+
+def test_odd_length_bytes_are_padded_as_before():
+    """A kept OB element of odd length (overlay data under Clean Graphics, stored unpadded): the writer
+    pads it to an even length, so it is decoded and re-encoded as before, never copied as it is."""
+    ds = Dataset()
+    ds.file_meta = FileMetaDataset()
+    ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds.SOPClassUID, ds.SOPInstanceUID = "1.2.840.10008.5.1.4.1.1.7", generate_uid()  # secondary capture
+    ds.PatientID, ds.StudyInstanceUID, ds.SeriesInstanceUID = "P123456", generate_uid(), generate_uid()
+    ds.Rows, ds.Columns, ds.BitsAllocated, ds.BitsStored, ds.HighBit = 4, 4, 8, 8, 7
+    ds.SamplesPerPixel, ds.PixelRepresentation, ds.PhotometricInterpretation = 1, 0, "MONOCHROME2"
+    ds.BurnedInAnnotation = "NO"
+    ds.PixelData = bytes(16)
+    ds.add_new(0x60003000, "OB", bytes(range(1, 10)))  # OverlayData, 9 bytes
+    buffer = io.BytesIO()
+    dcmwrite(buffer, ds, enforce_file_format=True)
+    header = b"\x00\x60\x00\x30OB\x00\x00"
+    padded = header + struct.pack("<I", 10) + bytes(range(1, 10)) + b"\x00"
+    assert buffer.getvalue().count(padded) == 1
+    data = buffer.getvalue().replace(padded, header + struct.pack("<I", 9) + bytes(range(1, 10)))
+    profile = load_profile([*load_profile().options, "clean_graphics"])
+    fast, slow = outcome(read(data, decoded=False), profile), outcome(read(data, decoded=True), profile)
+    assert fast[0] == "published" and fast[:2] == slow[:2]
+    assert padded in fast[1]  # padded to 10 bytes, as decoding and re-encoding gives
