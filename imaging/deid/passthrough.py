@@ -1,10 +1,12 @@
 """Binary elements copied to the output in their file encoding, never decoded and re-encoded.
 
 pydicom reads every element as a `RawDataElement` (its bytes as found in the file) and decodes it
-on first access. For a binary element the rules keep unchanged (pixel data, bulk OB/OW, numbers),
-decoding then re-encoding is pure cost: the raw bytes are what the writer would produce. Only
-elements for which that holds exactly are left undecoded (`Unconverted`); a rule that needs the
-value still gets the decoded one (`Unconverted.value`), so every decision is the one it was.
+on first access. For a binary element the rules keep unchanged (bulk OB/OW, numbers), decoding then
+re-encoding is pure cost: the raw bytes are what the writer would produce. Only elements for which
+that holds exactly are left undecoded (`Unconverted`); a rule that needs the value still gets the
+decoded one (`Unconverted.value`), so every decision is the one it was. (Pixel data is decoded
+before the walk by pixels.check_length and by pydicom's writer, which sets its length form; for
+OB/OW pydicom's decoding is the same bytes object, not a copy.)
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pydicom.dataelem import DataElement
 from pydicom.dataset import Dataset
 from pydicom.sequence import Sequence
-from pydicom.uid import UID
+from pydicom.uid import UID as TransferSyntax
 
 from imaging.pseudonym import DateTimeShift, Pseudonymizer
 
@@ -32,7 +32,7 @@ class Context:
     little_endian: bool
     walk_items: Callable  # (items, dummy) -> list[Dataset]
     dataset: Dataset | None = None  # the source dataset being walked (for a date's paired time)
-    syntax: UID | None = None  # the output's transfer syntax (raw elements in it are copied as they are)
+    syntax: TransferSyntax | None = None  # the output's transfer syntax (raw elements in it are copied as they are)
 
 
 def _new(elem: DataElement, value, vr: str | None = None) -> DataElement:
