@@ -11,7 +11,7 @@ from pydicom.dataset import Dataset
 
 from imaging.pseudonym import Pseudonymizer
 
-from . import burned_in, meta, pixels, private, rules
+from . import burned_in, meta, passthrough, pixels, private, rules
 from .declare import declare
 from .errors import NotDeidentifiable
 from .pixel_text import TEXT_FOUND, PixelTextDetector, shared_detector
@@ -96,6 +96,7 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
         scrubber=Scrubber(collect_terms(ds, extra_identifiers)),
         little_endian=syntax.is_little_endian,
         walk_items=None,
+        syntax=syntax,
     )
     ctx.walk_items = lambda items, dummy: [_walk(item, ctx, dummy) for item in items]
 
@@ -109,6 +110,7 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
         out.BurnedInAnnotation = "NO"  # checked by OCR, not taken from the device
     declare(out, profile, pixels_read=read_pixels)
     out.file_meta = meta.build(out, syntax)
+    passthrough.ready_to_write(out, syntax)
     return out
 
 
@@ -150,7 +152,7 @@ def _walk_elements(src: Dataset, out: Dataset, ctx: Context, dummy: bool) -> Non
         if group % 2 and element <= 0x0FFF:
             continue  # private creators (added back below if needed) and reserved elements
         try:
-            new = _element(src, src[tag], ctx, dummy)
+            new = _element(src, passthrough.source_element(src, tag, ctx.syntax), ctx, dummy)
             failed = False
         except NotDeidentifiable:
             raise

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from pydicom.dataelem import DataElement
 from pydicom.dataset import Dataset
 from pydicom.sequence import Sequence
+from pydicom.uid import UID as TransferSyntax
 
 from imaging.pseudonym import DateTimeShift, Pseudonymizer
 
 from . import timeshift, uids, values
+from .passthrough import Unconverted
 from .profile import CLEAN, DUMMY, EMPTY, KEEP, REMOVE, UID, DeidProfile
 from .scrub import Scrubber
 from .vr import BINARY_NUMBERS, BYTES, DATES, NUMBER_STRINGS, TEXT, normalise
@@ -30,14 +32,18 @@ class Context:
     little_endian: bool
     walk_items: Callable  # (items, dummy) -> list[Dataset]
     dataset: Dataset | None = None  # the source dataset being walked (for a date's paired time)
+    syntax: TransferSyntax | None = None  # the output's transfer syntax (raw elements in it are copied as they are)
 
 
 def _new(elem: DataElement, value, vr: str | None = None) -> DataElement:
     return DataElement(elem.tag, vr or elem.VR, value)
 
 
-def _copy(elem: DataElement) -> DataElement:
-    """The element unchanged (a new object: the source is never modified)."""
+def _copy(elem: DataElement | Unconverted):
+    """The element unchanged (a new object: the source is never modified); an undecoded binary
+    element is published as the file's bytes (passthrough.py)."""
+    if type(elem) is Unconverted:
+        return elem.raw
     value = elem.value
     if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
         value = list(value)

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import cached_property
 
+from pydicom.datadict import dictionary_VR, tag_for_keyword
+from pydicom.dataelem import RawDataElement
 from pydicom.dataset import Dataset
 
 from .values import as_list
@@ -20,6 +23,7 @@ from .values import as_list
 # Attributes whose values identify the patient or the visit wherever they appear in a file.
 _ID_KEYWORDS = ("PatientID", "OtherPatientIDs", "AccessionNumber", "MedicalRecordLocator",
                 "PatientTelephoneNumbers", "IssuerOfPatientID")
+_ID_TAGS = frozenset(tag_for_keyword(k) for k in _ID_KEYWORDS)
 _MIN_NAME = 2  # single letters (initials) are not worth removing from every text
 _MIN_ID = 3
 
@@ -72,12 +76,18 @@ def _id_terms(value) -> set[str]:
 
 
 def collect_terms(ds: Dataset, extra: Iterable[str] = ()) -> set[str]:
-    """Names and ids found anywhere in `ds` (any depth), plus `extra` and its words."""
+    """Names and ids found anywhere in `ds` (any depth), plus `extra` and its words.
+
+    One pass per file; only the elements that can hold a name or an id (PN, the id attributes) or
+    items (SQ) are decoded, the rest (pixel data above all) stay as read (`_may_hold_terms`).
+    """
     terms: set[str] = set()
 
     def visit(dataset: Dataset) -> None:
         for tag in list(dataset.keys()):
             try:
+                if not _may_hold_terms(dataset, tag):
+                    continue
                 elem = dataset[tag]
                 if elem.VR == "SQ":
                     for item in elem.value or ():
@@ -100,27 +110,56 @@ def collect_terms(ds: Dataset, extra: Iterable[str] = ()) -> set[str]:
     return terms
 
 
+def _may_hold_terms(dataset: Dataset, tag) -> bool:
+    """False only for an undecoded element that pydicom would decode as neither PN nor SQ, and not an
+    id attribute: decoding it could not add a term. Undecided cases are decoded and looked at."""
+    if tag in _ID_TAGS:
+        return True
+    raw = dataset.get_item(tag)
+    if type(raw) is not RawDataElement:
+        return True
+    vr = raw.VR
+    if vr is None:  # implicit VR: pydicom takes the dictionary's (private and unknown tags: looked at)
+        try:
+            vr = dictionary_VR(tag)
+        except KeyError:
+            return True
+    # An explicit VR other than UN is kept by pydicom's decoding (or made UN when it cannot decode).
+    return vr in ("PN", "SQ", "UN")
+
+
 class Scrubber:
-    """Removes a fixed set of terms (and, for descriptors, identifying shapes) from text."""
+    """Removes a fixed set of terms (and, for descriptors, identifying shapes) from text.
+
+    The patterns are compiled on first use: a file whose kept text is all numbers, dates and UIDs
+    (or has none) never pays for the alternation of its patient's terms."""
 
     def __init__(self, terms: Iterable[str]):
-        ordered = sorted({t for t in terms if t}, key=lambda t: (-len(t), t))  # longest first
-        self._terms = _alternation(ordered)
+        self._ordered = sorted({t for t in terms if t}, key=lambda t: (-len(t), t))  # longest first
+
+    @cached_property
+    def _terms(self) -> re.Pattern | None:
+        return _alternation(self._ordered)
+
+    @cached_property
+    def _code_terms(self) -> re.Pattern | None:
         # Code strings (CS) are short enumerated codes: a two-letter surname must not erase "CT"
         # or "OP". Only terms of 4+ characters are removed from them.
-        self._code_terms = _alternation([t for t in ordered if len(t) >= 4])
+        return _alternation([t for t in self._ordered if len(t) >= 4])
 
     def terms(self, text: str) -> str:
-        if self._terms is None:
+        if not text or self._terms is None:
             return text
         return _tidy(self._terms.sub(" ", text), text)
 
     def code(self, text: str) -> str:
-        if self._code_terms is None:
+        if not text or self._code_terms is None:
             return text
         return _tidy(self._code_terms.sub(" ", text), text)
 
     def descriptor(self, text: str) -> str:
+        if not text:
+            return text
         return _tidy(_SHAPES.sub(" ", self.terms(text)), text)
 
 
