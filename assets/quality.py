@@ -40,6 +40,9 @@ RAW = "raw_image_index"
 LINKED = "linked_patient_metadata"
 ANONYMIZED = "anonymized_images"
 PUBLISHED = "published_cohort"
+# The index's own rule (imaging.steps.index.MANDATORY) quarantines such instances: mandatory_attributes
+# guards that invariant.
+MANDATORY = tuple(field_name for field_name, _ in MANDATORY_ATTRIBUTES)
 
 
 def partition_key() -> Column:
@@ -88,7 +91,7 @@ def _shared(kind: str, frame: DataFrame, ctx: QualityContext, compute: Callable[
     passes = _SHARED.get()
     if passes is None:
         return compute()
-    key = (kind, id(frame), id(ctx))
+    key = (kind, id(frame), id(ctx), ())
     hit = passes.results.get(key)
     if hit is not None and hit[0] is frame:
         return hit[1]
@@ -130,35 +133,67 @@ def _count_when(condition: Column) -> Column:
     return F.sum(F.when(condition, 1).otherwise(0))
 
 
-def _profile_counts(columns: Sequence[str], ctx: QualityContext, policy: ClinicalPolicy | None) -> dict[str, Column]:
-    """Every per-partition count a figure may read from a frame with these columns."""
-    have = set(columns)
+def _profile_counts(names: Iterable[str], ctx: QualityContext, policy: ClinicalPolicy | None) -> dict[str, Column]:
+    """The per-partition counts `names` asks for (see `PROFILES`)."""
     counts: dict[str, Column] = {}
-    if set(MANDATORY) <= have:
-        counts["missing"] = _count_when(F.greatest(*[_blank(c) for c in MANDATORY]))
-        counts.update({f"missing_{c}": _count_when(_blank(c)) for c in MANDATORY})
-    if "study_date" in have:
-        counts["future"] = _count_when(_dicom_date("study_date") > F.lit(ctx.today))
-    if "patient_id" in have:
-        counts["placeholder"] = _count_when(F.upper(F.trim(F.col("patient_id"))).isin(ctx.rules.placeholder_list))
-    if "has_clinical_record" in have:
-        counts["unlinked"] = F.sum(F.when(F.col("has_clinical_record"), 0).otherwise(1))
-    if policy is not None and {"clinical", "study_date"} <= have:
-        counts["before_birth"] = _count_when(_dicom_date("study_date") < birth_date(policy))
-        counts["birth_date_known"] = _count_when(birth_date(policy).isNotNull())
+    for name in names:
+        if name == "missing":
+            counts[name] = _count_when(F.greatest(*[_blank(c) for c in MANDATORY]))
+        elif name.startswith("missing_"):
+            counts[name] = _count_when(_blank(name.removeprefix("missing_")))
+        elif name == "future":
+            counts[name] = _count_when(_dicom_date("study_date") > F.lit(ctx.today))
+        elif name == "placeholder":
+            counts[name] = _count_when(F.upper(F.trim(F.col("patient_id"))).isin(ctx.rules.placeholder_list))
+        elif name == "unlinked":
+            counts[name] = F.sum(F.when(F.col("has_clinical_record"), 0).otherwise(1))
+        elif name == "before_birth":
+            counts[name] = _count_when(_dicom_date("study_date") < birth_date(policy))
+        elif name == "birth_date_known":
+            counts[name] = _count_when(birth_date(policy).isNotNull())
+        else:
+            raise ValueError(f"no per-partition count {name!r}")
     return counts
 
 
-def partition_profile(df: DataFrame, ctx: QualityContext) -> list[PartitionCounts]:
-    """Rows and every per-partition count of `df`, one `groupBy(date, site)` (one driver row per
-    partition of the run), shared by the figures inside `shared_passes`."""
+# What each table's figures read from its profile, asked for together so that one query serves them all
+# (each is only what its figures need: every expression costs code generation, whatever the data size).
+ROWS: tuple[str, ...] = ()
+INDEX_COUNTS = ("missing", *(f"missing_{c}" for c in MANDATORY), "future")  # raw step: mandatory, future, accounting
+IMAGES_COUNTS = ("placeholder",)                                            # link step's images: placeholders
+LINKED_COUNTS = ("unlinked",)                                               # link step's output: unlinked share
+BIRTH_COUNTS = ("before_birth", "birth_date_known")                         # ... and study before birth
+
+
+def _linked_counts() -> tuple[str, ...]:
+    """The link step's counts of its output: with the birth-date ones when the step's policy is known."""
+    return LINKED_COUNTS + (BIRTH_COUNTS if _shared_policy() is not None else ())
+
+
+def partition_profile(df: DataFrame, ctx: QualityContext, counts: Sequence[str] = ROWS) -> list[PartitionCounts]:
+    """Rows and the per-partition `counts` of `df`, one `groupBy(date, site)` (one driver row per
+    partition of the run). Inside `shared_passes` a profile of the same frame holding every count
+    asked for is reused, so the figures of one table read one query."""
+    wanted = tuple(counts)
+    passes = _SHARED.get()
+    if passes is not None:
+        for (kind, frame_id, ctx_id, names), (frame, value) in passes.results.items():
+            if (kind == "profile" and frame_id == id(df) and frame is df and ctx_id == id(ctx)
+                    and set(wanted) <= set(names)):
+                return value
+    policy = _shared_policy()
+
     def compute() -> list[PartitionCounts]:
-        counts = _profile_counts(df.columns, ctx, _shared_policy())
-        aggregates = [F.count(F.lit(1)).alias("_rows"), *[c.alias(f"_c_{name}") for name, c in counts.items()]]
+        expressions = _profile_counts(wanted, ctx, policy)
+        aggregates = [F.count(F.lit(1)).alias("_rows"), *[c.alias(f"_c_{i}") for i, c in enumerate(expressions.values())]]
         return [PartitionCounts(r["date"], r["site"], int(r["_rows"]),
-                                {name: int(r[f"_c_{name}"] or 0) for name in counts})
+                                {name: int(r[f"_c_{i}"] or 0) for i, name in enumerate(expressions)})
                 for r in df.groupBy("date", "site").agg(*aggregates).collect()]
-    return _shared("profile", df, ctx, compute)
+    if passes is None:
+        return compute()
+    value = compute()
+    passes.results[("profile", id(df), id(ctx), wanted)] = (df, value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -354,13 +389,9 @@ def sop_instance_uid_in_one_partition(index: DataFrame, ctx: QualityContext) -> 
                         details={"most_partitions_for_one_uid": int(stats["most"] or 0)})
 
 
-# The index's own rule (imaging.steps.index.MANDATORY) quarantines such instances: this check guards that invariant.
-MANDATORY = tuple(field_name for field_name, _ in MANDATORY_ATTRIBUTES)
-
-
 def mandatory_attributes(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
     rule = ctx.rule(RAW, "mandatory_attributes")
-    per_partition = partition_profile(index, ctx)  # one row per partition
+    per_partition = partition_profile(index, ctx, INDEX_COUNTS)  # one row per partition
     total = sum(p.counts["missing"] for p in per_partition)
     details = {f"missing_{c}": sum(p.counts[f"missing_{c}"] for p in per_partition) for c in MANDATORY}
     return evaluate_max(rule, total, failed_partitions=[p.label for p in per_partition
@@ -379,7 +410,7 @@ def _dicom_date(column: str) -> Column:
 
 def study_date_in_future(index: DataFrame, ctx: QualityContext) -> CheckOutcome:
     rule = ctx.rule(RAW, "study_date_in_future")
-    per_partition = partition_profile(index, ctx)
+    per_partition = partition_profile(index, ctx, INDEX_COUNTS)
     patients = index.where(_dicom_date("study_date") > F.lit(ctx.today)).withColumn("_issuer", _issuer(ctx))
     total = sum(p.counts["future"] for p in per_partition)
     offenders = []
@@ -395,7 +426,7 @@ def files_accounted(listed: Mapping[str, int], index: DataFrame, quarantine: Dat
                     ctx: QualityContext) -> CheckOutcome:
     """`listed` (files per partition key, from the listing) = indexed + quarantined, per partition."""
     rule = ctx.rule(RAW, "files_accounted")
-    indexed = _per_partition(index, ctx)
+    indexed = _per_partition(index, ctx, INDEX_COUNTS)  # the profile mandatory_attributes and future read
     held = _per_partition(quarantine, ctx)
     parts = sorted(set(listed) | set(indexed) | set(held))
     failed = [p for p in parts if listed.get(p, 0) != indexed.get(p, 0) + held.get(p, 0)]
@@ -404,9 +435,10 @@ def files_accounted(listed: Mapping[str, int], index: DataFrame, quarantine: Dat
                             partitions=parts, failed_partitions=failed)
 
 
-def _per_partition(df: DataFrame, ctx: QualityContext) -> dict[str, int]:
-    """Rows per partition key (one driver row per partition of the run), from the frame's profile."""
-    return {p.key: p.rows for p in partition_profile(df, ctx)}
+def _per_partition(df: DataFrame, ctx: QualityContext, counts: Sequence[str] = ROWS) -> dict[str, int]:
+    """Rows per partition key (one driver row per partition of the run), from the frame's profile (one with
+    `counts` too: the profile the frame's other figures read)."""
+    return {p.key: p.rows for p in partition_profile(df, ctx, counts if _SHARED.get() is not None else ROWS)}
 
 
 # --- linked_patient_metadata -------------------------------------------------------------------------
@@ -415,7 +447,8 @@ def images_linked_accounted(index: DataFrame, linked: DataFrame, quarantine: Dat
                             ctx: QualityContext) -> CheckOutcome:
     """Indexed = linked + quarantined by the link step, per partition of the run."""
     rule = ctx.rule(LINKED, "images_accounted")
-    indexed, linked_n, held = _per_partition(index, ctx), _per_partition(linked, ctx), _per_partition(quarantine, ctx)
+    indexed, linked_n, held = (_per_partition(index, ctx, IMAGES_COUNTS), _per_partition(linked, ctx, _linked_counts()),
+                               _per_partition(quarantine, ctx))
     parts = sorted(set(indexed) | set(linked_n) | set(held))
     failed = [p for p in parts if indexed.get(p, 0) != linked_n.get(p, 0) + held.get(p, 0)]
     return evaluate_balance(rule, {"images_indexed": sum(indexed.values())},
@@ -487,7 +520,7 @@ def placeholder_keys(images: DataFrame, clinical: DataFrame, ctx: QualityContext
     # A missing key (null) is mandatory_attributes' finding; an empty or placeholder *value* is this one's.
     normal = F.upper(F.trim(F.col("patient_id")))
     bad_images = images.where(normal.isin(placeholders)).withColumn("_issuer", _issuer(ctx))
-    per_partition = {p.key: p.counts["placeholder"] for p in partition_profile(images, ctx)
+    per_partition = {p.key: p.counts["placeholder"] for p in partition_profile(images, ctx, IMAGES_COUNTS)
                      if p.counts["placeholder"] > 0}
     rows = clinical.where(normal.isin(placeholders)).groupBy("site", "extract_date").agg(
         F.count(F.lit(1)).alias("n")).collect()  # one row per extract
@@ -514,7 +547,7 @@ def images_per_clinical_key(images: DataFrame, ctx: QualityContext) -> CheckOutc
 
 def unlinked_share(linked: DataFrame, ctx: QualityContext) -> CheckOutcome:
     rule = ctx.rule(LINKED, "unlinked_share")
-    rows = partition_profile(linked, ctx)
+    rows = partition_profile(linked, ctx, _linked_counts())
     total, unlinked = sum(p.rows for p in rows), sum(p.counts["unlinked"] for p in rows)
     share = unlinked / total if total else 0.0
     return evaluate_max(rule, round(share, 6), partitions=[p.key for p in rows],
@@ -537,7 +570,7 @@ def study_before_birth(linked: DataFrame, policy: ClinicalPolicy, ctx: QualityCo
     rule = ctx.rule(LINKED, "study_before_birth")
     early = _dicom_date("study_date") < birth_date(policy)
     if _shared_policy() == policy:  # the step's shared profile holds these counts
-        rows = [(p.label, p.counts["before_birth"], p.counts["birth_date_known"]) for p in partition_profile(linked, ctx)]
+        rows = [(p.label, p.counts["before_birth"], p.counts["birth_date_known"]) for p in partition_profile(linked, ctx, _linked_counts())]
     else:
         rows = [(f"{r['date']}|{r['site']}", r["n"] or 0, r["known"] or 0) for r in linked.groupBy("date", "site").agg(
             _count_when(early).alias("n"), _count_when(birth_date(policy).isNotNull()).alias("known")).collect()]

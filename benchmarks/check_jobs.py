@@ -183,7 +183,8 @@ def runs(args) -> None:
 class Scenario:
     """Planted frames (tests/test_quality_checks.py's generated hospital) and every figure on them."""
 
-    def __init__(self, hospital, listed_extra: dict | None = None, lost_batch: bool = False):
+    def __init__(self, hospital, listed_extra: dict | None = None, lost_batch: bool = False,
+                 broken_files: bool = False):
         import test_quality_checks as t
         from resources.spark import SparkResource, spark_config
 
@@ -192,6 +193,12 @@ class Scenario:
         self.hospital, self.listed_extra, self.lost_batch = hospital, listed_extra or {}, lost_batch
         self.files = Path(tempfile.mkdtemp(prefix="check-jobs-files-"))
         self.manifest_rows, self.ledger_rows = t._anonymized(self.files, hospital)
+        if broken_files:  # a file changed, another lost, and two patients published under one pseudonym
+            (self.files / self.manifest_rows[0][1]).write_bytes(b"tampered")
+            (self.files / self.manifest_rows[1][1]).unlink()
+            last = next(r[3] for r in self.manifest_rows if r[3] != self.manifest_rows[0][3])
+            self.manifest_rows = [r[:3] + (self.manifest_rows[0][3],) + r[4:] if r[3] == last else r
+                                  for r in self.manifest_rows]
 
     def outcomes(self, q) -> dict:
         """check -> (passed, metadata) of every figure of `q` (a quality module) on this scenario's frames.
@@ -229,15 +236,19 @@ def scenarios():
     yield "clean", Scenario(t.Hospital())
 
     hot = t.Hospital()
-    hot.scans("2024-03-02", "site-a", "4857773456", 250, series_size=50)  # a hot patient, big series
-    yield "hot keys", Scenario(hot)
+    # A hot patient (scans per day, per key, per record) with a huge series, and a study of 101 series.
+    hot.scans("2024-03-02", "site-a", "4857773456", 2100, series_size=1100)
+    hot.record("2024-03-02", "site-a", "4857773456", "Hot Patient", "1960-01-01")
+    hot.scans("2024-03-01", "site-b", t.PATIENTS[0], 202, series_size=2)
+    yield "hot keys, broken files and pseudonyms", Scenario(hot, broken_files=True)
 
     placeholder = t.Hospital()
     for n in range(6):  # six people under 'UNKNOWN' in the PACS and the extract: placeholders and fan-out
         placeholder.scans("2024-03-02", "site-b", "UNKNOWN", 2)
         placeholder.record("2024-03-02", "site-b", "UNKNOWN", f"Stranger {n}", f"19{40 + n}-01-0{n + 1}")
     placeholder.record("2024-03-02", "site-a", t.PATIENTS[1], "Somebody Else", "1987-02-03")  # two people, one key
-    yield "placeholders and fan-out", Scenario(placeholder)
+    placeholder.scans("2024-03-01", "site-a", "4857773456", 40)  # a patient no extract knows: unlinked share
+    yield "placeholders, fan-out, unlinked", Scenario(placeholder)
 
     dates = t.Hospital()
     dates.scans("2024-03-01", "site-a", t.PATIENTS[2], 1, study_date="20300101")
