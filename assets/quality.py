@@ -86,6 +86,25 @@ def shared_passes(policy: ClinicalPolicy | None = None) -> Iterator[None]:
         _SHARED.reset(token)
 
 
+ADAPTIVE = "spark.sql.adaptive.enabled"
+
+
+@contextmanager
+def plain_plans(session) -> Iterator[None]:
+    """Adaptive query execution off while the block runs (the previous setting restored after).
+
+    The checks' queries are aggregations whose shuffles carry a few rows per key; AQE would run each
+    shuffle's map side as a job of its own and re-plan after it, which on such queries is pure
+    per-query overhead: measured here, half the jobs and about a fifth less time per query
+    (benchmarks/check_jobs.py). A runtime setting of the session, so also over Spark Connect."""
+    before = session.conf.get(ADAPTIVE)
+    session.conf.set(ADAPTIVE, "false")
+    try:
+        yield
+    finally:
+        session.conf.set(ADAPTIVE, before)
+
+
 def _shared(kind: str, frame: DataFrame, ctx: QualityContext, compute: Callable[[], object]):
     """`compute()`, once per (kind, frame, ctx) inside `shared_passes`, every time outside it."""
     passes = _SHARED.get()

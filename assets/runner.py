@@ -22,16 +22,17 @@ Shared policies (owners, tags, code version, automation) are applied in `definit
 
 import contextvars
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, asset
 from pyspark.sql import DataFrame
 
 from assets.checks import check_results, check_specs, quality_context, summary
 from assets.expectations import preload as preload_expectations
-from assets.quality import shared_passes
+from assets.quality import plain_plans, shared_passes
 from assets.governance import definition_metadata
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.catalogue import Folder, Table
@@ -191,6 +192,15 @@ def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, .
     return _asset
 
 
+@contextmanager
+def figures_scope(run: StepRun) -> Iterator[None]:
+    """Where a step's check figures run. Each Spark query costs a fixed ~0.1 s of driver work whatever
+    the size of the data, so figures reading the same frame share its passes (one profile per table,
+    one pass for its per-key counts), and the queries run without adaptive execution (`plain_plans`)."""
+    with shared_passes(run.policy), plain_plans(run.session):
+        yield
+
+
 def _validates_suite(run: StepRun, key: str | tuple[str, ...]) -> bool:
     """Whether the figure computes a check whose rule is a GX suite."""
     return any(run.ctx.rule(run.step.asset, name).suite for name in ((key,) if isinstance(key, str) else key))
@@ -227,11 +237,9 @@ def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figur
     # Data quality on what was committed, in declared order.
     given = Figures(run, out.given)
     computed: dict[str, CheckOutcome] = {}
-    # Figures reading the same frame share its passes (one profile per table, one pass for its per-key
-    # counts): each Spark query costs a fixed ~0.1 s whatever the size of the data.
     # A GX suite's validation is mostly Python (its metric graph) between its few queries: it runs in a
     # thread beside the other figures, whose time is mostly spent waiting on Spark.
-    with shared_passes(run.policy), ThreadPoolExecutor(max_workers=1, thread_name_prefix="gx-suite") as pool:
+    with figures_scope(run), ThreadPoolExecutor(max_workers=1, thread_name_prefix="gx-suite") as pool:
         suites = {key: pool.submit(contextvars.copy_context().run, figure, given)
                   for key, figure in figures.items() if _validates_suite(run, key)}
         for key, figure in figures.items():
