@@ -14,7 +14,9 @@ Spark figure of each declared check (`FIGURES`). The runner owns the rest, the s
    (tests/test_empty_site_day.py holds the two equal), with no Spark session and no JVM;
 3. otherwise the body's frames are staged into one journal commit (`imaging/driver/commit.py`) and
    applied; the quarantine reasons are tallied (a handful of fixed phrases, one aggregate);
-4. the checks, on what was committed, in declared order, each stamped with the partitions it covered;
+4. the checks, on what was committed, each stamped with the partitions it covered: the figures share their
+   passes over each table (`figures_scope`), a GX suite is validated beside the others, and the Spark
+   session and the GX import were started in the background once the run was known to have data;
 5. the `StepSummary` and the `MaterializeResult` with the check results.
 
 Shared policies (owners, tags, code version, automation) are applied in `definitions.py`.
