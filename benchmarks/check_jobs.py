@@ -12,6 +12,8 @@ whether every check result recorded by the runs is the same with both modules (i
 
 Outcomes on failing data (hot keys, placeholders, fan-out, dates, missing attributes) are compared
 by `--outcomes`: every figure of both modules on planted frames, with and without shared passes.
+`--cold` times the first run of fresh processes with and without the background warm-up (Spark
+session and GX import started once a run is known to have data).
 Jobs are counted from the driver's DAG scheduler (a classic session: not over Spark Connect).
 """
 
@@ -304,10 +306,52 @@ def outcomes(args) -> None:
     sys.exit(1 if differences else 0)
 
 
+def cold(args) -> None:
+    """The first three-asset run of a fresh process (Spark not started, GX not imported), with the
+    background warm-up and without it, each in its own process, alternating."""
+    if args.cold_child is not None:
+        root = _setup_environment()
+        from synth import generate_hospital
+
+        generate_hospital(f"{root}/landing", seed=5, sites=("north",), dates=tuple(k.split("|")[0] for k in KEYS),
+                          patients_per_site=3)
+        import assets.runner as runner
+        from definitions import defs
+
+        if args.cold_child == "off":
+            runner.warm_up = lambda spark: None
+        seconds = []
+        for asset in ASSETS:
+            start = time.perf_counter()
+            run_asset(defs, asset)
+            seconds.append(time.perf_counter() - start)
+        print("COLD", " ".join(f"{v:.2f}" for v in seconds))
+        return
+    totals = collections.defaultdict(list)
+    for _ in range(args.repeats):
+        for mode in ("off", "on"):
+            out = subprocess.run([sys.executable, __file__, "--cold", "--cold-child", mode], capture_output=True,
+                                 text=True, check=True).stdout
+            seconds = [float(v) for v in next(l for l in out.splitlines() if l.startswith("COLD")).split()[1:]]
+            totals[mode].append(seconds)
+    for mode in ("off", "on"):
+        mean = [sum(run[i] for run in totals[mode]) / len(totals[mode]) for i in range(len(ASSETS))]
+        print(f"first run, warm-up {mode:>3}: " + ", ".join(f"{a} {v:.1f} s" for a, v in zip(ASSETS, mean))
+              + f"; total {sum(mean):.1f} s")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", help="commit whose figures are 'old' (default: merge-base with main)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--outcomes", action="store_true", help="compare outcomes on planted data instead")
+    parser.add_argument("--cold", action="store_true",
+                        help="first runs of fresh processes, with and without the background warm-up, instead")
+    parser.add_argument("--cold-child", choices=("on", "off"), help=argparse.SUPPRESS)
     arguments = parser.parse_args()
-    outcomes(arguments) if arguments.outcomes else runs(arguments)
+    if arguments.cold:
+        cold(arguments)
+    elif arguments.outcomes:
+        outcomes(arguments)
+    else:
+        runs(arguments)
