@@ -292,7 +292,7 @@ def outcomes(args) -> None:
     for name, scenario in scenarios():
         old = scenario.outcomes(baseline)
         new_alone = scenario.outcomes(current)
-        with current.shared_passes(scenario.policy):
+        with current.shared_passes(scenario.policy), current.plain_plans(scenario.spark):  # as the runner
             new_shared = scenario.outcomes(current)
         for label, new in (("new", new_alone), ("new, shared passes", new_shared)):
             if new != old:
