@@ -11,9 +11,10 @@ are evaluated by the pure `imaging.quality`.
 Each query costs a fixed ~0.1 s of driver work (planning, code generation, one job per shuffle)
 whatever the data size, so a step's figures share their passes: inside `shared_passes()` (the
 runner opens it around a step's figures) each frame's per-partition profile (`partition_profile`,
-one `groupBy(date, site)` with every per-partition figure) and the distributions of its per-key
-counts (`key_distributions`, one GROUPING SETS query for every key of a table) are computed once
-and handed to every figure that asks; outside it each figure computes what it needs itself.
+one `groupBy(date, site)` with the counts of every per-partition figure of that table) and the
+distributions of its per-key counts (`key_distributions`, one GROUPING SETS query for every key of a
+table) are computed once and handed to every figure that asks; outside it each figure computes what
+it needs itself. The runner also turns adaptive execution off for them (`plain_plans`).
 
 The as-of join the linkage checks mirror is `assets/linkage.py` `as_of_join`.
 """
