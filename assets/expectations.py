@@ -56,6 +56,24 @@ def _context():
         return _CONTEXT
 
 
+def preload() -> threading.Thread | None:
+    """Import GX and make the context in a daemon thread (seconds of imports), so that a step with data
+    pays it while Spark starts and the step runs, not when its first suite is validated; that first
+    validation waits for the thread (the context's lock). None when it is already made."""
+    if _CONTEXT is not None:
+        return None
+
+    def make():
+        try:
+            _context()
+        except Exception:  # noqa: BLE001 - the first validation makes it again and raises with its context
+            pass
+
+    thread = threading.Thread(target=make, name="gx-preload", daemon=True)
+    thread.start()
+    return thread
+
+
 def _camel(expectation_type: str) -> str:
     return "".join(part.capitalize() for part in expectation_type.split("_"))
 

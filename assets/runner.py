@@ -14,21 +14,27 @@ Spark figure of each declared check (`FIGURES`). The runner owns the rest, the s
    (tests/test_empty_site_day.py holds the two equal), with no Spark session and no JVM;
 3. otherwise the body's frames are staged into one journal commit (`imaging/driver/commit.py`) and
    applied; the quarantine reasons are tallied (a handful of fixed phrases, one aggregate);
-4. the checks, on what was committed, in declared order, each stamped with the partitions it covered;
+4. the checks, on what was committed, each stamped with the partitions it covered: the figures share their
+   passes over each table (`figures_scope`), a GX suite is validated beside the others, and the Spark
+   session and the GX import were started in the background once the run was known to have data;
 5. the `StepSummary` and the `MaterializeResult` with the check results.
 
 Shared policies (owners, tags, code version, automation) are applied in `definitions.py`.
 """
 
-
+import contextvars
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, asset
 from pyspark.sql import DataFrame
 
 from assets.checks import check_results, check_specs, quality_context, summary
+from assets.expectations import preload as preload_expectations
+from assets.quality import plain_plans, shared_passes
 from assets.governance import definition_metadata
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from imaging.catalogue import Folder, Table
@@ -43,7 +49,7 @@ from imaging.steps.declared import ImageStep, empty_outcomes
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.progress import SparkProgress
-from resources.spark import SparkResource, frame_of
+from resources.spark import SparkResource, frame_of, start_session_in_background
 from imaging import fs as fsx
 from imaging.driver.commit import CommitBuilder
 from imaging.driver.run_summary import Footprint
@@ -178,9 +184,36 @@ def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, .
                deid: Deidentifier, progress: SparkProgress) -> MaterializeResult:
         run = StepRun(context, step, site_days(context), StageClock(step.stages), spark, landing, warehouse, deid,
                       progress)
-        return _idle(run, body) if body.idle(run) else _run(run, body, figures)
+        if body.idle(run):
+            return _idle(run, body)
+        # This run needs Spark and the checks' GX: start both now, in the background, so that the session
+        # is (being) made while the driver prepares the run, and the GX import overlaps the JVM's start.
+        warm_up(spark)
+        return _run(run, body, figures)
 
     return _asset
+
+
+@contextmanager
+def figures_scope(run: StepRun) -> Iterator[None]:
+    """Where a step's check figures run. Each Spark query costs a fixed ~0.1 s of driver work whatever
+    the size of the data, so figures reading the same frame share its passes (one profile per table,
+    one pass for its per-key counts), and the queries run without adaptive execution (`plain_plans`)."""
+    with shared_passes(run.policy), plain_plans(run.session):
+        yield
+
+
+def _validates_suite(run: StepRun, key: str | tuple[str, ...]) -> bool:
+    """Whether the figure computes a check whose rule is a GX suite."""
+    return any(run.ctx.rule(run.step.asset, name).suite for name in ((key,) if isinstance(key, str) else key))
+
+
+def warm_up(spark: SparkResource) -> None:
+    """Start the Spark session and the GX import in background threads (each returns at once; the
+    first use waits for what is still under way). Only for a run with data: an empty site-day stays
+    free of any JVM."""
+    start_session_in_background(spark)
+    preload_expectations()
 
 
 def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figure]) -> MaterializeResult:
@@ -206,10 +239,15 @@ def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figur
     # Data quality on what was committed, in declared order.
     given = Figures(run, out.given)
     computed: dict[str, CheckOutcome] = {}
-    for figure in figures.values():
-        result = figure(given)
-        for outcome in ([result] if isinstance(result, CheckOutcome) else result):
-            computed[outcome.check] = outcome
+    # A GX suite's validation is mostly Python (its metric graph) between its few queries: it runs in a
+    # thread beside the other figures, whose time is mostly spent waiting on Spark.
+    with figures_scope(run), ThreadPoolExecutor(max_workers=1, thread_name_prefix="gx-suite") as pool:
+        suites = {key: pool.submit(contextvars.copy_context().run, figure, given)
+                  for key, figure in figures.items() if _validates_suite(run, key)}
+        for key, figure in figures.items():
+            result = suites[key].result() if key in suites else figure(given)
+            for outcome in ([result] if isinstance(result, CheckOutcome) else result):
+                computed[outcome.check] = outcome
     checks = [covering(computed[c.name], run.partitions) for c in step.per_run]
     for frame in out.release:
         frame.unpersist()

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.parse
 import zipfile
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ from imaging.config_files import load_file
 from imaging.records import BatchStep, to_batch
 
 _SHIPPED: set[int] = set()
+# One session is made at a time: a background warm-up (`start_session_in_background`) and the step's own
+# first use may ask together, and the second must wait for the first's session, not make or ship another.
+_SESSION_LOCK = threading.RLock()
 PACKAGE = Path(__file__).resolve().parents[1] / "imaging"
 # Subpackages only the driver runs: left out of the executors' code archive (ARCHITECTURE.md, the layout).
 DRIVER_ONLY = ("governance", "driver")
@@ -257,6 +261,12 @@ class SparkResource(PySparkResource):
 
     @property
     def spark_session(self):
+        if self._spark_session is not None:
+            return self._spark_session
+        with _SESSION_LOCK:
+            return self._make_session()
+
+    def _make_session(self):
         if self._spark_session is None:
             from dagster_pyspark.resources import spark_session_from_config
 
@@ -272,3 +282,21 @@ class SparkResource(PySparkResource):
             ship_code(session)
             self._spark_session = session
         return self._spark_session
+
+
+def start_session_in_background(resource: SparkResource) -> threading.Thread | None:
+    """Make `resource`'s session in a daemon thread, so that a step's driver-side preparation overlaps
+    the JVM's start; the step's first `spark_session` then waits for it (or finds it made). None when
+    the session already exists. A failure is left for that first use to raise (it tries again)."""
+    if resource._spark_session is not None:
+        return None
+
+    def make():
+        try:
+            resource.spark_session
+        except Exception:  # noqa: BLE001 - the step's own first use raises it with its context
+            pass
+
+    thread = threading.Thread(target=make, name="spark-session-warm-up", daemon=True)
+    thread.start()
+    return thread

@@ -302,3 +302,38 @@ def test_the_salted_join_links_exactly_as_the_asset_does(spark):
     plain = as_of_join(index, clinical).select(*columns).orderBy("source_path").collect()
     salted = as_of_join(index, clinical, salt_buckets=4).select(*columns).orderBy("source_path").collect()
     assert salted == plain and len(plain) == len(hospital.images)
+
+
+def test_figures_sharing_passes_report_exactly_what_each_alone_reports(spark):
+    """Inside `shared_passes` (as the runner computes a step's figures) one profile per table and one
+    per-key pass serve every figure: on data failing several of them, each outcome is the one the
+    figure computes alone (benchmarks/check_jobs.py --outcomes compares both with the previous code)."""
+    hospital = Hospital()
+    hospital.scans("2024-03-02", "site-a", "4857773456", 250, series_size=50)  # hot patient
+    hospital.scans("2024-03-01", "site-a", PATIENTS[2], 1, study_date="20300101")  # in the future
+    hospital.scans("2024-03-01", "site-b", PATIENTS[1], 1, study_date="19400101")  # before birth
+    hospital.images[0]["modality"] = None
+    for n in range(3):  # placeholder key shared by three people: placeholders and fan-out
+        hospital.scans("2024-03-02", "site-b", "UNKNOWN", 2)
+        hospital.record("2024-03-02", "site-b", "UNKNOWN", f"Stranger {n}", f"19{40 + n}-01-0{n + 1}")
+    index, clinical = hospital.index(spark), hospital.extracts(spark)
+    linked = as_of_join(index, clinical)
+
+    def figures():
+        return {o.check: (o.passed, o.as_metadata()) for o in [
+            q.scans_per_patient_site_day(index, CTX), q.instances_per_series(index, CTX),
+            q.series_per_study(index, CTX), q.mandatory_attributes(index, CTX), q.study_date_in_future(index, CTX),
+            q.files_accounted({"2024-03-01|site-a": 1}, index, index.limit(0), CTX),
+            q.images_linked_accounted(index, linked, index.limit(0), CTX),
+            *q.linkage_fan_out(index, clinical, POLICY, CTX), q.placeholder_keys(index, clinical, CTX),
+            q.images_per_clinical_key(index, CTX), q.unlinked_share(linked, CTX),
+            q.study_before_birth(linked, POLICY, CTX)]}
+
+    alone = figures()
+    with q.shared_passes(POLICY):
+        shared = figures()
+    assert shared == alone
+    assert sorted(c for c, (passed, _) in alone.items() if not passed) == [
+        "files_accounted", "mandatory_attributes", "placeholder_keys", "records_per_image",
+        "scans_per_patient_site_day", "study_before_birth", "study_date_in_future", "unlinked_share"]
+    assert alone["scans_per_patient_site_day"][1]["distribution"]["max"] == 250
