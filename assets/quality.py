@@ -21,6 +21,9 @@ The as-of join the linkage checks mirror is `assets/linkage.py` `as_of_join`.
 
 from __future__ import annotations
 
+import os
+import re
+
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -61,13 +64,21 @@ def _issuer(ctx: QualityContext) -> Column:
 
 # --- shared passes ---------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class _Computed:
+    """A shared result and the frame it is of (kept alive, so that the `id` in its key is not reused
+    while the scope lasts)."""
+
+    frame: DataFrame
+    value: object
+
+
 @dataclass
 class _Passes:
-    """What one step's figures computed so far: each result with the frame it is of (kept alive, so that
-    the `id` in its key is not reused while the scope lasts)."""
+    """What one step's figures computed so far, by (kind, frame id, context id, names)."""
 
     policy: ClinicalPolicy | None
-    results: dict[tuple, tuple[object, object]] = field(default_factory=dict)
+    results: dict[tuple, _Computed] = field(default_factory=dict)
 
 
 _SHARED: ContextVar[_Passes | None] = ContextVar("quality_shared_passes", default=None)
@@ -91,11 +102,18 @@ ADAPTIVE, SHUFFLE_PARTITIONS = "spark.sql.adaptive.enabled", "spark.sql.shuffle.
 
 
 def _cores(session) -> int | None:
-    """The session's default parallelism (its executors' cores); None over Spark Connect (no SparkContext)."""
+    """The cores of a `local[...]` master (from its configuration, which Spark Connect also answers);
+    None for a cluster, whose cores the driver does not know before it asks."""
     try:
-        return int(session.sparkContext.defaultParallelism)
-    except Exception:  # noqa: BLE001 - a Connect session has no SparkContext
+        master = session.conf.get("spark.master", "") or ""
+    except Exception:  # noqa: BLE001 - a Connect server may refuse to show a static setting
         return None
+    if master == "local":
+        return 1
+    match = re.fullmatch(r"local\[(\*|\d+)(,\d+)?\]", master)  # local[N] or local[N,retries]
+    if match is None:
+        return None
+    return (os.cpu_count() or 1) if match.group(1) == "*" else int(match.group(1))
 
 
 @contextmanager
@@ -128,10 +146,10 @@ def _shared(kind: str, frame: DataFrame, ctx: QualityContext, compute: Callable[
         return compute()
     key = (kind, id(frame), id(ctx), ())
     hit = passes.results.get(key)
-    if hit is not None and hit[0] is frame:
-        return hit[1]
+    if hit is not None and hit.frame is frame:
+        return hit.value
     value = compute()
-    passes.results[key] = (frame, value)
+    passes.results[key] = _Computed(frame, value)
     return value
 
 
@@ -212,10 +230,10 @@ def partition_profile(df: DataFrame, ctx: QualityContext, counts: Sequence[str] 
     wanted = tuple(counts)
     passes = _SHARED.get()
     if passes is not None:
-        for (kind, frame_id, ctx_id, names), (frame, value) in passes.results.items():
-            if (kind == "profile" and frame_id == id(df) and frame is df and ctx_id == id(ctx)
+        for (kind, frame_id, ctx_id, names), held in passes.results.items():
+            if (kind == "profile" and frame_id == id(df) and held.frame is df and ctx_id == id(ctx)
                     and set(wanted) <= set(names)):
-                return value
+                return held.value
     policy = _shared_policy()
 
     def compute() -> list[PartitionCounts]:
@@ -227,7 +245,7 @@ def partition_profile(df: DataFrame, ctx: QualityContext, counts: Sequence[str] 
     if passes is None:
         return compute()
     value = compute()
-    passes.results[("profile", id(df), id(ctx), wanted)] = (df, value)
+    passes.results[("profile", id(df), id(ctx), wanted)] = _Computed(df, value)
     return value
 
 
