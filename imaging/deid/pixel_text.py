@@ -331,9 +331,9 @@ class Screen:
 
 
 def find_candidates(grey: np.ndarray, min_contrast: int = 50, stroke_max: int = 14,
-                    despeckle: bool = False) -> list[Candidate]:
+                    despeckle: bool = False, min_crossings: float = 5.0) -> list[Candidate]:
     """Boxes of an 8-bit grey frame that may hold a line of text (`screen`)."""
-    return screen(grey, min_contrast, stroke_max, despeckle).candidates
+    return screen(grey, min_contrast, stroke_max, despeckle, min_crossings).candidates
 
 
 def _crossings(polarities: list[np.ndarray], box: tuple[slice, slice]) -> float:
@@ -353,7 +353,7 @@ def _crossings(polarities: list[np.ndarray], box: tuple[slice, slice]) -> float:
 
 
 def screen(grey: np.ndarray, min_contrast: int = 50, stroke_max: int = 14, despeckle: bool = False,
-           min_crossings: float = 0.0) -> Screen:
+           min_crossings: float = 5.0) -> Screen:
     """Boxes of an 8-bit grey frame that may hold a line of text (cheap: no OCR).
 
     Strokes are found at half size (each pixel a 2 x 2 mean): a white top-hat (the image less its
