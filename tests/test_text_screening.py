@@ -152,7 +152,8 @@ def test_candidates_cover_the_drawn_text(settings):
     covered = np.zeros_like(drawn)
     for b in boxes:  # padded as candidate_page pads them: what Tesseract sees
         margin = max(4, b.height // 2)
-        covered[max(0, b.top - margin):b.top + b.height + margin, max(0, b.left - margin):b.left + b.width + margin] = True
+        top, left = max(0, b.top - margin), max(0, b.left - margin)
+        covered[top:b.top + b.height + margin, left:b.left + b.width + margin] = True
     share = (covered & drawn).sum() / drawn.sum()
     # Most of it: a word crossing the edge of the camera field can fall out (here 82%); one word read is enough.
     assert drawn.sum() > 100 and share >= 0.75, share

@@ -25,18 +25,20 @@ How a frame is read, in tiers (measured rates and costs: docs/deidentification.m
    read with the same settings gets its verdict again without being read.
 3. It is turned into 8-bit grey (luminance for colour; min-max scaling for more bits;
    MONOCHROME1 inverted), downscaled if its longer side exceeds the type's `max_side`.
-4. Text candidates (`find_candidates`, numpy/scipy, a few ms): at half resolution, after a
-   3-point median across and down (speckle), a white and a black top-hat keep strokes thinner
-   than `stroke_max` pixels that stand `min_contrast` grey levels above or below their
-   surroundings; strokes joined along a line become boxes, and boxes shaped like a line of
-   characters (height, length, ink density) are candidates. A frame without a candidate is
-   clean: Tesseract never sees it.
-5. Tesseract reads only the candidates: each box padded, made dark-on-light and stretched to
-   full contrast, small ones enlarged, all pasted on one white page read once per
-   thresholding pass until one finds text. A word counts when Tesseract's confidence is at
-   least `min_confidence` and it has at least `min_word_chars` letters or digits;
-   `min_words` such words mean text. `screening: whole_frame` reads whole frames instead
-   (the method before candidates; kept to measure against).
+4. Text candidates (`screen`, numpy/scipy, a few ms): at half resolution (after a median of 3
+   across and down where `despeckle`: OCT speckle), a white and a black top-hat keep strokes
+   thinner than `stroke_max` pixels that stand `min_contrast` grey levels above or below their
+   surroundings; rules and borders are taken out; strokes joined along a line become boxes, and
+   boxes shaped like a line of characters whose rows cross `min_crossings` strokes are
+   candidates. A frame without a candidate is clean: Tesseract never sees it. Multi-frame
+   images with `overlay` also screen the sampled frames' pixelwise minimum (a device's label is
+   on every frame, the speckle is not).
+5. Tesseract reads only the candidates (`candidate_page`): each box padded, pasted as it is and
+   inverted, its background taken away, small ones enlarged, all on one white page read once
+   per thresholding pass until one finds text. A word counts when Tesseract's confidence is at
+   least `min_confidence` and it has at least `min_word_chars` letters or digits; `min_words`
+   such words mean text. `screening: whole_frame` reads whole frames instead (the method before
+   candidates; kept to measure against).
 """
 
 from __future__ import annotations
@@ -360,14 +362,14 @@ def screen(grey: np.ndarray, min_contrast: int = 50, stroke_max: int = 14, despe
     opening) keeps light shapes narrower than `stroke_max`, a black top-hat dark ones, and those
     standing `min_contrast` grey levels out are ink. `despeckle` (OCT) first takes a median of 3
     across and down: speckle is single pixels, a stroke is not (the thinnest strokes go too, so
-    only where speckle is). Straight runs of ink longer than a character (rules, borders, OCT layers)
-    are taken out. Ink joined along rows (letters of a word) makes pieces; pieces as tall
-    as characters are drawn into a mask, padded, so the pieces of one line join; a joined box is
-    a candidate when it is at least 6 pixels tall and 1.5 times as long as tall, 8-90% ink, and its
-    rows cross `min_crossings` strokes on average (`_crossings`) (no upper bound: a line crossing a vessel joins it). Layer boundaries and vessels are long and
-    thin, speckle and dots small: they are dropped.
-    A false candidate costs a small Tesseract read, a missed one misses text: the thresholds lean
-    to keeping.
+    only where speckle is). Straight runs of ink longer than a character (rules, borders, OCT
+    layers) are taken out. Ink joined along rows (letters of a word) makes pieces; pieces as tall
+    as characters are drawn into a mask, widened, so the words of one line join. A joined box is a
+    candidate when it is at least 6 pixels tall (no upper bound: a line crossing a vessel joins
+    it), 1.5 times as long as tall, 8-90% ink, and its rows cross `min_crossings` strokes on
+    average (`_crossings`). Vessels, layer edges and plot curves are crossed once or twice, speckle
+    and dots are small: they are dropped. A false candidate costs a Tesseract read, a missed one
+    misses text.
     """
     from scipy import ndimage as ndi
 
@@ -426,8 +428,10 @@ def candidate_page(grey: np.ndarray, candidates: list[Candidate], stroke_max: in
     (a black top-hat at full size: what lies below the copy's closing by `stroke_max`), so the
     retina's shading, a vessel or the edge of the field becomes white and only strokes stay,
     darker the more they stood out. (Keeping only strokes near the screen's ink, to drop borders
-    beside the text, was tried: it cut letters, and missed 8 of 40 photographs with text, not 2.) Boxes under 24 pixels tall are doubled (Tesseract reads
-    characters best 20-40 pixels high). One page: one Tesseract call per pass, whatever the count.
+    beside the text, was tried: it cut letters, and missed 8 of 40 photographs with text, not 2.)
+    Boxes under 24 pixels tall are doubled (Tesseract reads characters best 20-40 pixels high).
+    One page: one Tesseract call per pass, whatever the count of boxes (a call per box was tried:
+    as many misses on 40 files of each type, several times the calls).
     """
     from PIL import Image
     from scipy import ndimage as ndi
@@ -670,7 +674,7 @@ def shared_detector() -> PixelTextDetector:
 
 
 __all__ = [
-    "Candidate", "IMAGE_TYPES", "Screen", "ImageTypeSettings", "PixelTextDetector", "PixelTextResult", "PixelTextSettings",
-    "PixelTextStats", "TEXT_FOUND", "TypeSettings", "UNCHECKABLE", "candidate_page", "find_candidates", "frame_key",
-    "image_type", "load_pixel_text_settings", "screen", "sample_frames", "shared_detector",
+    "Candidate", "IMAGE_TYPES", "ImageTypeSettings", "PixelTextDetector", "PixelTextResult", "PixelTextSettings",
+    "PixelTextStats", "Screen", "TEXT_FOUND", "TypeSettings", "UNCHECKABLE", "candidate_page", "find_candidates",
+    "frame_key", "image_type", "load_pixel_text_settings", "sample_frames", "screen", "shared_detector",
 ]
