@@ -33,12 +33,13 @@ How a frame is read, in tiers (measured rates and costs: docs/deidentification.m
    candidates. A frame without a candidate is clean: Tesseract never sees it. Multi-frame
    images with `overlay` also screen the sampled frames' pixelwise minimum (a device's label is
    on every frame, the speckle is not).
-5. Tesseract reads only the candidates (`candidate_page`): each box padded, pasted as it is and
-   inverted, its background taken away, small ones enlarged, all on one white page read once
-   per thresholding pass until one finds text. A word counts when Tesseract's confidence is at
-   least `min_confidence` and it has at least `min_word_chars` letters or digits; `min_words`
-   such words mean text. `screening: whole_frame` reads whole frames instead (the method before
-   candidates; kept to measure against).
+5. Tesseract reads only the candidates (`candidate_page`): each box padded, turned so its text
+   is dark (both ways when its surroundings do not say), its background taken away, small
+   ones enlarged, all on one white page read once per thresholding pass until one finds text.
+   A word counts when Tesseract's confidence is at least `min_confidence` and it has at least
+   `min_word_chars` letters or digits; `min_words` such words mean text. `screening:
+   whole_frame` reads whole frames instead (the method before candidates; kept to measure
+   against).
 """
 
 from __future__ import annotations
@@ -419,19 +420,34 @@ def screen(grey: np.ndarray, min_contrast: int = 50, stroke_max: int = 14, despe
     return Screen(found, ink)
 
 
+def _orientations(box: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The box turned so its text is dark: the ring of pixels around its edge is background. A ring
+    all light or all dark decides; a mixed ring (across the edge of the camera field) gives both."""
+    ring = np.concatenate([box[0], box[-1], box[:, 0], box[:, -1]])
+    low, high = float(box.min()), float(box.max())
+    middle = (low + high) / 2
+    light = float((ring > middle).mean())
+    if light >= 0.9:
+        return (box,)
+    if light <= 0.1:
+        return (255.0 - box,)
+    return (box, 255.0 - box)
+
+
 def candidate_page(grey: np.ndarray, candidates: list[Candidate], stroke_max: int = 14, gap: int = 32) -> np.ndarray:
     """One white page with every candidate pasted on it as dark strokes on white, one above another.
 
-    Each box is padded by half its height (and 4 pixels) and pasted twice: as it is and inverted
-    (whether its text is light or dark is not known: across the edge of the camera field a box is
-    half black, half retina; the wrong one reads as nothing). Each copy's background is taken away
-    (a black top-hat at full size: what lies below the copy's closing by `stroke_max`), so the
-    retina's shading, a vessel or the edge of the field becomes white and only strokes stay,
-    darker the more they stood out. (Keeping only strokes near the screen's ink, to drop borders
-    beside the text, was tried: it cut letters, and missed 8 of 40 photographs with text, not 2.)
-    Boxes under 24 pixels tall are doubled (Tesseract reads characters best 20-40 pixels high).
-    One page: one Tesseract call per pass, whatever the count of boxes (a call per box was tried:
-    as many misses on 40 files of each type, several times the calls).
+    Each box is padded by half its height (and 4 pixels) and turned so its text is dark, by the
+    ring of pixels around it (`_orientations`); across the edge of the camera field a ring is
+    half black, half retina, and the box is pasted both ways (the wrong one reads as nothing;
+    every box both ways doubles the page). Each copy's background is taken away (a black top-hat
+    at full size: what lies below the copy's closing by `stroke_max`), so the retina's shading,
+    a vessel or the edge of the field becomes white and only strokes stay, darker the more they
+    stood out. (Keeping only strokes near the screen's ink, to drop borders beside the text, was
+    tried: it cut letters, and missed 8 of 40 photographs with text, not 2.) Boxes under 24
+    pixels tall are doubled (Tesseract reads characters best 20-40 pixels high). One page: one
+    Tesseract call per pass, whatever the count of boxes (a call per box was tried: as many
+    misses on 40 files of each type, several times the calls).
     """
     from PIL import Image
     from scipy import ndimage as ndi
@@ -442,7 +458,7 @@ def candidate_page(grey: np.ndarray, candidates: list[Candidate], stroke_max: in
         margin = max(4, c.height // 2)
         top, left = max(0, c.top - margin), max(0, c.left - margin)
         box = grey[top:c.top + c.height + margin, left:c.left + c.width + margin].astype(np.float32)
-        for crop in (box, 255.0 - box):
+        for crop in _orientations(box):
             closed = ndi.minimum_filter(ndi.maximum_filter(crop, size=k), size=k)
             strokes = closed - crop
             strokes *= 255.0 / max(float(strokes.max()), 1.0)
