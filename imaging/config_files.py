@@ -34,7 +34,7 @@ from pydantic import (BaseModel, ConfigDict, Field, RootModel, StringConstraints
                       field_validator, model_validator)
 
 from imaging.deid.options import BY_NAME as DEID_OPTIONS, FULL_DATES, MODIFIED_DATES
-from imaging.deid.pixel_text import PAGE_SEGMENTATION, THRESHOLDING, PixelTextSettings
+from imaging.deid.pixel_text import IMAGE_TYPES, PAGE_SEGMENTATION, SCREENING, THRESHOLDING, PixelTextSettings
 from imaging.issuers import normalise
 from imaging.quality.rules import BALANCE, SEVERITIES, SUITE
 from imaging.steps.clinical import ACTIONS
@@ -148,6 +148,23 @@ _PT = PixelTextSettings()  # the engine's defaults; a file that omits a key gets
 Thresholding = Literal[tuple(THRESHOLDING)]  # type: ignore[valid-type]
 
 
+def _one_pass(value):
+    return [value] if isinstance(value, str) else value
+
+
+class PixelTextTypeFile(_Model):
+    """One image type's own settings (`image_types`); a key left out takes the top-level value."""
+
+    frame_sample: PositiveInt | None = None
+    max_side: Annotated[int, Field(ge=64)] | None = None
+    thresholding: Annotated[list[Thresholding], Field(min_length=1)] | None = None
+    despeckle: bool | None = None
+    min_contrast: Annotated[int, Field(ge=1, le=254)] | None = None
+    overlay: bool | None = None
+
+    _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))
+
+
 class PixelTextFile(_Model):
     min_confidence: float = Field(_PT.min_confidence, ge=0, le=100)
     min_word_chars: PositiveInt = _PT.min_word_chars
@@ -160,11 +177,16 @@ class PixelTextFile(_Model):
     pad: int = Field(_PT.pad, ge=0)
     language: Text = _PT.language
     tessdata: str | None = _PT.tessdata  # empty: TESSDATA_PREFIX, then Debian's folders
+    screening: Literal[SCREENING] = _PT.screening  # type: ignore[valid-type]
+    min_contrast: int = Field(_PT.min_contrast, ge=1, le=254)
+    stroke_max: int = Field(_PT.stroke_max, ge=4, le=64)
+    despeckle: bool = _PT.despeckle
+    min_crossings: float = Field(_PT.min_crossings, ge=0)
+    overlay: bool = _PT.overlay
+    cache_frames: int = Field(_PT.cache_frames, ge=0)
+    image_types: dict[Literal[IMAGE_TYPES], PixelTextTypeFile] = {}  # type: ignore[valid-type]
 
-    @field_validator("thresholding", mode="before")
-    @classmethod
-    def _one_pass(cls, value):
-        return [value] if isinstance(value, str) else value
+    _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))
 
 
 # --- quality.yaml -----------------------------------------------------------------------------------------

@@ -1,0 +1,340 @@
+"""Burned-in text screening: what the tiered check finds and costs, against the detector it replaced.
+
+    .venv/bin/python benchmarks/text_screening.py                 # 300 text + 300 clean images of each type
+    .venv/bin/python benchmarks/text_screening.py --per-type 40   # a quick iteration
+
+Generates (seeded: the same run gives the same files) DICOM files of three image types, half with a
+patient's name, a date and sometimes a hospital number drawn in, half clean:
+
+- fundus photographs (synth.burned_text: colour retina disc on a dark field, 512 x 512);
+- OCT volumes: 16 speckled, layered B-scans of 256 x 256 or 496 x 512, the label drawn on every B-scan as
+  devices overlay it;
+- secondary captures: report screens (light or dark, grey or colour) with panels, a fundus and a B-scan
+  thumbnail, a thickness map, a plot and grid lines, 768 x 1024 or 600 x 800;
+
+text in every font on the machine (DejaVu families if installed, Pillow's own), sizes, contrasts and
+positions (corners, edges, over the retina or the panels). For the OLD detector (its algorithm is copied
+below as it was: three frames at native size, global then adaptive Otsu on the whole frame), the NEW one
+(platform/pixel_text.yaml: text candidates, then Tesseract on the candidates only) and a one-core loop of
+"pydicom + Tesseract, three frames a file at native size, one pass", it prints per type: the share of text
+images caught, the share of clean images refused, and CPU milliseconds per file (dcmread + check). CPU
+time of this process (`time.process_time`), so other load on the machine counts little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import yaml  # noqa: E402
+from PIL import Image, ImageDraw  # noqa: E402
+from pydicom import dcmread  # noqa: E402
+from pydicom.dataset import Dataset  # noqa: E402
+
+from imaging.deid import quiet  # noqa: E402
+from imaging.deid.pixel_text import (  # noqa: E402
+    PixelTextDetector, PixelTextSettings, decode_frame, find_tessdata, load_pixel_text_settings, sample_frames,
+    to_grey8,
+)
+from synth.burned_text import _draw, _font, _lines, available_fonts, clean_fundus, fundus, fundus_with_text  # noqa: E402
+from synth.dicom import OPT_SOP_CLASS, encode_part10  # noqa: E402
+from synth.pixels import oct_volume  # noqa: E402
+
+SECONDARY_CAPTURE = "1.2.840.10008.5.1.4.1.1.7"
+TYPES = ("photograph", "oct", "secondary_capture")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One generated file and whether text was drawn into it."""
+
+    kind: str
+    has_text: bool
+    data: bytes
+
+
+# --- the files ----------------------------------------------------------------------------------------
+
+def _dataset(seed: int, sop_class: str, modality: str, pixels: np.ndarray, frames: int) -> Dataset:
+    ds = Dataset()
+    ds.SOPClassUID, ds.SOPInstanceUID = sop_class, f"2.25.{10**30 + seed}"
+    ds.PatientID, ds.Modality = f"999{seed % 10**7:07d}", modality
+    ds.StudyDate, ds.StudyTime = "20240301", "101500"
+    colour = pixels.ndim == (4 if frames > 1 else 3)
+    ds.Rows, ds.Columns = pixels.shape[-3:-1] if colour else pixels.shape[-2:]
+    ds.SamplesPerPixel = 3 if colour else 1
+    ds.PhotometricInterpretation = "RGB" if colour else "MONOCHROME2"
+    if colour:
+        ds.PlanarConfiguration = 0
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
+    ds.NumberOfFrames = frames
+    ds.add_new(0x7FE00010, "OB", np.ascontiguousarray(pixels).tobytes())
+    return ds
+
+
+def oct_file(seed: int, text: bool) -> bytes:
+    """A 16-frame OCT volume; with text, the same label on every B-scan (a device's overlay)."""
+    shape = (256, 256) if seed % 2 else (496, 512)
+    volume = oct_volume((16, *shape), seed + (0 if text else 1_000_000))
+    if text:
+        for index in range(16):
+            rng = random.Random(f"oct-text:{seed}")  # the same label, font and place on every frame
+            rgb = np.stack([volume[index]] * 3, axis=-1)
+            drawn, *_ = _draw(rgb, _lines(rng), rng, available_fonts())
+            volume[index] = np.asarray(Image.fromarray(np.ascontiguousarray(drawn)).convert("L"))
+    return encode_part10(_dataset(seed, OPT_SOP_CLASS, "OPT", volume, 16))
+
+
+def _screen(seed: int) -> tuple[Image.Image, random.Random, bool]:
+    """A report screen without text: panels, thumbnails, a thickness map, a plot, grid lines."""
+    rng = random.Random(f"screen:{seed}")
+    rows, cols = rng.choice(((768, 1024), (600, 800)))
+    dark = rng.random() < 0.35
+    background = rng.choice(((18, 18, 24), (35, 35, 35))) if dark else rng.choice(((255, 255, 255), (236, 236, 236)))
+    image = Image.new("RGB", (cols, rows), background)
+    draw = ImageDraw.Draw(image)
+    line = (120, 120, 120) if dark else (160, 160, 170)
+    panel = cols // 3
+    for x in range(0, 3):  # three panels with borders
+        draw.rectangle((x * panel + 8, 70, (x + 1) * panel - 8, rows - 90), outline=line, width=2)
+    thumb = fundus((panel - 40, panel - 40), seed)
+    image.paste(Image.fromarray(thumb), (20, 90))
+    scan = oct_volume((1, 160, panel - 40), seed)[0]
+    image.paste(Image.fromarray(scan).convert("RGB"), (panel + 20, 90))
+    yy, xx = np.mgrid[0:140, 0:panel - 40]
+    thickness = (np.sin(xx / 17.0 + seed) + np.cos(yy / 23.0)) * 0.25 + 0.5
+    heat = np.stack([thickness * 255, (1 - abs(thickness - 0.5) * 2) * 255, (1 - thickness) * 255], axis=-1)
+    image.paste(Image.fromarray(heat.astype(np.uint8)), (2 * panel + 20, 90))
+    top = 260 if rows > 700 else 240
+    for i in range(6):  # grid of the plot
+        y = top + i * 30
+        draw.line((2 * panel + 20, y, 3 * panel - 20, y), fill=line, width=1)
+    points = [(2 * panel + 20 + i * 12, top + 75 + int(40 * np.sin(i / 3 + seed))) for i in range((panel - 40) // 12)]
+    draw.line(points, fill=(220, 60, 60) if not dark else (255, 200, 0), width=2)
+    draw.rectangle((panel + 20, 270, panel + 20 + rng.randrange(60, panel - 60), 290), fill=(80, 140, 220))
+    return image, rng, dark
+
+
+def screen_file(seed: int, text: bool) -> bytes:
+    """A secondary capture (a report screen); grey or colour; with text, identifiers drawn on it."""
+    image, rng, dark = _screen(seed + (0 if text else 1_000_000))
+    if text:
+        draw = ImageDraw.Draw(image)
+        fonts = available_fonts()
+        size = rng.randrange(11, 30)
+        font = _font(rng.choice(fonts), size)
+        colour = rng.choice(((255, 255, 255), (200, 200, 200), (255, 230, 0))) if dark else \
+            rng.choice(((0, 0, 0), (70, 70, 70), (20, 40, 140), (120, 120, 120)))
+        lines = _lines(rng)
+        where = rng.choice(("header", "footer", "panel", "right"))
+        x, y = {"header": (16, 12), "footer": (16, image.height - 80), "right": (image.width - 420, 14),
+                "panel": (30, 100 + rng.randrange(0, 200))}[where]
+        if where == "panel":  # over the fundus thumbnail: light text on the retina
+            colour = rng.choice(((255, 255, 255), (255, 255, 120)))
+        draw.multiline_text((x, y), "\n".join(lines), font=font, fill=colour, spacing=size // 4)
+    pixels = np.asarray(image)
+    if rng.random() < 0.4:  # a greyscale screen
+        pixels = np.asarray(image.convert("L"))
+    return encode_part10(_dataset(seed, SECONDARY_CAPTURE, "OT", pixels, 1))
+
+
+def photograph_file(seed: int, text: bool) -> bytes:
+    return (fundus_with_text(seed) if text else clean_fundus(seed)).data
+
+
+MAKERS = {"photograph": photograph_file, "oct": oct_file, "secondary_capture": screen_file}
+
+
+def generate(per_type: int) -> list[Sample]:
+    return [Sample(kind, text, MAKERS[kind](seed, text))
+            for kind in TYPES for text in (True, False) for seed in range(per_type)]
+
+
+# --- the detector before this work (imaging/deid/pixel_text.py at 9719aec), copied as it was ---------
+
+class OldDetector:
+    """Three frames at native size, each read whole by global Otsu, then adaptive Otsu at <= 1024 px."""
+
+    def __init__(self, settings: PixelTextSettings):
+        import tesserocr
+
+        self.settings = settings
+        self._tess = tesserocr
+        self._api = tesserocr.PyTessBaseAPI(path=find_tessdata(settings.language, settings.tessdata),
+                                            lang=settings.language, psm=tesserocr.PSM.SPARSE_TEXT)
+
+    def check(self, ds: Dataset) -> bool:
+        frames = max(1, int(ds.get("NumberOfFrames", 1) or 1))
+        photometric = str(ds.PhotometricInterpretation).upper()
+        for index in sample_frames(frames, self.settings.frame_sample):
+            grey = to_grey8(np.asarray(decode_frame(ds, ds.file_meta.TransferSyntaxUID, index)), photometric)
+            if grey is not None and self.frame_has_text(grey):
+                return True
+        return False
+
+    def frame_has_text(self, grey: np.ndarray) -> bool:
+        from PIL import ImageOps
+
+        full = Image.fromarray(np.ascontiguousarray(grey))
+        border = int(np.median(grey[0]))
+        prepared: dict[int, Image.Image] = {}
+        for method in self.settings.thresholding:
+            side = self.settings.side_for(method)
+            if side not in prepared:
+                image = full
+                if max(full.size) > side:
+                    scale = side / max(full.size)
+                    image = full.resize((max(1, round(full.width * scale)), max(1, round(full.height * scale))))
+                if self.settings.pad:
+                    image = ImageOps.expand(image, self.settings.pad, fill=border)
+                prepared[side] = image
+            self._api.SetVariable("thresholding_method", {"otsu": "0", "adaptive_otsu": "1", "sauvola": "2"}[method])
+            self._api.SetImage(prepared[side])
+            if count_words(self._tess, self._api, self.settings) >= self.settings.min_words:
+                return True
+        return False
+
+
+def count_words(tess, api, settings: PixelTextSettings) -> int:
+    if not api.Recognize():
+        return 0
+    counted = 0
+    for word in tess.iterate_level(api.GetIterator(), tess.RIL.WORD):
+        try:
+            text = word.GetUTF8Text(tess.RIL.WORD) or ""
+        except RuntimeError:
+            continue
+        if word.Confidence(tess.RIL.WORD) >= settings.min_confidence and \
+                sum(ch.isalnum() for ch in text) >= settings.min_word_chars:
+            counted += 1
+    return counted
+
+
+class OnePassLoop:
+    """What a user would write: pydicom + Tesseract, three frames at native size, one global-Otsu pass."""
+
+    def __init__(self, settings: PixelTextSettings):
+        import tesserocr
+
+        self.settings = settings
+        self._tess = tesserocr
+        self._api = tesserocr.PyTessBaseAPI(path=find_tessdata(settings.language, settings.tessdata),
+                                            lang=settings.language, psm=tesserocr.PSM.SPARSE_TEXT)
+
+    def check(self, ds: Dataset) -> bool:
+        frames = max(1, int(ds.get("NumberOfFrames", 1) or 1))
+        for index in sample_frames(frames, 3):
+            grey = to_grey8(np.asarray(decode_frame(ds, ds.file_meta.TransferSyntaxUID, index)),
+                            str(ds.PhotometricInterpretation).upper())
+            if grey is None:
+                continue
+            self._api.SetImage(Image.fromarray(grey))
+            if count_words(self._tess, self._api, self.settings) >= self.settings.min_words:
+                return True
+        return False
+
+
+# --- measuring ---------------------------------------------------------------------------------------
+
+@dataclass
+class Tally:
+    caught: int = 0
+    texts: int = 0
+    refused: int = 0
+    cleans: int = 0
+    cpu: float = 0.0
+
+
+def measure(name: str, check, samples: list[Sample]) -> dict[str, Tally]:
+    tallies = {kind: Tally() for kind in TYPES}
+    for sample in samples:
+        started = time.process_time()
+        with quiet():
+            ds = dcmread(io.BytesIO(sample.data))
+        found = check(ds)
+        tally = tallies[sample.kind]
+        tally.cpu += time.process_time() - started
+        if sample.has_text:
+            tally.texts += 1
+            tally.caught += found
+        else:
+            tally.cleans += 1
+            tally.refused += found
+    for kind, t in tallies.items():
+        files = t.texts + t.cleans
+        print(f"  {name:9s} {kind:18s} caught {t.caught:3d}/{t.texts} ({100 * t.caught / max(t.texts, 1):5.1f}%)  "
+              f"clean refused {t.refused:3d}/{t.cleans} ({100 * t.refused / max(t.cleans, 1):4.1f}%)  "
+              f"CPU {1e3 * t.cpu / max(files, 1):6.1f} ms/file", flush=True)
+    total = sum(t.cpu for t in tallies.values())
+    print(f"  {name:9s} {'all':18s} CPU {1e3 * total / len(samples):6.1f} ms/file", flush=True)
+    return tallies
+
+
+def omp_probe(files: int) -> None:
+    """One-pass loop CPU on OCT files, in a fresh process (Tesseract reads OMP_THREAD_LIMIT when it loads)."""
+    samples = [Sample("oct", bool(seed % 2), oct_file(seed, bool(seed % 2))) for seed in range(files)]
+    loop = OnePassLoop(PixelTextSettings())
+    started = time.process_time()
+    for sample in samples:
+        with quiet():
+            loop.check(dcmread(io.BytesIO(sample.data)))
+    print(f"{1e3 * (time.process_time() - started) / files:.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-type", type=int, default=300, help="text images and clean images of each type")
+    parser.add_argument("--no-old", action="store_true", help="skip the old detector (quicker iterations)")
+    parser.add_argument("--omp-probe", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.omp_probe:
+        omp_probe(args.omp_probe)
+        return
+    started = time.perf_counter()
+    samples = generate(args.per_type)
+    print(f"# {args.per_type} text + {args.per_type} clean files of each type ({len(samples)} files, generated "
+          f"in {time.perf_counter() - started:.0f} s); fonts: {len(available_fonts())}; "
+          f"settings: platform/pixel_text.yaml; CPU = dcmread + check, this process", flush=True)
+    shipped = load_pixel_text_settings(yaml.safe_load((ROOT / "platform" / "pixel_text.yaml").read_text()))
+    with PixelTextDetector(shipped) as detector:
+        new = measure("new", lambda ds: detector.check(ds, ds.file_meta.TransferSyntaxUID).found, samples)
+        s = detector.stats
+        print(f"            frames {s.frames_checked}: {s.frames_without_candidates} without candidates, "
+              f"{s.frames_ocr} read by Tesseract, {s.frames_cached} from the cache; "
+              f"Tesseract {s.tesseract_seconds:.1f} s of {s.ocr_seconds:.1f} s", flush=True)
+    loop = OnePassLoop(PixelTextSettings())
+    base = measure("one-pass", loop.check, samples)
+    if not args.no_old:
+        old_detector = OldDetector(PixelTextSettings())
+        old = measure("old", old_detector.check, samples)
+    print("# ratios (CPU per file, same run)")
+    for kind in TYPES:
+        line = f"  {kind:18s} new / one-pass loop {new[kind].cpu / max(base[kind].cpu, 1e-9):.3f}"
+        if not args.no_old:
+            line += f"   new / old {new[kind].cpu / max(old[kind].cpu, 1e-9):.3f}"
+        print(line)
+    totals = [sum(t.cpu for t in r.values()) for r in (new, base)]
+    print(f"  {'all':18s} new / one-pass loop {totals[0] / totals[1]:.3f}")
+    probe = 40 if args.per_type >= 100 else 10
+    env = {k: v for k, v in os.environ.items() if k != "OMP_THREAD_LIMIT"}
+    unset = subprocess.run([sys.executable, __file__, "--omp-probe", str(probe)], env=env, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    one = subprocess.run([sys.executable, __file__, "--omp-probe", str(probe)], env={**env, "OMP_THREAD_LIMIT": "1"},
+                         capture_output=True, text=True, check=True).stdout.strip()
+    print(f"# one-pass loop on {probe} OCT files, CPU ms/file: OMP_THREAD_LIMIT unset {unset}, =1 {one}")
+    print(f"# wall time {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

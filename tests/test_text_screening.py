@@ -1,0 +1,192 @@
+"""The burned-in text check in tiers (imaging/deid/pixel_text.py): cheap candidates, Tesseract on them only,
+settings per image type, verdicts kept by pixel hash. Real generated DICOM files and real Tesseract.
+
+The rates over hundreds of files are measured by benchmarks/text_screening.py, not here: these are a few
+files of each type, each asserted.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image, ImageDraw, ImageFont
+from pydicom import dcmread
+from pydicom.dataset import Dataset
+
+from imaging.deid import quiet
+from imaging.deid.pixel_text import (
+    PixelTextDetector, PixelTextSettings, find_candidates, frame_key, image_type, load_pixel_text_settings, to_grey8,
+)
+from synth.burned_text import FONT_DIR, clean_fundus, fundus, fundus_with_text
+from synth.dicom import OP_SOP_CLASS, OPT_SOP_CLASS, encode_part10
+from synth.pixels import oct_volume
+
+ROOT = Path(__file__).resolve().parents[1]
+SECONDARY_CAPTURE = "1.2.840.10008.5.1.4.1.1.7"
+LABEL = ("MARCHBANKS, Ottilie", "ID: 9993141592  12/04/2021")
+
+
+@pytest.fixture(scope="module")
+def settings() -> PixelTextSettings:
+    return load_pixel_text_settings(yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text()))
+
+
+@pytest.fixture(scope="module")
+def detector(settings):
+    with PixelTextDetector(settings) as made:
+        yield made
+
+
+def _font(size: int):
+    path = FONT_DIR / "DejaVuSans.ttf"
+    return ImageFont.truetype(str(path), size) if path.is_file() else ImageFont.load_default(size=size)
+
+
+def _file(pixels: np.ndarray, sop_class: str, frames: int = 1) -> Dataset:
+    ds = Dataset()
+    ds.SOPClassUID, ds.SOPInstanceUID = sop_class, "2.25.77"
+    ds.PatientID, ds.Modality = "9990000077", "OT"
+    colour = pixels.ndim == (4 if frames > 1 else 3)
+    ds.Rows, ds.Columns = pixels.shape[-3:-1] if colour else pixels.shape[-2:]
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = (3, "RGB") if colour else (1, "MONOCHROME2")
+    if colour:
+        ds.PlanarConfiguration = 0
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
+    ds.NumberOfFrames = frames
+    ds.add_new(0x7FE00010, "OB", np.ascontiguousarray(pixels).tobytes())
+    with quiet():
+        return dcmread(io.BytesIO(encode_part10(ds)))
+
+
+def _photo(data: bytes) -> Dataset:
+    with quiet():
+        return dcmread(io.BytesIO(data))
+
+
+def _volume(seed: int, text: bool, frames: int = 8, shape=(256, 256)) -> Dataset:
+    """An OCT volume; with text, a dim grey label on the speckled choroid of every B-scan (a device's overlay)."""
+    volume = oct_volume((frames, *shape), seed)
+    if text:
+        for index in range(frames):
+            image = Image.fromarray(volume[index])
+            ImageDraw.Draw(image).text((8, shape[0] - 40), "\n".join(LABEL), fill=110, font=_font(13))
+            volume[index] = np.asarray(image)
+    return _file(volume, OPT_SOP_CLASS, frames)
+
+
+def _screen(text: bool) -> Dataset:
+    """A grey report screen: panels, a B-scan thumbnail, a plot; with text, the patient's identifiers."""
+    image = Image.new("L", (800, 600), 236)
+    draw = ImageDraw.Draw(image)
+    for x in range(3):
+        draw.rectangle((x * 266 + 8, 70, (x + 1) * 266 - 8, 510), outline=160, width=2)
+    image.paste(Image.fromarray(oct_volume((1, 160, 230), 5)[0]), (20, 90))
+    draw.line([(300 + i * 12, 300 + int(40 * np.sin(i / 3))) for i in range(18)], fill=60, width=2)
+    if text:
+        draw.multiline_text((16, 14), "\n".join(LABEL), fill=40, font=_font(16))
+    return _file(np.asarray(image), SECONDARY_CAPTURE)
+
+
+def _check(detector, ds: Dataset) -> bool:
+    return detector.check(ds, ds.file_meta.TransferSyntaxUID).found
+
+
+def test_each_image_type_reads_with_its_own_settings(settings):
+    assert image_type(_photo(clean_fundus(0).data)) == "photograph"
+    assert image_type(_volume(1, False, frames=2)) == "multi_frame"
+    assert image_type(_screen(False)) == "secondary_capture"
+    single = Dataset()
+    single.SOPClassUID, single.NumberOfFrames = "1.2.840.10008.5.1.4.1.1.2", 1  # a CT slice: the default
+    assert image_type(single) == "default"
+    assert settings.for_type("photograph").frame_sample == 1 and settings.for_type("multi_frame").overlay
+    assert settings.for_type("default").thresholding == settings.thresholding  # the top-level keys
+    assert settings.for_type("secondary_capture").max_side == 2048 and settings.for_type("default").max_side == 4096
+    with pytest.raises(ValueError):
+        load_pixel_text_settings({"image_types": {"photo": {"frame_sample": 1}}})  # unknown type
+    with pytest.raises(ValueError):
+        load_pixel_text_settings({"image_types": {"photograph": {"passes": 1}}})  # unknown key
+
+
+def test_frames_read_follow_the_file_s_type():
+    """The same 6-frame pixels read 2 frames as a secondary capture, 5 as OCT: the type's frame_sample."""
+    custom = load_pixel_text_settings({"image_types": {"secondary_capture": {"frame_sample": 2},
+                                                       "multi_frame": {"frame_sample": 5}}})
+    pixels = oct_volume((6, 64, 96), 11)
+    with PixelTextDetector(custom) as made:
+        made.check(sc := _file(pixels, SECONDARY_CAPTURE, 6), sc.file_meta.TransferSyntaxUID)
+        assert made.stats.frames_checked == 2
+        made.check(oct_ := _file(pixels, OPT_SOP_CLASS, 6), oct_.file_meta.TransferSyntaxUID)
+        assert made.stats.frames_checked == 2 + 5
+
+
+def test_text_is_caught_and_clean_images_pass_in_every_type(detector):
+    for seed in (0, 1, 2):
+        assert _check(detector, _photo(fundus_with_text(seed).data)), seed
+        assert not _check(detector, _photo(clean_fundus(seed).data)), seed
+    assert _check(detector, _volume(3, True))  # dim label on the speckle: found on the frames' minimum
+    assert not _check(detector, _volume(4, False))
+    assert _check(detector, _screen(True))
+    assert not _check(detector, _screen(False))
+
+
+def test_clean_photographs_are_cleared_without_tesseract(detector, settings):
+    before_ocr, before_clear = detector.stats.frames_ocr, detector.stats.frames_without_candidates
+    for seed in (10, 11, 12):
+        ds = _photo(clean_fundus(seed).data)
+        grey = to_grey8(ds.pixel_array, "RGB")
+        assert find_candidates(grey, settings.min_contrast, settings.stroke_max, False, settings.min_crossings) == []
+        assert not _check(detector, ds)
+    assert detector.stats.frames_ocr == before_ocr  # Tesseract never saw them
+    assert detector.stats.frames_without_candidates == before_clear + 3
+
+
+def test_candidates_cover_the_drawn_text(settings):
+    ds = _photo(fundus_with_text(4).data)
+    grey = to_grey8(ds.pixel_array, "RGB")
+    drawn = np.abs(ds.pixel_array.astype(int) - fundus((512, 512), 4).astype(int)).max(axis=-1) > 40
+    boxes = find_candidates(grey, settings.min_contrast, settings.stroke_max, False, settings.min_crossings)
+    covered = np.zeros_like(drawn)
+    for b in boxes:  # padded as candidate_page pads them: what Tesseract sees
+        margin = max(4, b.height // 2)
+        top, left = max(0, b.top - margin), max(0, b.left - margin)
+        covered[top:b.top + b.height + margin, left:b.left + b.width + margin] = True
+    share = (covered & drawn).sum() / drawn.sum()
+    # Most of it: a word crossing the edge of the camera field can fall out (here 82%); one word read is enough.
+    assert drawn.sum() > 100 and share >= 0.75, share
+    assert covered.sum() < 0.25 * grey.size  # and only a small part of the frame is read
+
+
+def test_a_verdict_is_kept_by_pixel_hash_and_not_read_again(detector):
+    ds = _photo(fundus_with_text(5).data)
+    assert _check(detector, ds)
+    ocr, cached = detector.stats.frames_ocr, detector.stats.frames_cached
+    assert _check(detector, _photo(fundus_with_text(5).data))  # the same pixels, a new file
+    assert detector.stats.frames_ocr == ocr and detector.stats.frames_cached == cached + 1
+    # Identical frames in one volume (blank or repeated B-scans) are read once.
+    frame = oct_volume((1, 128, 128), 9)[0]
+    volume = _file(np.stack([frame] * 6), OPT_SOP_CLASS, 6)
+    before = detector.stats.frames_cached
+    assert not _check(detector, volume)
+    assert detector.stats.frames_cached - before == 2  # 3 sampled, 1 screened, 2 from the cache
+
+
+def test_the_cache_key_is_the_pixels_and_the_settings():
+    frame = oct_volume((1, 32, 32), 1)[0]
+    base = PixelTextSettings()
+    key = frame_key(frame, "MONOCHROME2", base)
+    assert key == frame_key(frame.copy(), "MONOCHROME2", base)  # stable: could be persisted
+    assert key != frame_key(frame, "MONOCHROME1", base)
+    other = frame.copy()
+    other[0, 0] ^= 1
+    assert key != frame_key(other, "MONOCHROME2", base)
+    assert key != frame_key(frame, "MONOCHROME2", PixelTextSettings(min_confidence=70.0))
+    assert key != frame_key(frame.reshape(16, 64), "MONOCHROME2", base)
+    with PixelTextDetector(PixelTextSettings(cache_frames=0)) as uncached:
+        ds = _photo(clean_fundus(6).data)
+        uncached.check(ds, ds.file_meta.TransferSyntaxUID)
+        uncached.check(ds, ds.file_meta.TransferSyntaxUID)
+        assert uncached.stats.frames_cached == 0
