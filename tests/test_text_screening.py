@@ -32,7 +32,17 @@ LABEL = ("MARCHBANKS, Ottilie", "ID: 9993141592  12/04/2021")
 
 @pytest.fixture(scope="module")
 def settings() -> PixelTextSettings:
-    return load_pixel_text_settings(yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text()))
+    """platform/pixel_text.yaml with the candidates screening on (the file ships whole frames as the
+    default; its image types are the candidates' settings)."""
+    spec = yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text())
+    return load_pixel_text_settings({**spec, "screening": "candidates"})
+
+
+def test_the_shipped_default_reads_whole_frames_with_the_same_settings_for_every_type():
+    shipped = load_pixel_text_settings(yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text()))
+    assert shipped.screening == "whole_frame" and shipped.image_types  # declared, used under candidates
+    defaults = shipped.for_type("default")
+    assert all(shipped.for_type(t) == defaults for t in ("photograph", "multi_frame", "secondary_capture"))
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +123,8 @@ def test_each_image_type_reads_with_its_own_settings(settings):
 
 def test_frames_read_follow_the_file_s_type():
     """The same 6-frame pixels read 2 frames as a secondary capture, 5 as OCT: the type's frame_sample."""
-    custom = load_pixel_text_settings({"image_types": {"secondary_capture": {"frame_sample": 2},
+    custom = load_pixel_text_settings({"screening": "candidates",
+                                       "image_types": {"secondary_capture": {"frame_sample": 2},
                                                        "multi_frame": {"frame_sample": 5}}})
     pixels = oct_volume((6, 64, 96), 11)
     with PixelTextDetector(custom) as made:

@@ -121,7 +121,7 @@ class PixelTextSettings:
     pad: int = 16  # pixels of border added around a frame
     language: str = "eng"
     tessdata: str | None = None  # folder of <language>.traineddata; None: TESSDATA_PREFIX, then Debian's
-    screening: str = "candidates"  # Tesseract reads text candidates only; "whole_frame": every sampled frame
+    screening: str = "whole_frame"  # Tesseract reads every sampled frame; "candidates": text candidates only
     min_contrast: int = 50  # grey levels a stroke stands above or below its surroundings to be a candidate
     stroke_max: int = 14  # pixels: wider bright or dark shapes are not strokes of text
     despeckle: bool = False  # a median of 3 before finding strokes (OCT speckle; loses the thinnest strokes)
@@ -168,10 +168,14 @@ class PixelTextSettings:
                  "pixel text settings")
 
     def for_type(self, name: str) -> TypeSettings:
-        """The settings an image type is read with (`image_type`); unknown names get the default."""
-        own = dict(self.image_types).get(name, ImageTypeSettings())
+        """The settings an image type is read with (`image_type`); unknown names get the default.
+
+        The types' own settings are for the candidates screening they were measured with: the
+        whole-frame method reads every type with the top-level settings, as it always has."""
+        types = dict(self.image_types) if self.screening == "candidates" else {}
+        own = types.get(name, ImageTypeSettings())
         return TypeSettings(
-            name=name if name in dict(self.image_types) else DEFAULT_TYPE,
+            name=name if name in types else DEFAULT_TYPE,
             frame_sample=own.frame_sample or self.frame_sample,
             max_side=own.max_side or self.max_side,
             thresholding=own.thresholding or self.thresholding,
