@@ -13,9 +13,9 @@ patient's name, a date and sometimes a hospital number drawn in, half clean:
   thumbnail, a thickness map, a plot and grid lines, 768 x 1024 or 600 x 800;
 
 text in every font on the machine (DejaVu families if installed, Pillow's own), sizes, contrasts and
-positions (corners, edges, over the retina or the panels). For the OLD detector (its algorithm is copied
-below as it was: three frames at native size, global then adaptive Otsu on the whole frame), the NEW one
-(platform/pixel_text.yaml: text candidates, then Tesseract on the candidates only) and a one-core loop of
+positions (corners, edges, over the retina or the panels). For the OLD method (`screening: whole_frame`, the
+shipped default: three frames at native size, global then adaptive Otsu on the whole frame), the NEW one
+(`screening: candidates` with platform/pixel_text.yaml's image types: Tesseract on the candidates only) and a one-core loop of
 "pydicom + Tesseract, three frames a file at native size, one pass", it prints per type: the share of text
 images caught, the share of clean images refused, and CPU milliseconds per file (dcmread + check). CPU
 time of this process (`time.process_time`), so other load on the machine counts little.
@@ -161,51 +161,6 @@ def generate(per_type: int) -> list[Sample]:
             for kind in TYPES for text in (True, False) for seed in range(per_type)]
 
 
-# --- the detector before this work (imaging/deid/pixel_text.py at 9719aec), copied as it was ---------
-
-class OldDetector:
-    """Three frames at native size, each read whole by global Otsu, then adaptive Otsu at <= 1024 px."""
-
-    def __init__(self, settings: PixelTextSettings):
-        import tesserocr
-
-        self.settings = settings
-        self._tess = tesserocr
-        self._api = tesserocr.PyTessBaseAPI(path=find_tessdata(settings.language, settings.tessdata),
-                                            lang=settings.language, psm=tesserocr.PSM.SPARSE_TEXT)
-
-    def check(self, ds: Dataset) -> bool:
-        frames = max(1, int(ds.get("NumberOfFrames", 1) or 1))
-        photometric = str(ds.PhotometricInterpretation).upper()
-        for index in sample_frames(frames, self.settings.frame_sample):
-            grey = to_grey8(np.asarray(decode_frame(ds, ds.file_meta.TransferSyntaxUID, index)), photometric)
-            if grey is not None and self.frame_has_text(grey):
-                return True
-        return False
-
-    def frame_has_text(self, grey: np.ndarray) -> bool:
-        from PIL import ImageOps
-
-        full = Image.fromarray(np.ascontiguousarray(grey))
-        border = int(np.median(grey[0]))
-        prepared: dict[int, Image.Image] = {}
-        for method in self.settings.thresholding:
-            side = self.settings.side_for(method)
-            if side not in prepared:
-                image = full
-                if max(full.size) > side:
-                    scale = side / max(full.size)
-                    image = full.resize((max(1, round(full.width * scale)), max(1, round(full.height * scale))))
-                if self.settings.pad:
-                    image = ImageOps.expand(image, self.settings.pad, fill=border)
-                prepared[side] = image
-            self._api.SetVariable("thresholding_method", {"otsu": "0", "adaptive_otsu": "1", "sauvola": "2"}[method])
-            self._api.SetImage(prepared[side])
-            if count_words(self._tess, self._api, self.settings) >= self.settings.min_words:
-                return True
-        return False
-
-
 def count_words(tess, api, settings: PixelTextSettings) -> int:
     if not api.Recognize():
         return 0
@@ -306,8 +261,9 @@ def main() -> None:
     print(f"# {args.per_type} text + {args.per_type} clean files of each type ({len(samples)} files, generated "
           f"in {time.perf_counter() - started:.0f} s); fonts: {len(available_fonts())}; "
           f"settings: platform/pixel_text.yaml; CPU = dcmread + check, this process", flush=True)
-    shipped = load_pixel_text_settings(yaml.safe_load((ROOT / "platform" / "pixel_text.yaml").read_text()))
-    with PixelTextDetector(shipped) as detector:
+    # The file ships whole frames as the default; "new" is its candidates screening, "old" its whole frames.
+    spec = yaml.safe_load((ROOT / "platform" / "pixel_text.yaml").read_text())
+    with PixelTextDetector(load_pixel_text_settings({**spec, "screening": "candidates"})) as detector:
         new = measure("new", lambda ds: detector.check(ds, ds.file_meta.TransferSyntaxUID).found, samples)
         s = detector.stats
         print(f"            frames {s.frames_checked}: {s.frames_without_candidates} without candidates, "
@@ -316,8 +272,8 @@ def main() -> None:
     loop = OnePassLoop(PixelTextSettings())
     base = measure("one-pass", loop.check, samples)
     if not args.no_old:
-        old_detector = OldDetector(PixelTextSettings())
-        old = measure("old", old_detector.check, samples)
+        with PixelTextDetector(load_pixel_text_settings({**spec, "screening": "whole_frame"})) as whole:
+            old = measure("old", lambda ds: whole.check(ds, ds.file_meta.TransferSyntaxUID).found, samples)
     print("# ratios (CPU per file, same run)")
     for kind in TYPES:
         line = f"  {kind:18s} new / one-pass loop {new[kind].cpu / max(base[kind].cpu, 1e-9):.3f}"
