@@ -62,24 +62,32 @@ def _view(frame, name: str) -> str:
 
 
 def stage_data(selected, building: str, work: str, source_root: str, files_per_task: int, images: int):
-    """Copy the images (each checksum verified) and write the metadata; returns the metadata rows' frame.
+    """Copy the images (each checksum verified, quasi-identifier attributes generalised as the metadata
+    is) and write the metadata; returns the metadata rows' frame.
 
     The copy's (path, sha256) pairs go to one sorted text file in `work` (outside the bundle), so
-    the manifest is written from a stream and no list of every image reaches the driver.
+    the manifest is written from a stream and no list of every image reaches the driver. The
+    metadata's `sha256` is the released file's (its header generalised), joined from the copy.
     """
     tasks = max(1, math.ceil(images / files_per_task))
-    copied = map_batches(selected.repartition(tasks), CopyJob(source_root, building).step())
+    to_copy = selected.withColumn("released", F.expr(DISCLOSURE.released_json_sql()))
+    job = CopyJob(source_root, building, DISCLOSURE.header_rules())
+    # Read twice (the checksum list, the metadata's sha256): kept, so each file is written once.
+    copied = map_batches(to_copy.repartition(tasks), job.step()).persist()
     (copied.orderBy("path").select(F.concat_ws("  ", "sha256", "path")).coalesce(1)
      .write.text(f"{work}/_sums"))
     _single_file(f"{work}/_sums", f"{work}/images.sha256", ".txt")
 
     columns = [c.sql for c in release_columns(list(LINEAGE), DISCLOSURE)]
-    metadata = selected.selectExpr(*columns).orderBy("file").coalesce(1)
+    names = [c.name for c in release_columns(list(LINEAGE), DISCLOSURE)]
+    released = copied.select(F.col("path").alias("_file"), F.col("sha256").alias("_sha256"))
+    metadata = (selected.selectExpr(*columns).join(released, F.col("file") == F.col("_file"))
+                .withColumn("sha256", F.col("_sha256")).select(*names).orderBy("file").coalesce(1))
     writer = WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema))
     metadata.mapInArrow(writer, "rows long").collect()  # one row: the count written
     metadata.write.option("header", True).csv(f"{work}/_csv")
     _single_file(f"{work}/_csv", f"{building}/metadata.csv", ".csv")
-    return metadata
+    return metadata, copied
 
 
 @dataclass(frozen=True)
@@ -143,7 +151,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     """
     sizes = [r["size"] for r in session.sql(DISCLOSURE.class_sizes_sql(_view(selected, "cohort_selected"))).collect()]
     k = k_anonymity(sizes, DISCLOSURE)
-    metadata = stage_data(selected, building, work, source_root, files_per_task, images)
+    metadata, copied_frame = stage_data(selected, building, work, source_root, files_per_task, images)
     rows = _view(metadata, "cohort_release")
     totals = session.sql(counts_sql(rows)).first()
     breakdowns = {c: {r["value"]: r["images"] for r in session.sql(breakdown_sql(rows, c)).collect()}
@@ -168,6 +176,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
         disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below,
         key_fingerprint=deid.key_fingerprint)
     built = finish_release(building, card, images=_image_entries(f"{work}/images.sha256"))
+    copied_frame.unpersist()
     # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.
     own = [c for c in checks if c.asset == "published_cohort" and c.name != "k_anonymity"]
     return CheckedRelease(built=built, k=k, verified=all(c.passed for c in own))

@@ -49,6 +49,8 @@ PLATFORM_DIR = Path(os.environ.get("IMAGING_PLATFORM_DIR", DEFAULT_PLATFORM_DIR)
 # The disclosure control's defaults (imaging/governance/disclosure.py), for a policy file that omits them.
 DEFAULT_MIN_K = 5
 DEFAULT_SUPPRESS_BELOW = 10
+# Signed approvals a release needs before publication (imaging/governance/approval.py).
+DEFAULT_APPROVALS_REQUIRED = 2
 
 
 class ConfigError(ValueError):
@@ -276,6 +278,16 @@ class QuasiIdentifierPolicy(_Model):
     column: Text  # a released column of `columns`
     band_years: PositiveInt | None = None  # only for an age_at_scan column
     released_as: Text | None = None  # absent: the column's name
+    header: Text | None = None  # the DICOM attribute (keyword) that holds the same fact in released files
+
+    @field_validator("header")
+    @classmethod
+    def _keyword(cls, keyword):
+        from pydicom.datadict import tag_for_keyword
+
+        if keyword is not None and tag_for_keyword(keyword) is None:
+            raise ValueError(f"{keyword!r} is not a DICOM keyword")
+        return keyword
 
 
 class DisclosureSettings(_Model):
@@ -289,6 +301,7 @@ class ClinicalPolicyFile(_Model):
     date_formats: list[Text] = Field(["%Y-%m-%d"], min_length=1)
     quasi_identifiers: list[QuasiIdentifierPolicy] = []
     disclosure: DisclosureSettings = DisclosureSettings()
+    approvals_required: PositiveInt = DEFAULT_APPROVALS_REQUIRED  # signed approvals, by distinct approvers
 
     @field_validator("quasi_identifiers", mode="before")
     @classmethod
