@@ -15,9 +15,10 @@ from assets.governance import CODE_VERSIONS, DISCLOSURE, LINEAGE, column_lineage
 from imaging import fs as fsx
 from imaging.catalogue import COHORTS, DEIDENTIFIED, LEDGER, manifest
 from imaging.driver.config import PLATFORM_DIR
-from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH, UNCHANGED, ApprovalError, Decision,
-                                         ReleaseKey, ReleasePlan, building_url, carry_out, decide, list_held,
-                                         load_approval, manifest_id)
+from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH, REJECTED, UNCHANGED, ApprovalError,
+                                         ApprovalPolicy, Decision, ReleaseKey, ReleasePlan, building_url, carry_out,
+                                         decide, list_held, load_standing, manifest_id)
+from imaging.pseudonym import DEMO_KEY_FINGERPRINT
 from imaging.governance.bundle import content_key_of, parse_manifest
 from imaging.governance.cohort import CohortDefinition, load_cohorts
 from imaging.governance.datacard import (BREAKDOWN_COLUMNS, CheckResult, CodeVersion, DataCardInputs, DeidSummary,
@@ -190,8 +191,9 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     check_specs=check_specs("published_cohort"),
     description="For each cohort definition in platform/cohorts/: a content-addressed release bundle (images, "
                 "metadata, data card, OpenLineage events, SHA256SUMS; the release id is the sha256 of "
-                "SHA256SUMS), checked for k-anonymity, held in identifiable/held/ until `imaging-review approve` "
-                "records an approval of that exact content, then published to deidentified/cohorts/<name>/"
+                "SHA256SUMS), checked for k-anonymity (quasi-identifier attributes of the released headers "
+                "generalised as the metadata is), held in identifiable/held/ until `approvals_required` listed "
+                "approvers have signed an approval of that exact content (`imaging-review approve`), then published to deidentified/cohorts/<name>/"
                 "v<version>/. Published releases are immutable. Refuses while the latest evaluation of an ERROR "
                 "data-quality check of an upstream partition has failed.",
 )
@@ -207,6 +209,12 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     # The upstream checks' results and the landing versions the data cards list: recorded before this
     # run built anything (this asset's own evaluations come after), read once for every cohort.
     facts = RecordedFacts(context.instance)
+    # Who may sign and how many must: read once, before anything is built (a broken file stops the run here).
+    try:
+        approvers = ApprovalPolicy.load()
+    except ApprovalError as error:
+        raise Failure(str(error)) from error
+    demo = deid.key_fingerprint == DEMO_KEY_FINGERPRINT  # demo approver keys count only for demo releases
     rows = warehouse.read(session, manifest(load_policy()))
     ledger = warehouse.read(session, LEDGER)
     commit = warehouse.begin("published_cohort")
@@ -233,15 +241,16 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         target = warehouse.url(COHORTS, cohort.name, cohort.release)
         published = ReleaseKey(manifest_id(target), content_key_of(target)) if fsx.exists(target) else None
         decision = decide(ReleaseKey(built.release_id, built.content_key), published=published,
-                          held=list_held(root, cohort.name, cohort.version),
-                          approval=load_approval(root, built.release_id), k_passed=k.passed, k_reason=k.reason())
+                          held=list_held(root, cohort.name, cohort.version, approvers),
+                          standing=load_standing(root, built.release_id, approvers, demo), k_passed=k.passed,
+                          k_reason=k.reason())
         plans[cohort.name] = ReleasePlan(cohort=cohort, decision=decision, building=building, images=images)
-        log = context.log.warning if decision.action in (BLOCKED, CONFLICT) else context.log.info
+        log = context.log.warning if decision.action in (BLOCKED, CONFLICT, REJECTED) else context.log.info
         log(f"cohort {cohort.name} {cohort.release}: {decision.action} (release {decision.release_id}, "
             f"{images} images): {decision.reason}")
 
     try:  # a conflict refuses the run before anything is staged: releases go out together or not at all
-        outcomes = carry_out(list(plans.values()), commit, root)
+        outcomes = carry_out(list(plans.values()), commit, root, approvers, run_id=context.run_id)
     except ApprovalError as error:
         raise Failure(str(error)) from error
     paths = {name: warehouse.relative(o.path) for name, o in outcomes.items() if o.path is not None}
@@ -259,6 +268,8 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         "cohorts": len(plans),
         "releases_published": sum(p.decision.action == PUBLISH for p in plans.values()),
         "releases_held": sum(p.decision.action == HOLD for p in plans.values()),
+        "releases_rejected": sum(p.decision.action == REJECTED for p in plans.values()),
+        "approvals_required": approvers.required,
         "seconds": round(time.monotonic() - started, 3),
         "summary": MetadataValue.md("\n".join(table_md)),
         "states": {name: p.decision.action for name, p in plans.items()},
