@@ -245,6 +245,27 @@ def quarantine_summary(warehouse: str, site_days: Iterable[tuple[str, str]]) -> 
     return out
 
 
+def arrived_columns(warehouse: str, site_days: Iterable[tuple[str, str]]) -> set[str] | None:
+    """The clinical extract columns that actually arrived in the partitions a release read (names only),
+    from linked_patient_metadata's clinical map; None when that table is not there to read."""
+    import pyarrow.dataset as ds
+
+    from imaging.catalogue import LINKED
+
+    url = f"{warehouse}/{LINKED.path}"
+    wanted = set(site_days)
+    if not fsx.exists(url) or not wanted:
+        return None
+    filesystem, path = fsx.filesystem(url)
+    dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
+    names: set[str] = set()
+    for row in dataset.to_table(columns=["date", "site", "clinical"]).to_pylist():
+        if (str(row["date"]), str(row["site"])) in wanted and row["clinical"]:
+            names.update(k for k, _ in row["clinical"]) if isinstance(row["clinical"], list) \
+                else names.update(row["clinical"])
+    return names
+
+
 def metadata_columns(root: str) -> list[str]:
     table = read_metadata(root)
     return [] if table is None else list(table.column_names)

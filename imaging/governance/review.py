@@ -46,7 +46,7 @@ from imaging.governance.approval import (APPROVE, REJECT, ApprovalError, Approva
 from imaging.governance.bundle import BundleCheck, find_bundle_root, read_manifest, verify_bundle
 from imaging.governance.datacard import NOT_EVALUATED, NOT_OBSERVED
 from imaging.governance.disclosure import DisclosurePolicy
-from imaging.governance.evidence import (AttributeCount, ExactCounts, KFromFiles, QuarantineCount, attribute_evidence,
+from imaging.governance.evidence import (AttributeCount, arrived_columns, ExactCounts, KFromFiles, QuarantineCount, attribute_evidence,
                                          cross_check, exact_counts, k_from_files, quarantine_summary, read_metadata,
                                          release_summary)
 from imaging.governance.signing import SignatureError, fingerprint, public_key_of, sign, verify_signature
@@ -81,6 +81,7 @@ class Review:
     policy_min_k: int | None = None
     attributes: list[AttributeCount] = field(default_factory=list)
     quarantine: list[QuarantineCount] | None = None  # None: not read (no identifiable zone)
+    arrived: set[str] | None = None  # clinical columns that arrived in the partitions read (None: not read)
     audit_events: list = field(default_factory=list)
     traces: list[Trace] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # evidence problems (the decisions' are in `standing`)
@@ -366,6 +367,7 @@ def _identifiable(result: Review) -> None:
         result.problems.append(f"the per-attribute evidence cannot be read: {type(error).__name__}")
     site_days = {(t.record.date, t.record.site) for t in result.traces if t.record is not None}
     result.quarantine = quarantine_summary(warehouse, site_days)
+    result.arrived = arrived_columns(warehouse, site_days)
     log = audit.read_events(warehouse, result.release_id)
     result.audit_events = list(log.events)
     if log.broken:
