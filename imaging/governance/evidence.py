@@ -167,7 +167,8 @@ def k_from_files(root: str, table, disclosure: DisclosurePolicy, files: Iterable
         values = tuple(row[c] for c in columns)
         alone[values].add(row["patient_pseudonym"])
         if wanted is not None and row["file"] not in wanted:
-            combined[values + (None,) * len(keywords)].add(row["patient_pseudonym"])  # as the rule writes it
+            # Not read (one file under review): counted as the release rule writes it.
+            combined[values + tuple(r.header_value(row[r.column]) for r in rules)].add(row["patient_pseudonym"])
             continue
         header = header_values(fsx.read_bytes(f"{root}/{row['file']}"), keywords)
         read += 1
