@@ -7,6 +7,7 @@ publishes goes through two signed approvals, as production does.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +26,10 @@ class Approvers:
     keys: dict  # principal -> private key file
 
 
-def write_key(path: Path) -> str:
-    """A new Ed25519 OpenSSH private key at `path` (and `.pub`); returns its public line."""
-    key = Ed25519PrivateKey.generate()
+def write_key(path: Path, seed: str | None = None) -> str:
+    """An Ed25519 OpenSSH private key at `path` (and `.pub`): new, or derived from `seed`; returns its public line."""
+    key = Ed25519PrivateKey.from_private_bytes(hashlib.sha256(seed.encode()).digest()) if seed \
+        else Ed25519PrivateKey.generate()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
                                        serialization.NoEncryption()))
@@ -37,11 +39,14 @@ def write_key(path: Path) -> str:
     return line
 
 
-def make_approvers(folder: Path, principals=PRINCIPALS) -> Approvers:
+def make_approvers(folder: Path, principals=PRINCIPALS, seeded: bool = False) -> Approvers:
+    """Keys and their allowed-signers file. `seeded`: the same keys in every process (the session's, so a
+    world one test worker built and approved reviews the same on another)."""
     keys, lines = {}, []
     for number, principal in enumerate(principals, start=1):
         keys[principal] = folder / f"approver-{number}"
-        lines.append(f'{principal} namespaces="{NAMESPACE}" {write_key(keys[principal])}\n')
+        seed = f"imaging test approver {principal}" if seeded else None
+        lines.append(f'{principal} namespaces="{NAMESPACE}" {write_key(keys[principal], seed)}\n')
     signers = folder / "allowed_signers"
     signers.write_text("".join(lines))
     return Approvers(signers, keys)

@@ -35,7 +35,7 @@ os.environ.update({
 # Two approvers with real OpenSSH keys: every publication in the suite needs their two signed approvals.
 from approvers import make_approvers  # noqa: E402 - after the environment: it imports the platform
 
-APPROVERS = make_approvers(ROOT / "approvers")
+APPROVERS = make_approvers(ROOT / "approvers", seeded=True)  # the same keys on every worker
 os.environ["IMAGING_APPROVERS"] = str(APPROVERS.signers)
 os.environ["IMAGING_TEST_APPROVER_KEYS"] = os.pathsep.join(str(k) for k in APPROVERS.keys.values())
 
