@@ -250,7 +250,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
             f"{images} images): {decision.reason}")
 
     try:  # a conflict refuses the run before anything is staged: releases go out together or not at all
-        outcomes = carry_out(list(plans.values()), commit, root, approvers, run_id=context.run_id)
+        outcomes = carry_out(list(plans.values()), commit, root, approvers, run_id=context.run.run_id)
     except ApprovalError as error:
         raise Failure(str(error)) from error
     paths = {name: warehouse.relative(o.path) for name, o in outcomes.items() if o.path is not None}
