@@ -31,7 +31,7 @@ from approvers import approve_all, make_approvers, session_keys, write_key
 from imaging.catalogue import COHORTS
 from imaging.governance import approval as gate
 from imaging.governance import audit
-from imaging.governance.bundle import ManifestEntry, data_digest, hash_files, manifest_bytes, read_manifest
+from imaging.governance.bundle import data_digest, hash_files, manifest_bytes, read_manifest
 from imaging.governance.cohort import CohortDefinition
 from imaging.governance.review import AWAITING, FAILED, REJECTED, VERIFIED, main, review, sign_decision
 from imaging.governance.signing import DEMO_FINGERPRINTS, load_allowed_signers, sign, write_demo_keys
@@ -124,6 +124,7 @@ def test_a_release_needs_two_different_listed_keys(world, tmp_path, monkeypatch,
     # Reviewing the held release: passes, but not VERIFIED until two have signed.
     code, out, _ = cli([held], monkeypatch, capsys)
     assert code == 1 and f"Result    {AWAITING}" in out and "Approvals 1 of 2 required" in out
+    seen = out.rsplit("Review report sha256 ", 1)[1].split()[0]  # what the reviewer read, and will sign
 
     code, out, _ = cli(["approve", held, "--key", second], monkeypatch, capsys)
     assert code == 0 and "2 of 2 signed approvals" in out and "the next materialization" in out
@@ -136,7 +137,7 @@ def test_a_release_needs_two_different_listed_keys(world, tmp_path, monkeypatch,
 
     # What each approver signed: this release id and the review report they saw (kept beside the signature).
     (a, b) = gate.load_standing(world.warehouse, rid, gate.ApprovalPolicy.load()).approvals
-    assert a.text.release_id == b.text.release_id == rid and a.text.review_sha256 == b.text.review_sha256
+    assert a.text.release_id == b.text.release_id == rid and a.text.review_sha256 == b.text.review_sha256 == seen
     report = gate.stored_report(world.warehouse, a.text)
     assert hashlib.sha256(report.encode()).hexdigest() == a.text.review_sha256 and rid in report
     log = audit.read_events(world.warehouse, rid)

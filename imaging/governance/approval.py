@@ -24,11 +24,10 @@ commit (`imaging.driver.commit`), so a run's releases appear together or not at 
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
