@@ -34,6 +34,7 @@ from imaging.governance import audit
 from imaging.governance.bundle import data_digest, hash_files, manifest_bytes, read_manifest
 from imaging.governance.cohort import CohortDefinition
 from imaging.governance.review import AWAITING, FAILED, REJECTED, VERIFIED, main, review, sign_decision
+from imaging.governance.review_html import render_html
 from imaging.governance.signing import DEMO_FINGERPRINTS, load_allowed_signers, sign, write_demo_keys
 from imaging.pseudonym import DEMO_KEY
 from release_helpers import SMALL_TEST, begin_commit, build_release, make_hospital
@@ -325,6 +326,10 @@ def test_spark_built_releases_carry_generalised_headers_and_review_verified(ware
     for release in releases:
         result = review(str(release), str(warehouse))
         assert result.verdict == VERIFIED, result.all_problems
+        # The partitions read hold broken files (one per site-day): their quarantine, counts by reason.
+        assert result.quarantine and all(q.files > 0 and q.reason for q in result.quarantine)
+        # The drawing's sources are the clinical columns that arrived, not every alias the policy accepts.
+        assert result.arrived and "{" not in render_html(result).split('id="lineage-graph"')[1].split("</svg>")[0]
         assert result.k.same_as_metadata and result.k.headers_read == result.counts.images
         assert not any(a.attribute == "PatientAge" and a.kept for a in result.attributes)
         assert {e.path: e.sha256 for e in read_manifest(str(release)).entries if e.path.startswith("images/")} == \
@@ -368,3 +373,29 @@ def test_diff_between_two_versions_of_a_cohort(world, tmp_path, monkeypatch, cap
     assert code == 0 and f"Rows      {rows} -> {fewer} ({fewer - rows:+d})" in out
     assert "Columns   unchanged" in out and "Options   unchanged" in out and "Code      unchanged" in out
     assert "Selection true -> " in out and "Patients  " in out and "removed" in out
+
+
+def test_a_malformed_allowed_signers_file_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    bad = tmp_path / "approvers"
+    bad.write_text('alice namespaces="imaging-release" ssh-ed25519 not-base64!\n'
+                   'bob cert-authority ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILxE2ikxAdcfVz02rkr1CGQSN8eJHvXdK4jQgArXy4LZ\n'
+                   "* ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILxE2ikxAdcfVz02rkr1CGQSN8eJHvXdK4jQgArXy4LZ\n")
+    monkeypatch.setenv("IMAGING_APPROVERS", str(bad))
+    with pytest.raises(gate.ApprovalError) as error:
+        gate.ApprovalPolicy.load()
+    message = str(error.value)
+    assert message.startswith("IMAGING_APPROVERS:") and "line 1: the key is not base64" in message
+    assert "line 2: option 'cert-authority' is not supported" in message and "line 3: principal patterns" in message
+    monkeypatch.setenv("IMAGING_WAREHOUSE", str(tmp_path))
+    assert main(["pending"]) == 1 and "IMAGING_APPROVERS" in capsys.readouterr().err
+
+
+def test_a_signature_covers_every_byte_of_the_decision(tmp_path):
+    approvers = make_approvers(tmp_path, principals=("solo@test",))
+    text = gate.DecisionText("approve", "a" * 64, "c", 1, "b" * 64, "solo@test", "SHA256:x", "2026-11-24T08:00:00+00:00",
+                             "note")
+    signed = gate.SignedDecision(text.render().decode(), sign(text.render(), approvers.keys["solo@test"]))
+    policy = gate.ApprovalPolicy(1, load_allowed_signers(approvers.signers))
+    assert "signed with another key" in gate.standing_of("a" * 64, [signed], policy).problems[0]
+    tampered = gate.SignedDecision(signed.message.replace("note: \"note\"", "note: \"other\""), signed.signature)
+    assert "does not match the signed text" in gate.standing_of("a" * 64, [tampered], policy).problems[0]

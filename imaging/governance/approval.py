@@ -180,8 +180,11 @@ def standing_of(release_id: str, decisions: Sequence[SignedDecision], policy: Ap
         if signer is None:
             problems.append(f"{who}: its key ({sig.fingerprint}) is not in the allowed signers ({policy.signers.source})")
             continue
-        if signer.principal != text.principal or sig.fingerprint != text.key_fingerprint:
+        if signer.principal != text.principal:
             problems.append(f"{who}: the key is listed for {signer.principal}, not for the principal the text names")
+            continue
+        if sig.fingerprint != text.key_fingerprint:
+            problems.append(f"{who}: signed with another key ({sig.fingerprint}) than the text names")
             continue
         if text.release_id != release_id:
             problems.append(f"{who}: signs another release id ({text.release_id[:16]}...), not this release")

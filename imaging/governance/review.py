@@ -637,7 +637,12 @@ def main(argv: list[str] | None = None) -> int:
         warehouse = _local(args.warehouse) if args.warehouse else _warehouse()
         if not warehouse:
             parser.error("set IMAGING_WAREHOUSE (held releases are in its identifiable zone) or pass --warehouse")
-        for held in list_held(warehouse):
+        try:
+            held_releases = list_held(warehouse)
+        except ApprovalError as error:  # an unreadable allowed-signers file: named, not a traceback
+            print(f"imaging-review: {error}", file=sys.stderr)
+            return 1
+        for held in held_releases:
             print("\t".join([held.path, held.cohort, f"v{held.version}", held.release_id, held.status]))
         return 0
     if argv[:1] in (["approve"], ["reject"]):
