@@ -74,6 +74,7 @@ class Review:
     card: dict | None = None
     row: dict | None = None  # the metadata row of the reviewed file
     warehouse: str | None = None
+    tables: str | None = None  # root of the identifiable tables (IMAGING_TABLES when apart), with the warehouse
     standing: Standing | None = None  # the signed decisions that count, and why others do not
     decisions_from: str = ""  # where they were read
     counts: ExactCounts | None = None  # exact, from metadata.parquet
@@ -234,7 +235,7 @@ def review(path: str, warehouse: str | None = None, policy: ApprovalPolicy | Non
     if warehouse is None and state == "held":  # a held release lies in the identifiable zone it names
         warehouse = warehouse_of_held(root)
     check = verify_bundle(root, only=inner)
-    result = Review(root, inner, state, check, warehouse=warehouse)
+    result = Review(root, inner, state, check, warehouse=warehouse, tables=_tables(warehouse))
     result.problems += list(check.problems)
     result.card = _read_json(f"{root}/datacard.json")
     if result.card is None:
@@ -343,7 +344,7 @@ def _identifiable(result: Review) -> None:
     images = [e for e in read_manifest(root).entries
               if e.path.startswith("images/") and (result.file is None or e.path == result.file)]
     batches = sorted({p["batch"] for p in (result.card or {}).get("inputs", [])})
-    found = _lookup_by_name(warehouse, batches, {e.path.rsplit("/", 1)[-1] for e in images})
+    found = _lookup_by_name(result.tables, batches, {e.path.rsplit("/", 1)[-1] for e in images})
     pairs = []
     for entry in images:
         records = found.get(entry.path.rsplit("/", 1)[-1]) or [None]
@@ -366,8 +367,8 @@ def _identifiable(result: Review) -> None:
     except (OSError, ValueError) as error:
         result.problems.append(f"the per-attribute evidence cannot be read: {type(error).__name__}")
     site_days = {(t.record.date, t.record.site) for t in result.traces if t.record is not None}
-    result.quarantine = quarantine_summary(warehouse, site_days)
-    result.arrived = arrived_columns(warehouse, site_days)
+    result.quarantine = quarantine_summary(result.tables, site_days)
+    result.arrived = arrived_columns(result.tables, site_days)
     log = audit.read_events(warehouse, result.release_id)
     result.audit_events = list(log.events)
     if log.broken:
@@ -490,6 +491,15 @@ def _warehouse() -> str | None:
     return value.rstrip("/") if "://" in value else os.path.abspath(os.path.expanduser(value))
 
 
+def _tables(warehouse: str | None) -> str | None:
+    """Where Spark's identifiable tables are: IMAGING_TABLES when set (tables apart from the files), else the
+    warehouse. The held, approval and audit folders are always under the warehouse."""
+    if not warehouse:
+        return None
+    value = os.environ.get("IMAGING_TABLES", "").strip()
+    return _local(value) if value else warehouse
+
+
 def _local(path: str) -> str:
     return path.rstrip("/") if "://" in path else os.path.abspath(os.path.expanduser(path))
 
@@ -534,8 +544,8 @@ def sign_decision(path: str, kind: str, key: str, note: str | None = None, *, po
     if result.release_id is None or path.rsplit("/", 1)[-1] != result.release_id:
         raise ApprovalError("the held folder's name is not its release id: nothing recorded")
     if kind == APPROVE and not result.ok:
-        raise ApprovalError(f"the review fails ({len(result.all_problems)} problems: `imaging-review {path}`): "
-                            f"nothing approved")
+        raise ApprovalError(f"the review fails ({len(result.all_problems)} problems, e.g. "
+                            f"{'; '.join(result.all_problems[:2])}; see `imaging-review {path}`): nothing approved")
     if kind == APPROVE and result.standing is not None and result.standing.rejected:
         raise ApprovalError("the release is rejected: it is never approved or published")
     done = {d.text.principal for d in (result.standing.approvals if kind == APPROVE else result.standing.rejections)}
