@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from imaging import fs as fsx
-from imaging.catalogue import APPROVALS, COHORTS, HELD, Folder
+from imaging.catalogue import APPROVALS, AUDIT, COHORTS, HELD, Folder
 from imaging.config_files import DEFAULT_APPROVALS_REQUIRED, PLATFORM_DIR
 from imaging.driver.commit import CommitBuilder
 from imaging.governance import audit
@@ -451,8 +451,8 @@ def carry_out(plans: Sequence[ReleasePlan], commit: CommitBuilder, warehouse: st
     is swapped in at cohorts/<cohort>/v<version>/ with its signed approvals (verified again against
     `policy`, by default IMAGING_APPROVERS), and the same commit removes the held copy. unchanged,
     blocked, rejected, empty: the build is left to the staging, which the commit removes; a published
-    release is never touched. New holds and publications are then appended to the audit log. Returns
-    each cohort's outcome, by name.
+    release is never touched. New holds and publications are appended to the audit log in the same
+    commit. Returns each cohort's outcome, by name.
     """
     conflicts = sorted(p.cohort.name for p in plans if p.decision.action == CONFLICT)
     if conflicts:
@@ -474,18 +474,18 @@ def carry_out(plans: Sequence[ReleasePlan], commit: CommitBuilder, warehouse: st
         if decision.action == PUBLISH:
             path = f"{warehouse}/{COHORTS.path}/{name}/{cohort.release}"
         outcomes[name] = Outcome(decision.action, decision.reason, rid, path)
-    commit.build().apply()
-    # After the commit: the log says what happened, never what a failed run meant to do.
+    # Each new hold and publication is logged in the same commit: both appear, or neither.
     run = f" (run {run_id})" if run_id else ""
+    events = [audit.PendingEvent(audit.PUBLISH if p.decision.action == PUBLISH else audit.HOLD, p.decision.release_id,
+                                 p.cohort.name, p.cohort.version, detail=f"{p.decision.reason}{run}")
+              for p in plans if p.decision.action == PUBLISH or (p.decision.action == HOLD and not p.decision.from_held)]
+    for event in audit.prepare(warehouse, events):
+        fsx.write_bytes(_staged(commit, warehouse, AUDIT, event.name), event.data)
+        _swap(commit, warehouse, AUDIT, event.name)
+    commit.build().apply()
     for plan in plans:
-        cohort, decision = plan.cohort, plan.decision
-        if decision.action == PUBLISH:  # the held copy went with the commit; drop its cohort's folder if empty
-            fsx.remove_empty(f"{warehouse}/{HELD.path}/{cohort.name}")
-            audit.record(warehouse, audit.PUBLISH, decision.release_id, cohort.name, cohort.version,
-                         detail=f"{decision.reason}{run}")
-        elif decision.action == HOLD and not decision.from_held:
-            audit.record(warehouse, audit.HOLD, decision.release_id, cohort.name, cohort.version,
-                         detail=f"{decision.reason}{run}")
+        if plan.decision.action == PUBLISH:  # the held copy went with the commit; drop its cohort's folder if empty
+            fsx.remove_empty(f"{warehouse}/{HELD.path}/{plan.cohort.name}")
     return outcomes
 
 

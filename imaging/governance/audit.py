@@ -50,20 +50,58 @@ def _files(warehouse: str) -> list[str]:
     return sorted(fsx.qualify(fs, p) for p in fs.ls(root, detail=False) if p.endswith(".json"))
 
 
-def record(warehouse: str, event: str, release_id: str, cohort: str, version: int, *, principal: str | None = None,
-           key_fingerprint: str | None = None, detail: str | None = None, now: dt.datetime | None = None) -> AuditEvent:
-    """Append one event (a new write-once file chained to the last one)."""
+@dataclass(frozen=True)
+class PendingEvent:
+    """What to log, before it is chained and named."""
+
+    event: str
+    release_id: str
+    cohort: str
+    version: int
+    principal: str | None = None
+    key_fingerprint: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class EventFile:
+    """A chained event as written: its file name in the log folder and its bytes."""
+
+    name: str
+    data: bytes
+
+
+def prepare(warehouse: str, pending: list[PendingEvent], now: dt.datetime | None = None) -> list[EventFile]:
+    """Chain and name events after the log's last one (in order), without writing them.
+
+    published_cohort stages them in its run's commit, so a hold or publication and its event appear
+    together or not at all; `record` writes one at once.
+    """
     at = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
     files = _files(warehouse)
     previous = fsx.sha256_url(files[-1]) if files else None
-    entry = AuditEvent(event, release_id, cohort, int(version), at.isoformat(timespec="microseconds"), principal,
-                       key_fingerprint, detail, previous)
-    data = json.dumps(asdict(entry), sort_keys=True, ensure_ascii=False).encode() + b"\n"
-    name = f"{at.strftime('%Y%m%dT%H%M%S%fZ')}-{event}-{hashlib.sha256(data).hexdigest()[:12]}.json"
-    url = f"{_folder(warehouse)}/{name}"
+    out = []
+    for number, item in enumerate(pending):
+        when = at + dt.timedelta(microseconds=number)  # one run's events keep their order in the listing
+        entry = AuditEvent(item.event, item.release_id, item.cohort, int(item.version),
+                           when.isoformat(timespec="microseconds"), item.principal, item.key_fingerprint,
+                           item.detail, previous)
+        data = json.dumps(asdict(entry), sort_keys=True, ensure_ascii=False).encode() + b"\n"
+        out.append(EventFile(f"{when.strftime('%Y%m%dT%H%M%S%fZ')}-{item.event}-{hashlib.sha256(data).hexdigest()[:12]}"
+                             f".json", data))
+        previous = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def record(warehouse: str, event: str, release_id: str, cohort: str, version: int, *, principal: str | None = None,
+           key_fingerprint: str | None = None, detail: str | None = None, now: dt.datetime | None = None) -> EventFile:
+    """Append one event now (a new write-once file chained to the last one)."""
+    (entry,) = prepare(warehouse, [PendingEvent(event, release_id, cohort, version, principal, key_fingerprint,
+                                                detail)], now)
+    url = f"{_folder(warehouse)}/{entry.name}"
     if fsx.exists(url):
         raise FileExistsError("an audit event is never overwritten")
-    fsx.write_bytes(url, data)
+    fsx.write_bytes(url, entry.data)
     return entry
 
 
