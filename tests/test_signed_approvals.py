@@ -399,3 +399,16 @@ def test_a_signature_covers_every_byte_of_the_decision(tmp_path):
     assert "signed with another key" in gate.standing_of("a" * 64, [signed], policy).problems[0]
     tampered = gate.SignedDecision(signed.message.replace("note: \"note\"", "note: \"other\""), signed.signature)
     assert "does not match the signed text" in gate.standing_of("a" * 64, [tampered], policy).problems[0]
+
+
+def test_the_audit_log_is_append_only_and_chained(tmp_path):
+    warehouse = str(tmp_path)
+    for event in ("hold", "approve", "publish"):
+        audit.record(warehouse, event, "a" * 64, "c", 1, principal="p" if event == "approve" else None)
+    log = audit.read_events(warehouse)
+    assert [e.event for e in log.events] == ["hold", "approve", "publish"] and not log.broken
+    files = sorted((tmp_path / "identifiable" / "audit").iterdir())
+    files[1].write_text(files[1].read_text().replace('"p"', '"q"'))  # an event edited
+    assert audit.read_events(warehouse).broken
+    files[1].unlink()  # or removed
+    assert audit.read_events(warehouse).broken
