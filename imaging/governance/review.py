@@ -681,6 +681,8 @@ def main(argv: list[str] | None = None) -> int:
         print(write_demo_keys(_local(args.dir)))
         return 0
     parser = argparse.ArgumentParser(prog="imaging-review", description=__doc__.splitlines()[0],
+                                     usage="imaging-review {PATH [--html OUT] | pending | approve | reject | diff | "
+                                           "demo-keys} ...",
                                      epilog=COMMANDS, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a release folder or one file of a release")
     parser.add_argument("--html", default=None, help="also write a self-contained HTML report here")
