@@ -281,6 +281,11 @@ def test_a_forged_resummed_copy_fails_review_with_and_without_the_warehouse(worl
     problems = "\n".join(review(str(lazy)).all_problems)
     assert "sha256 in the metadata differs from SHA256SUMS" in problems
     assert "data digest recomputed from SHA256SUMS differs" in problems
+    # An image that is not DICOM at all: a problem named, never a crash, with or without the warehouse.
+    victim.write_bytes(b"not a DICOM file")
+    _resum(lazy)
+    for warehouse in (world.warehouse, None):
+        assert "the released headers cannot be read" in "\n".join(review(str(lazy), warehouse).all_problems)
 
 
 # --- 3. Released headers no finer than the metadata -----------------------------------------------------

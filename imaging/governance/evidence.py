@@ -170,7 +170,9 @@ def k_from_files(root: str, table, disclosure: DisclosurePolicy, files: Iterable
             # Not read (one file under review): counted as the release rule writes it.
             combined[values + tuple(r.header_value(row[r.column]) for r in rules)].add(row["patient_pseudonym"])
             continue
-        header = header_values(fsx.read_bytes(f"{root}/{row['file']}"), keywords)
+        fs, path = fsx.filesystem(f"{root}/{row['file']}")
+        with fs.open(path, "rb") as handle:  # the header only: pydicom stops before the pixels
+            header = header_values(handle, keywords)
         read += 1
         for rule in rules:
             if header[rule.keyword] != rule.header_value(row[rule.column]):

@@ -309,9 +309,11 @@ def _evidence(result: Review) -> None:
     listed = {e.path for e in entries}
     present = table.filter(_in(table, listed))
     files = None if result.file is None else [result.file]
+    from pydicom.errors import InvalidDicomError
+
     try:
         k = k_from_files(root, present, disclosure, files)
-    except (OSError, ValueError) as error:  # an image that is not DICOM any more fails the review, never crashes it
+    except (OSError, ValueError, InvalidDicomError) as error:  # not DICOM any more: fails the review, no crash
         result.problems.append(f"the released headers cannot be read: {type(error).__name__}")
         return
     result.k = k
@@ -362,9 +364,11 @@ def _identifiable(result: Review) -> None:
         result.problems.append(f"{differs} landing files no longer have the checksum the ledger recorded")
     if absent:
         result.notes.append(f"{absent} landing files are no longer in the landing zone (checksums from the ledger)")
+    from pydicom.errors import InvalidDicomError
+
     try:
         result.attributes = attribute_evidence((fsx.read_bytes(a), fsx.read_bytes(b)) for a, b in pairs)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, InvalidDicomError) as error:
         result.problems.append(f"the per-attribute evidence cannot be read: {type(error).__name__}")
     site_days = {(t.record.date, t.record.site) for t in result.traces if t.record is not None}
     result.quarantine = quarantine_summary(result.tables, site_days)

@@ -80,8 +80,10 @@ def generalise_header(data: bytes, rules: Sequence[HeaderRule], released: Mappin
     return out.getvalue()
 
 
-def header_values(data: bytes | str, keywords: Sequence[str]) -> dict[str, str | None]:
-    """Each keyword's value in a DICOM file's header (None: absent or empty), read up to the pixels."""
+def header_values(data, keywords: Sequence[str]) -> dict[str, str | None]:
+    """Each keyword's value in a DICOM file's header (None: absent or empty), read up to the pixels.
+
+    `data`: the file's bytes, or an open binary file (only its header is read)."""
     import pydicom
 
     source = io.BytesIO(data) if isinstance(data, bytes) else data
