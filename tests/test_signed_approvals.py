@@ -144,6 +144,12 @@ def test_a_release_needs_two_different_listed_keys(world, tmp_path, monkeypatch,
     log = audit.read_events(world.warehouse, rid)
     assert [e.event for e in log.events] == ["hold", "approve", "approve", "publish"] and not log.broken
     assert {e.principal for e in log.events if e.event == "approve"} == {"reviewer-a@test", "reviewer-b@test"}
+    # The report kept beside a signature is the one signed: edited, the review says so.
+    kept = next(Path(world.warehouse, "identifiable/approvals", rid).glob("*.review.txt"))
+    text = kept.read_text()
+    kept.write_text(text + "edited\n")
+    assert "is not the one signed" in "\n".join(review(outcome.path, world.warehouse).all_problems)
+    kept.write_text(text)
 
 
 @pytest.mark.skipif(SSH_KEYGEN is None, reason="ssh-keygen (openssh-client) not installed")

@@ -42,7 +42,7 @@ from imaging.driver.config import read_yaml
 from imaging.governance import audit
 from imaging.governance.approval import (APPROVE, REJECT, ApprovalError, ApprovalPolicy, DecisionText, SignedDecision,
                                          Standing, approval_copy, list_held, load_decisions, standing_of,
-                                         store_decision, warehouse_of_held)
+                                         store_decision, stored_report, warehouse_of_held)
 from imaging.governance.bundle import BundleCheck, find_bundle_root, read_manifest, verify_bundle
 from imaging.governance.datacard import NOT_EVALUATED, NOT_OBSERVED
 from imaging.governance.disclosure import DisclosurePolicy
@@ -373,6 +373,14 @@ def _identifiable(result: Review) -> None:
     site_days = {(t.record.date, t.record.site) for t in result.traces if t.record is not None}
     result.quarantine = quarantine_summary(result.tables, site_days)
     result.arrived = arrived_columns(result.tables, site_days)
+    # Each signer's stored review report is the one their signature names (identifiable zone).
+    for decision in (*result.standing.approvals, *result.standing.rejections) if result.standing else ():
+        report = stored_report(warehouse, decision.text)
+        if report is None:
+            result.notes.append(f"no stored review report for the {decision.text.kind} by {decision.text.principal}")
+        elif hashlib.sha256(report.encode()).hexdigest() != decision.text.review_sha256:
+            result.problems.append(f"the review report stored for the {decision.text.kind} by "
+                                   f"{decision.text.principal} is not the one signed")
     log = audit.read_events(warehouse, result.release_id)
     result.audit_events = list(log.events)
     if log.broken:
