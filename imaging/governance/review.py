@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from imaging import fs as fsx
 from imaging.catalogue import COHORTS, HELD, LEDGER
 from imaging.config_files import ConfigError
+from imaging.deid.quiet import quiet
 from imaging.driver.config import read_yaml
 from imaging.governance import audit
 from imaging.governance.approval import (APPROVE, REJECT, ApprovalError, ApprovalPolicy, DecisionText, SignedDecision,
@@ -46,9 +47,9 @@ from imaging.governance.approval import (APPROVE, REJECT, ApprovalError, Approva
 from imaging.governance.bundle import BundleCheck, find_bundle_root, read_manifest, verify_bundle
 from imaging.governance.datacard import NOT_EVALUATED, NOT_OBSERVED
 from imaging.governance.disclosure import DisclosurePolicy
-from imaging.governance.evidence import (AttributeCount, arrived_columns, ExactCounts, KFromFiles, QuarantineCount, attribute_evidence,
-                                         cross_check, exact_counts, k_from_files, quarantine_summary, read_metadata,
-                                         release_summary)
+from imaging.governance.evidence import (AttributeCount, ExactCounts, KFromFiles, QuarantineCount, arrived_columns,
+                                         attribute_evidence, cross_check, exact_counts, k_from_files,
+                                         quarantine_summary, read_metadata, release_summary)
 from imaging.governance.signing import SignatureError, fingerprint, public_key_of, sign, verify_signature
 from imaging.provenance import ProvenanceRecord
 
@@ -248,7 +249,8 @@ def review(path: str, warehouse: str | None = None, policy: ApprovalPolicy | Non
         result.notes += findings.notes
         if result.card.get("pseudonym_key", {}).get("demo_key"):
             result.flags.append("made under the DEMO pseudonym key (imaging/pseudonym.py): not for real data")
-    _evidence(result)
+    with quiet():  # pydicom's warnings quote header values: never printed from identifiable or released files
+        _evidence(result)
 
     # Decisions: signatures verified offline against the allowed signers, for exactly this release id.
     policy = policy or ApprovalPolicy.load()
@@ -265,7 +267,8 @@ def review(path: str, warehouse: str | None = None, policy: ApprovalPolicy | Non
         result.notes.append("IMAGING_WAREHOUSE not set: the identifiable zone (approval store, audit log, provenance "
                             "ledger, quarantine) was not read; shown is what the release itself proves")
     else:
-        _identifiable(result)
+        with quiet():
+            _identifiable(result)
     return result
 
 
