@@ -127,7 +127,9 @@ def test_a_release_needs_two_different_listed_keys(world, tmp_path, monkeypatch,
     assert code == 1 and f"Result    {AWAITING}" in out and "Approvals 1 of 2 required" in out
     seen = out.rsplit("Review report sha256 ", 1)[1].split()[0]  # what the reviewer read, and will sign
 
-    code, out, _ = cli(["approve", held, "--key", second], monkeypatch, capsys)
+    code, _, err = cli(["approve", held, "--key", second, "--report-sha256", "0" * 64], monkeypatch, capsys)
+    assert code == 1 and "not the one you read" in err  # the review changed since (here: never that report)
+    code, out, _ = cli(["approve", held, "--key", second, "--report-sha256", seen], monkeypatch, capsys)
     assert code == 0 and "2 of 2 signed approvals" in out and "the next materialization" in out
     outcome = materialize(world)
     assert outcome.action == gate.PUBLISH and outcome.release_id == rid

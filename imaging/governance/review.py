@@ -529,13 +529,14 @@ class Signed:
 
 
 def sign_decision(path: str, kind: str, key: str, note: str | None = None, *, policy: ApprovalPolicy | None = None,
-                  now: dt.datetime | None = None) -> Signed:
+                  seen: str | None = None, now: dt.datetime | None = None) -> Signed:
     """Review the held release at `path`, then sign and record an approval or a rejection of it.
 
     Refused: a key the allowed signers do not list, an approval of a release whose review fails or
     that is rejected, a second decision of the same kind by the same principal. The signed text
     names the release id and the sha256 of the review report (the evidence `imaging-review PATH`
-    prints, which is stored beside the signature in the identifiable zone).
+    prints, which is stored beside the signature in the identifiable zone). `seen`: the sha256 the
+    signer read on their report; refused when the review now says anything else.
     """
     if kind not in (APPROVE, REJECT):
         raise ApprovalError(f"unknown decision {kind!r}")
@@ -567,6 +568,9 @@ def sign_decision(path: str, kind: str, key: str, note: str | None = None, *, po
     if signer.principal in done:
         raise ApprovalError(f"{signer.principal} has already signed a decision '{kind}' on this release: "
                             f"a second one is refused (approvals come from different people)")
+    if seen is not None and seen.strip().lower() != report_sha256(result):
+        raise ApprovalError("the review report is not the one you read (its sha256 differs): read it again, "
+                            "nothing recorded")
     info = json.loads(fsx.read_bytes(f"{path}/release.json"))
     text = DecisionText(kind, result.release_id, str(info["cohort"]), int(str(info["release"]).lstrip("v")),
                         report_sha256(result), signer.principal, fingerprint(public),
@@ -629,13 +633,16 @@ def _sign_command(name: str, argv: list[str]) -> int:
         "Sign a rejection of a held release: it is never published."))
     parser.add_argument("path", help="a held release folder (from `imaging-review pending`)")
     parser.add_argument("--key", required=True, help="your OpenSSH private key (Ed25519), e.g. ~/.ssh/id_ed25519")
+    parser.add_argument("--report-sha256", default=None, dest="seen",
+                        help="the sha256 on the last line of the report you read: refused if the review now differs")
     if name == APPROVE:
         parser.add_argument("--note", default=None, help="an optional note (a ticket, a condition)")
     else:
         parser.add_argument("--reason", required=True, help="why the release is rejected")
     args = parser.parse_args(argv)
     try:
-        signed = sign_decision(_local(args.path), name, args.key, args.note if name == APPROVE else args.reason)
+        signed = sign_decision(_local(args.path), name, args.key, args.note if name == APPROVE else args.reason,
+                               seen=args.seen)
     except (ApprovalError, FileNotFoundError) as error:
         print(f"imaging-review: {error}", file=sys.stderr)
         return 1
