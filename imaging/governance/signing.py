@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -168,7 +168,7 @@ def _is_encrypted(data: bytes) -> bool:
         serialization.load_ssh_private_key(data, password=None)
     except (TypeError, ValueError) as error:  # "Key is password-protected."
         return "password" in str(error).lower() or "encrypted" in str(error).lower()
-    except Exception:  # noqa: BLE001 - an encrypted key needs bcrypt here; ssh-keygen can open it
+    except UnsupportedAlgorithm:  # an encrypted key needs bcrypt here; ssh-keygen can open it
         return True
     return False
 
