@@ -36,6 +36,7 @@ from pydantic import (BaseModel, ConfigDict, Field, RootModel, StringConstraints
 from imaging.deid.options import BY_NAME as DEID_OPTIONS, FULL_DATES, MODIFIED_DATES
 from imaging.deid.pixel_text import IMAGE_TYPES, PAGE_SEGMENTATION, SCREENING, THRESHOLDING, PixelTextSettings
 from imaging.issuers import normalise
+from imaging.quality.expectations import supported as supported_expectation
 from imaging.quality.rules import BALANCE, SEVERITIES, SUITE
 from imaging.steps.clinical import ACTIONS
 from imaging.steps.declared import QUALITY_CHECKS
@@ -354,6 +355,16 @@ class Expectation(_Model):
     type: Annotated[str, StringConstraints(pattern=r"^expect_[a-z0-9_]+$")]  # a GX expectation, snake case
     kwargs: dict[str, Any] = {}
     severity: Severity = "ERROR"
+
+    @field_validator("type")
+    @classmethod
+    def _per_batch(cls, value: str) -> str:
+        # Suites run batch by batch on the executors (imaging.quality.expectations): only expectations
+        # whose counts add up over batches, or that read the schema, can be evaluated that way.
+        if not supported_expectation(value):
+            raise ValueError("must be a row-wise GX expectation (its counts add up over batches) or a column "
+                             "type expectation; see imaging/quality/expectations.py")
+        return value
 
 
 class SuiteFile(_Model):
