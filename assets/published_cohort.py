@@ -50,8 +50,7 @@ def _single_file(spark_dir: str, target: str, suffix: str) -> None:
 def _image_entries(url: str):
     """The images' manifest lines the Spark copy wrote (sorted by path), streamed from its file."""
     def read():
-        fs, path = fsx.filesystem(url)
-        with fs.open(path, "rb") as handle:
+        with fsx.open_read(url) as handle:
             for line in handle:
                 yield from parse_manifest(line)
     return read

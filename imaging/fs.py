@@ -125,9 +125,18 @@ def write_bytes(url: str, data: bytes) -> None:
         handle.write(data)
 
 
-def read_bytes(url: str) -> bytes:
+def open_read(url: str):
+    """`url` open for reading (binary). On GCS with gcsfs's plain read-ahead cache: its default ("adaptive",
+    a background prefetcher) was seen to hang for good under the many small reads of pydicom reading a
+    header over the GCS emulator."""
     fs, path = filesystem(url)
-    with fs.open(path, "rb") as handle:
+    if _is_local(fs):
+        return fs.open(path, "rb")
+    return fs.open(path, "rb", cache_type="readahead")
+
+
+def read_bytes(url: str) -> bytes:
+    with open_read(url) as handle:
         return handle.read()
 
 
@@ -198,9 +207,8 @@ def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
 
 def sha256_url(url: str) -> str:
     """The sha256 of a file, streamed (the one file hash of the platform: releases, checks, review)."""
-    fs, path = filesystem(url)
     digest = hashlib.sha256()
-    with fs.open(path, "rb") as handle:
+    with open_read(url) as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()

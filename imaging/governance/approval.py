@@ -303,8 +303,7 @@ def manifest_id(root: str) -> str | None:
 
 
 def _read(url: str) -> bytes:
-    fs, path = fsx.filesystem(url)
-    with fs.open(path, "rb") as handle:
+    with fsx.open_read(url) as handle:
         return handle.read()
 
 

@@ -128,8 +128,7 @@ class Manifest:
 
 
 def read_manifest(root: str) -> Manifest:
-    fs, base = fsx.filesystem(f"{root}/{SUMS_FILE}")
-    with fs.open(base, "rb") as handle:
+    with fsx.open_read(f"{root}/{SUMS_FILE}") as handle:
         data = handle.read()
     return Manifest(data=data, entries=parse_manifest(data))
 

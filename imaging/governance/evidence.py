@@ -94,8 +94,7 @@ def _normal(value):
 def _csv_matches(root: str, table) -> bool:
     import pyarrow.csv as pacsv
 
-    fs, path = fsx.filesystem(f"{root}/{METADATA_CSV}")
-    with fs.open(path, "rb") as handle:
+    with fsx.open_read(f"{root}/{METADATA_CSV}") as handle:
         csv = pacsv.read_csv(handle, convert_options=pacsv.ConvertOptions(
             column_types={f.name: f.type for f in table.schema}, strings_can_be_null=True))
     if csv.column_names != table.column_names or csv.num_rows != table.num_rows:
@@ -170,8 +169,7 @@ def k_from_files(root: str, table, disclosure: DisclosurePolicy, files: Iterable
             # Not read (one file under review): counted as the release rule writes it.
             combined[values + tuple(r.header_value(row[r.column]) for r in rules)].add(row["patient_pseudonym"])
             continue
-        fs, path = fsx.filesystem(f"{root}/{row['file']}")
-        with fs.open(path, "rb") as handle:  # the header only: pydicom stops before the pixels
+        with fsx.open_read(f"{root}/{row['file']}") as handle:  # the header only: pydicom stops before the pixels
             header = header_values(handle, keywords)
         read += 1
         for rule in rules:

@@ -129,9 +129,7 @@ def _state(root: str) -> str:
 def _read_json(url: str) -> dict | None:
     if not fsx.exists(url):
         return None
-    fs, path = fsx.filesystem(url)
-    with fs.open(path, "rb") as handle:
-        return json.loads(handle.read())
+    return json.loads(fsx.read_bytes(url))
 
 
 def _landing_state(record: ProvenanceRecord) -> str:

@@ -173,8 +173,7 @@ def index_file(listed: ListedFile, rules: IndexRules = IndexRules()) -> IndexedI
     try:
         if listed.size_bytes == 0:
             raise NotAnInstance("empty file")
-        fs, path = fsx.filesystem(listed.source_path)  # cached per process by fsspec: no per-record setup
-        with fs.open(path, "rb") as handle:
+        with fsx.open_read(listed.source_path) as handle:  # the filesystem is cached per process by fsspec
             image = read_header(handle, listed)
     except Exception as error:  # noqa: BLE001 - every failure becomes a quarantine record
         return Quarantined(date=listed.date, site=listed.site, source_path=listed.source_path,
