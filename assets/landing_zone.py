@@ -16,6 +16,7 @@ from dagster import (DataVersion, DataVersionsByPartition, MultiPartitionsDefini
                      observable_source_asset)
 
 from assets.partitions import PARTITIONS, SETTINGS
+from imaging.catalogue import markdown_safe
 from imaging.driver.landing import DateRange, LandingScan, scan_landing
 from resources.landing import LandingZone
 
@@ -42,9 +43,9 @@ def scan(root: str) -> LandingScan:
     name=KEY,
     partitions_def=PARTITIONS,
     group_name="imaging",
-    description="Identifiable zone, read-only. What the hospital has landed, per site-day: DICOM files under "
+    description=markdown_safe("Identifiable zone, read-only. What the hospital has landed, per site-day: DICOM files under "
                 "images/<site>/<date>/ and the clinical extract clinical/<site>/<date>.csv. The data version of a "
-                "site-day is the hash of its listing (paths, sizes, times); site-days with no files have none.",
+                "site-day is the hash of its listing (paths, sizes, times); site-days with no files have none."),
 )
 def landing_zone(landing: LandingZone) -> DataVersionsByPartition:
     return DataVersionsByPartition({key: DataVersion(day.version) for key, day in scan(landing.root).site_days.items()})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import warnings
 
 from dagster import (AssetExecutionContext, BackfillPolicy, BetaWarning, DailyPartitionsDefinition,
@@ -12,8 +13,11 @@ from imaging.records import SiteDay
 
 
 def build_partitions(settings: Settings) -> MultiPartitionsDefinition:
+    # A data set that ends (the demo's) ends its partitions too: the UI then shows what exists, not years of
+    # empty days. Dagster's end date is exclusive.
+    end = (dt.date.fromisoformat(settings.end_date) + dt.timedelta(days=1)).isoformat() if settings.end_date else None
     return MultiPartitionsDefinition({
-        "date": DailyPartitionsDefinition(start_date=settings.start_date),
+        "date": DailyPartitionsDefinition(start_date=settings.start_date, end_date=end),
         "site": StaticPartitionsDefinition(list(settings.sites)),
     })
 

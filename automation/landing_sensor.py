@@ -23,11 +23,13 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from assets.landing_zone import KEY as LANDING_KEY, scan
 from assets.partitions import SETTINGS
+from automation.jobs import LAUNCHED_BY, PIPELINE, REASON, site_day_pipeline
 from imaging.driver.landing import plan_requests
 from resources.landing import LandingZone
 
-# The partitioned chain a landed site-day feeds, run together in one run (one Spark session).
-TARGETS = ("raw_image_index", "linked_patient_metadata", "anonymized_images")
+# The partitioned chain a landed site-day feeds, run together in one run (one Spark session): the
+# site_day_pipeline job, so the sensor's runs carry the job's name.
+TARGETS = PIPELINE
 
 
 def materialized_at(instance, keys: list[str], targets=TARGETS) -> dict[str, float]:
@@ -52,7 +54,7 @@ def materialized_at(instance, keys: list[str], targets=TARGETS) -> dict[str, flo
     name="landing_sensor",
     minimum_interval_seconds=SETTINGS.landing_sensor_seconds,
     default_status=DefaultSensorStatus.STOPPED,
-    asset_selection=[AssetKey(a) for a in TARGETS],
+    job=site_day_pipeline,
     description="Runs the image assets for exactly the site-days that are new or changed in the landing zone "
                 "(one run per site-day, run key = site-day + listing version). Off by default.",
 )
@@ -69,7 +71,7 @@ def landing_sensor(context: SensorEvaluationContext, landing: LandingZone) -> Se
     requests = [
         RunRequest(run_key=f"{day.key}@{day.version}",
                    partition_key=MultiPartitionKey({"date": day.date, "site": day.site}),
-                   asset_selection=[AssetKey(a) for a in TARGETS],
+                   job=site_day_pipeline,
                    tags={"imaging/trigger": "landing_sensor", "imaging/landing_version": day.version})
         for day in plan.requests
     ]
