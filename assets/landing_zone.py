@@ -12,12 +12,14 @@ from __future__ import annotations
 import warnings
 
 from dagster import BetaWarning
-from dagster import (DataVersion, DataVersionsByPartition, MultiPartitionsDefinition, TimeWindowPartitionsDefinition,
-                     observable_source_asset)
+from dagster import (AssetKey, AssetObservation, DataVersionsByPartition, MetadataValue, MultiPartitionsDefinition,
+                     TimeWindowPartitionsDefinition, observable_source_asset)
+# The tag an observation's data version travels in; Dagster 1.13 has no public name for it.
+from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from assets.partitions import PARTITIONS, SETTINGS
 from imaging.catalogue import markdown_safe
-from imaging.driver.landing import DateRange, LandingScan, scan_landing
+from imaging.driver.landing import DateRange, LandingScan, SiteDayLanding, scan_landing
 from resources.landing import LandingZone
 
 KEY = "landing_zone"
@@ -47,5 +49,19 @@ def scan(root: str) -> LandingScan:
                 "images/<site>/<date>/ and the clinical extract clinical/<site>/<date>.csv. The data version of a "
                 "site-day is the hash of its listing (paths, sizes, times); site-days with no files have none."),
 )
-def landing_zone(landing: LandingZone) -> DataVersionsByPartition:
-    return DataVersionsByPartition({key: DataVersion(day.version) for key, day in scan(landing.root).site_days.items()})
+def landing_zone(context, landing: LandingZone) -> DataVersionsByPartition:
+    # Each site-day's observation is logged here, with its version and what it holds (Dagster's own would carry
+    # the version alone); nothing is left for Dagster to log.
+    for day in scan(landing.root).site_days.values():
+        context.log_event(observation(day))
+    return DataVersionsByPartition({})
+
+
+def observation(day: SiteDayLanding) -> AssetObservation:
+    """A landed site-day's observation: its data version, and its files, bytes and newest file's time (counts
+    and a time, never a path or a name). The landing sensor records the same for what it requests."""
+    metadata = {"files": day.files, "bytes": day.bytes}
+    if day.newest_mtime > 0:
+        metadata["newest_file"] = MetadataValue.timestamp(day.newest_mtime)
+    return AssetObservation(asset_key=AssetKey(KEY), partition=day.key, tags={DATA_VERSION_TAG: day.version},
+                            metadata=metadata)
