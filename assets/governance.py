@@ -9,6 +9,7 @@ output. Edit any of them and Dagster shows the asset as changed; nobody bumps a 
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from dagster import (AssetKey, CodeReferencesMetadataValue, LocalFileCodeReference, TableColumn, TableColumnDep,
@@ -120,6 +121,10 @@ def definition_metadata(asset: str) -> dict:
         out["dagster/column_lineage"] = column_lineage(RELEASE)
     return out
 
+
+# Code references are beta in Dagster 1.13; we depend on them deliberately.
+warnings.filterwarnings("ignore", message="Class `CodeReferencesMetadataValue`")
+warnings.filterwarnings("ignore", message="Class `LocalFileCodeReference`")
 
 _STEP_NAMES = {"raw_image_index": "INDEX", "linked_patient_metadata": "LINK", "anonymized_images": "ANONYMIZE"}
 

@@ -44,6 +44,7 @@ from assets.quality import plain_plans, shared_passes
 from assets.governance import definition_metadata
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from assets.versions import EVENTS_LOGGED_BY_STEP, materialization, partition_versions
+from automation.jobs import label_run
 from imaging.catalogue import Folder, Table
 from imaging.driver.run_summary import OTHER, Counts, StageClock, StepSummary
 from imaging.quality.gate import covering
@@ -196,6 +197,7 @@ def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, .
     )
     def _asset(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone, warehouse: Warehouse,
                deid: Deidentifier, progress: SparkProgress):
+        label_run(context)  # who launched the run and why, when its launcher did not say
         clock = StageClock(stages(step), log=context.log.info, label=step.asset)
         run = StepRun(context, step, site_days(context), clock, spark, landing, warehouse, deid, progress)
         if body.idle(run):

@@ -116,6 +116,7 @@ ANONYMIZED_FILES = Folder(
 COHORTS = Folder(DEIDENTIFIED, "cohorts", "published releases, <cohort>/v<version>/")
 HELD = Folder(IDENTIFIABLE, "held", "built releases waiting for approval, <cohort>/<release id>/")
 APPROVALS = Folder(IDENTIFIABLE, "approvals", "approvals of exact release content, <release id>.json (write once)")
+REVIEWS = Folder(IDENTIFIABLE, "reviews", "review reports of releases (imaging-review's HTML), <cohort>-<release id>.html")
 
 _MANIFEST_FIELDS = (
     "output_path", "sha256", "size_bytes", "patient_pseudonym", "study_instance_uid", "series_instance_uid",

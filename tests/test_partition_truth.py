@@ -109,3 +109,22 @@ def test_the_step_time_is_accounted_in_full(warehouse, instance):
                   if e.event_log_entry.step_key == asset and e.event_log_entry.dagster_event is not None}
         step = events[DagsterEventType.STEP_SUCCESS] - events[DagsterEventType.STEP_START]
         assert abs(step - m["run/seconds"]) < 1.0, (asset, step, m["run/seconds"])
+
+
+def test_releases_link_to_their_review_reports_and_held_releases(warehouse, instance):
+    """published_cohort's metadata links each held release (first run) and each published one (second run) to
+    its folder and its review report, as URLs the UI renders as links."""
+    records = instance.fetch_materializations(AssetKey("published_cohort"), limit=10).records
+    runs = [{k: v for k, v in r.asset_materialization.metadata.items()} for r in reversed(records)]
+    held = {k: v.value for k, v in runs[0].items() if k.startswith("held/")}
+    published = {k: v.value for k, v in runs[-1].items() if k.startswith("release/")}
+    reviews = {k: v.value for k, v in runs[-1].items() if k.startswith("review/")}
+    assert held and published and len(reviews) == len(published)
+    for url in [*published.values(), *reviews.values()]:
+        assert url.startswith("file://") and os.path.exists(url[len("file://"):]), url
+    # The held copies were published (and removed from held/) by the second run: the same content, by release id.
+    assert all(url.startswith("file://") and "/identifiable/held/" in url for url in held.values())
+    assert {url.rsplit("/", 1)[1] for url in held.values()} == {
+        url.rsplit("-", 1)[1].removesuffix(".html") for url in reviews.values()}
+    report = open(next(iter(reviews.values()))[len("file://"):]).read()
+    assert "<html" in report.lower() and "published" in report
