@@ -132,7 +132,7 @@ _STEP_NAMES = {"raw_image_index": "INDEX", "linked_patient_metadata": "LINK", "a
 def code_references(asset: str) -> CodeReferencesMetadataValue:
     """Where an asset is written, for the UI's code references: its module, and for an image step its
     declaration and the runner that turns it into an asset (Dagster's own would name only the runner)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parent.parent
 
     def line_of(path: Path, start: str) -> int:
         lines = path.read_text().splitlines()

@@ -12,14 +12,12 @@ from __future__ import annotations
 import warnings
 
 from dagster import BetaWarning
-from dagster import (AssetKey, AssetObservation, DataVersionsByPartition, MetadataValue, MultiPartitionsDefinition,
-                     TimeWindowPartitionsDefinition, observable_source_asset)
-# The tag an observation's data version travels in; Dagster 1.13 has no public name for it.
-from dagster._core.definitions.data_version import DATA_VERSION_TAG
+from dagster import DataVersionsByPartition, MultiPartitionsDefinition, TimeWindowPartitionsDefinition, observable_source_asset
 
 from assets.partitions import PARTITIONS, SETTINGS
 from imaging.catalogue import markdown_safe
-from imaging.driver.landing import DateRange, LandingScan, SiteDayLanding, scan_landing
+from assets.versions import observation
+from imaging.driver.landing import DateRange, LandingScan, scan_landing
 from resources.landing import LandingZone
 
 KEY = "landing_zone"
@@ -55,13 +53,3 @@ def landing_zone(context, landing: LandingZone) -> DataVersionsByPartition:
     for day in scan(landing.root).site_days.values():
         context.log_event(observation(day))
     return DataVersionsByPartition({})
-
-
-def observation(day: SiteDayLanding) -> AssetObservation:
-    """A landed site-day's observation: its data version, and its files, bytes and newest file's time (counts
-    and a time, never a path or a name). The landing sensor records the same for what it requests."""
-    metadata = {"files": day.files, "bytes": day.bytes}
-    if day.newest_mtime > 0:
-        metadata["newest_file"] = MetadataValue.timestamp(day.newest_mtime)
-    return AssetObservation(asset_key=AssetKey(KEY), partition=day.key, tags={DATA_VERSION_TAG: day.version},
-                            metadata=metadata)

@@ -43,7 +43,7 @@ from assets.expectations import preload as preload_expectations
 from assets.quality import plain_plans, shared_passes
 from assets.governance import definition_metadata
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
-from assets.versions import EVENTS_LOGGED_BY_STEP, materialization, partition_versions
+from assets.versions import EVENTS_LOGGED_BY_STEP, LANDING, landing_read, materialization, partition_versions
 from automation.jobs import label_run
 from imaging.catalogue import Folder, Table
 from imaging.driver.run_summary import OTHER, Counts, StageClock, StepSummary
@@ -64,7 +64,6 @@ from imaging.driver.run_summary import Footprint
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
 
 BATCH = ("batch",)  # the partitioning of what is written per opaque batch of a site-day
-LANDING = "landing_zone"  # the observed source: its versions are observations, not materializations
 
 
 def stages(step: ImageStep) -> tuple[str, ...]:
@@ -200,6 +199,8 @@ def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, .
         label_run(context)  # who launched the run and why, when its launcher did not say
         clock = StageClock(stages(step), log=context.log.info, label=step.asset)
         run = StepRun(context, step, site_days(context), clock, spark, landing, warehouse, deid, progress)
+        if LANDING in step.deps:  # the landing it reads, recorded before it reads it (yielded: stored at once)
+            yield from landing_read(context.instance, landing.root, run.keys)
         if body.idle(run):
             yield from _idle(run, body)
             return

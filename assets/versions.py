@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from dagster import AssetKey, AssetMaterialization, DataVersion, MultiPartitionKey
+from dagster import AssetKey, AssetMaterialization, AssetObservation, DataVersion, MetadataValue, MultiPartitionKey
 # Dagster's provenance tags and its version hash: 1.13 has no public names for them (see STACK-NOTES).
 from dagster._core.definitions.data_version import (CODE_VERSION_TAG, DATA_VERSION_TAG, DEFAULT_DATA_VERSION,
                                                     NULL_EVENT_POINTER, compute_logical_data_version,
@@ -32,7 +32,10 @@ from dagster._core.definitions.partitions.utils import get_tags_from_multi_parti
 # for source-asset observations; it is the one switch that stops a second, run-wide materialization).
 from dagster._core.definitions.source_asset import SYSTEM_METADATA_KEY_SOURCE_ASSET_OBSERVATION
 
+from imaging.driver.landing import SiteDayLanding, scan_site_days
+
 EVENTS_LOGGED_BY_STEP = {SYSTEM_METADATA_KEY_SOURCE_ASSET_OBSERVATION: True}
+LANDING = "landing_zone"  # the observed source
 
 
 @dataclass(frozen=True)
@@ -89,3 +92,22 @@ def partition_versions(instance, partitions: Sequence[str], code_version: str, d
 def materialization(asset: str, version: PartitionVersion, metadata: dict) -> AssetMaterialization:
     """The partition's materialization event: its own metadata and its own provenance."""
     return AssetMaterialization(asset_key=asset, partition=version.partition, metadata=metadata, tags=version.tags())
+
+
+def observation(day: SiteDayLanding) -> AssetObservation:
+    """A landed site-day's observation of `landing_zone`: its data version, and its files, bytes and newest
+    file's time (counts and a time, never a path or a name). The same from the asset, the sensor and a run."""
+    metadata = {"files": day.files, "bytes": day.bytes}
+    if day.newest_mtime > 0:
+        metadata["newest_file"] = MetadataValue.timestamp(day.newest_mtime)
+    return AssetObservation(asset_key=AssetKey(LANDING), partition=day.key, tags={DATA_VERSION_TAG: day.version},
+                            metadata=metadata)
+
+
+def landing_read(instance, root: str, keys) -> list[AssetObservation]:
+    """Observations of the run's landed site-days whose listing is not the one last recorded (or none is):
+    a run records the landing it reads, so its partitions' lineage names it even when nobody observed the
+    landing zone before (a run from the UI or the CLI, without the sensor). Lists only those site-days."""
+    current = scan_site_days(root, [(k.date, k.site) for k in keys])
+    return [observation(day) for key, day in current.items()
+            if input_version(instance, LANDING, key, observed=True).version != day.version]

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dagster import (AssetKey, AssetRecordsFilter, DefaultSensorStatus, MultiPartitionKey,
                      RunRequest, SensorEvaluationContext, SensorResult, sensor)
 
-from assets.landing_zone import observation, scan
+from assets.landing_zone import scan
+from assets.versions import observation
 from assets.partitions import SETTINGS
 from automation.jobs import LAUNCHED_BY, PIPELINE, REASON, site_day_pipeline
 from imaging.driver.landing import SensorCursor, bounded_cursor, plan_requests

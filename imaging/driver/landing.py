@@ -150,11 +150,45 @@ def scan_landing(root: str, sites: Iterable[str], first_date: str, last_date: st
                 (LandedFile(relative, int(info.get("size") or 0), stamp.marker), stamp.mtime))
     site_days = {}
     for (date, site), entries in grouped.items():
-        files = [f for f, _ in entries]
-        landing = SiteDayLanding(date, site, len(files), sum(f.size for f in files),
-                                 max(m for _, m in entries), listing_version(files))
+        landing = _site_day(date, site, entries)
         site_days[landing.key] = landing
     return LandingScan(dict(sorted(site_days.items())), ignored)
+
+
+def _site_day(date: str, site: str, entries: list[tuple[LandedFile, float]]) -> SiteDayLanding:
+    files = [f for f, _ in entries]
+    return SiteDayLanding(date, site, len(files), sum(f.size for f in files), max(m for _, m in entries),
+                          listing_version(files))
+
+
+def scan_site_days(root: str, keys: Iterable[tuple[str, str]]) -> dict[str, SiteDayLanding]:
+    """The listing of a few site-days (`(date, site)` pairs), each read from its own folder and extract:
+    the same versions `scan_landing` gives them, without listing the whole landing zone. Site-days with
+    no files are absent."""
+    fs, base = fsx.filesystem(root)
+    base = base.rstrip("/")
+    found = {}
+    for date, site in keys:
+        entries = []
+        paths = {}
+        folder = f"{base}/images/{site}/{date}"
+        if fs.exists(folder):
+            paths.update(fs.find(folder, detail=True))
+        extract = f"{base}/clinical/{site}/{date}.csv"
+        if fs.exists(extract):
+            paths[extract] = fs.info(extract)
+        for path, info in sorted(paths.items()):
+            if info.get("type") != "file":
+                continue
+            relative = path[len(base) + 1:] if path.startswith(base + "/") else path
+            if relative.startswith("images/") and len(relative.split("/")) < 4:
+                continue
+            stamp = _stamp(info)
+            entries.append((LandedFile(relative, int(info.get("size") or 0), stamp.marker), stamp.mtime))
+        if entries:
+            landing = _site_day(date, site, entries)
+            found[landing.key] = landing
+    return found
 
 
 def plan_requests(current: Mapping[str, SiteDayLanding], cursor: Mapping[str, str],
