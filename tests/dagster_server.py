@@ -158,6 +158,8 @@ class SharedDagsterDev:
 
                 generate_hospital(landing, seed=3, sites=UI_SITES, dates=UI_DATES, patients_per_site=2)
             env = platform_env(self.root, sites=UI_SITES, start_date=UI_DATES[0], key=UI_KEY, end_date=UI_DATES[-1])
+            # Four patients cannot make a k=5 cohort: the browser's publish step would see every release blocked.
+            env["IMAGING_MIN_K"] = "1"
             self.server = DagsterProcess.start("dev", env, self.root / "dagster-dev.log")
         return self.server
 
