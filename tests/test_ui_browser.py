@@ -441,8 +441,11 @@ def test_a_changed_landing_site_day_makes_exactly_its_partitions_unsynced(ui):
     assert observed_version(ui, CHANGED) != before
     assert {a: stale_partitions(ui, a, partitions) for a in PIPELINE} == {a: {CHANGED} for a in PIPELINE}
     # The landing's observation says what the site-day holds.
-    ui.open("/assets/landing_zone?view=partitions&partition=" + urllib.parse.quote(CHANGED))
-    ui.wait(lambda: ui.text_shown("newest_file") and ui.text_shown("files"), "the observation's metadata")
+    # The landing's observations (Events tab; the latest is the changed site-day, the last in key order) say what
+    # the site-day holds.
+    ui.open("/assets/landing_zone?view=events")
+    ui.wait(lambda: ui.text_shown("newest_file") and ui.visible(f"//a[normalize-space(text())='{CHANGED}']"),
+            "the changed site-day's observation and its metadata")
     ui.shot("landing-observation-metadata")
     for asset in PIPELINE:
         ui.open(f"/assets/{asset}?view=partitions&partition=" + urllib.parse.quote(CHANGED))
@@ -472,7 +475,7 @@ def test_publish_holds_the_releases_and_links_their_reviews(ui):
                   {"id": run_id})["runOrError"]
     tags = {t["key"]: t["value"] for t in run["tags"]}
     assert run["jobName"] == "publish" and tags["imaging/launched_by"] == "operator (UI)"
-    ui.open("/assets/published_cohort")
+    ui.open("/assets/published_cohort?view=events")  # the latest materialization, with its metadata
     first = sorted(links)[0]
     ui.wait(lambda: ui.text_shown(first), f"the {first} link")
     element = ui.visible(f"//*[normalize-space(text())='{first}']")[0]
