@@ -1,10 +1,13 @@
 """What a materialization reports: counts, sizes, quarantine by reason, throughput, time per stage.
 
-Pure (no Spark, no Dagster): the assets fill a `StepSummary` and `assets/metadata.py` turns it into
-Dagster metadata. Two rules make the UI worth reading:
+Pure (no Spark, no Dagster): the runner (`assets/runner.py`) fills a `StepSummary` and turns it into each
+partition's Dagster metadata. Three rules make the UI worth reading:
 
+* per site-day truth: a run over many site-days gives each its own counts (`Counts`); the run's totals and
+  its times go under `run/`, never in a partition's own keys;
 * the same numeric keys on every run, whatever happened (a reason that did not occur is 0, a stage
-  that did not run is 0.0), so the asset's plots show trends instead of gaps;
+  that did not run is 0.0), so the asset's plots show trends instead of gaps; the stages (a `StageClock`)
+  add up to the step's wall time;
 * nothing identifying: counts, sizes, durations, fixed reason phrases and output paths relative to
   the warehouse root (which never contain a real date or site name in the de-identified zone).
 """
