@@ -16,9 +16,10 @@ from assets.governance import CODE_VERSIONS, DISCLOSURE, LINEAGE, column_lineage
 from imaging import fs as fsx
 from imaging.catalogue import COHORTS, DEIDENTIFIED, LEDGER, REVIEWS, manifest
 from imaging.driver.config import PLATFORM_DIR
-from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH, UNCHANGED, ApprovalError, Decision,
-                                         ReleaseKey, ReleasePlan, building_url, carry_out, decide, list_held,
-                                         load_approval, manifest_id)
+from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH, REJECTED, UNCHANGED, ApprovalError,
+                                         ApprovalPolicy, Decision, ReleaseKey, ReleasePlan, building_url, carry_out,
+                                         decide, list_held, load_standing, manifest_id)
+from imaging.pseudonym import DEMO_KEY_FINGERPRINT
 from imaging.governance.bundle import content_key_of, parse_manifest
 from imaging.governance.cohort import CohortDefinition, load_cohorts
 from imaging.governance.datacard import (BREAKDOWN_COLUMNS, CheckResult, CodeVersion, DataCardInputs, DeidSummary,
@@ -63,24 +64,32 @@ def _view(frame, name: str) -> str:
 
 
 def stage_data(selected, building: str, work: str, source_root: str, files_per_task: int, images: int):
-    """Copy the images (each checksum verified) and write the metadata; returns the metadata rows' frame.
+    """Copy the images (each checksum verified, quasi-identifier attributes generalised as the metadata
+    is) and write the metadata; returns the metadata rows' frame.
 
     The copy's (path, sha256) pairs go to one sorted text file in `work` (outside the bundle), so
-    the manifest is written from a stream and no list of every image reaches the driver.
+    the manifest is written from a stream and no list of every image reaches the driver. The
+    metadata's `sha256` is the released file's (its header generalised), joined from the copy.
     """
     tasks = max(1, math.ceil(images / files_per_task))
-    copied = map_batches(selected.repartition(tasks), CopyJob(source_root, building).step())
+    to_copy = selected.withColumn("released", F.expr(DISCLOSURE.released_json_sql()))
+    job = CopyJob(source_root, building, DISCLOSURE.header_rules())
+    # Read twice (the checksum list, the metadata's sha256): kept, so each file is written once.
+    copied = map_batches(to_copy.repartition(tasks), job.step()).persist()
     (copied.orderBy("path").select(F.concat_ws("  ", "sha256", "path")).coalesce(1)
      .write.text(f"{work}/_sums"))
     _single_file(f"{work}/_sums", f"{work}/images.sha256", ".txt")
 
     columns = [c.sql for c in release_columns(list(LINEAGE), DISCLOSURE)]
-    metadata = selected.selectExpr(*columns).orderBy("file").coalesce(1)
+    names = [c.name for c in release_columns(list(LINEAGE), DISCLOSURE)]
+    released = copied.select(F.col("path").alias("_file"), F.col("sha256").alias("_sha256"))
+    metadata = (selected.selectExpr(*columns).join(released, F.col("file") == F.col("_file"))
+                .withColumn("sha256", F.col("_sha256")).select(*names).orderBy("file").coalesce(1))
     writer = WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema))
     metadata.mapInArrow(writer, "rows long").collect()  # one row: the count written
     metadata.write.option("header", True).csv(f"{work}/_csv")
     _single_file(f"{work}/_csv", f"{building}/metadata.csv", ".csv")
-    return metadata
+    return metadata, copied
 
 
 @dataclass(frozen=True)
@@ -144,7 +153,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     """
     sizes = [r["size"] for r in session.sql(DISCLOSURE.class_sizes_sql(_view(selected, "cohort_selected"))).collect()]
     k = k_anonymity(sizes, DISCLOSURE)
-    metadata = stage_data(selected, building, work, source_root, files_per_task, images)
+    metadata, copied_frame = stage_data(selected, building, work, source_root, files_per_task, images)
     rows = _view(metadata, "cohort_release")
     totals = session.sql(counts_sql(rows)).first()
     breakdowns = {c: {r["value"]: r["images"] for r in session.sql(breakdown_sql(rows, c)).collect()}
@@ -169,6 +178,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
         disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below,
         key_fingerprint=deid.key_fingerprint)
     built = finish_release(building, card, images=_image_entries(f"{work}/images.sha256"))
+    copied_frame.unpersist()
     # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.
     own = [c for c in checks if c.asset == "published_cohort" and c.name != "k_anonymity"]
     return CheckedRelease(built=built, k=k, verified=all(c.passed for c in own))
@@ -182,8 +192,9 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     check_specs=check_specs("published_cohort"),
     description="For each cohort definition in platform/cohorts/: a content-addressed release bundle (images, "
                 "metadata, data card, OpenLineage events, SHA256SUMS; the release id is the sha256 of "
-                "SHA256SUMS), checked for k-anonymity, held in identifiable/held/ until `imaging-review approve` "
-                "records an approval of that exact content, then published to deidentified/cohorts/<name>/"
+                "SHA256SUMS), checked for k-anonymity (quasi-identifier attributes of the released headers "
+                "generalised as the metadata is), held in identifiable/held/ until `approvals_required` listed "
+                "approvers have signed an approval of that exact content (`imaging-review approve`), then published to deidentified/cohorts/<name>/"
                 "v<version>/. Published releases are immutable. Refuses while the latest evaluation of an ERROR "
                 "data-quality check of an upstream partition has failed.",
 )
@@ -200,6 +211,12 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     # The upstream checks' results and the landing versions the data cards list: recorded before this
     # run built anything (this asset's own evaluations come after), read once for every cohort.
     facts = RecordedFacts(context.instance)
+    # Who may sign and how many must: read once, before anything is built (a broken file stops the run here).
+    try:
+        approvers = ApprovalPolicy.load()
+    except ApprovalError as error:
+        raise Failure(str(error)) from error
+    demo = deid.key_fingerprint == DEMO_KEY_FINGERPRINT  # demo approver keys count only for demo releases
     rows = warehouse.read(session, manifest(load_policy()))
     ledger = warehouse.read(session, LEDGER)
     commit = warehouse.begin("published_cohort")
@@ -226,15 +243,16 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         target = warehouse.url(COHORTS, cohort.name, cohort.release)
         published = ReleaseKey(manifest_id(target), content_key_of(target)) if fsx.exists(target) else None
         decision = decide(ReleaseKey(built.release_id, built.content_key), published=published,
-                          held=list_held(root, cohort.name, cohort.version),
-                          approval=load_approval(root, built.release_id), k_passed=k.passed, k_reason=k.reason())
+                          held=list_held(root, cohort.name, cohort.version, approvers),
+                          standing=load_standing(root, built.release_id, approvers, demo), k_passed=k.passed,
+                          k_reason=k.reason())
         plans[cohort.name] = ReleasePlan(cohort=cohort, decision=decision, building=building, images=images)
-        log = context.log.warning if decision.action in (BLOCKED, CONFLICT) else context.log.info
+        log = context.log.warning if decision.action in (BLOCKED, CONFLICT, REJECTED) else context.log.info
         log(f"cohort {cohort.name} {cohort.release}: {decision.action} (release {decision.release_id}, "
             f"{images} images): {decision.reason}")
 
     try:  # a conflict refuses the run before anything is staged: releases go out together or not at all
-        outcomes = carry_out(list(plans.values()), commit, root)
+        outcomes = carry_out(list(plans.values()), commit, root, approvers, run_id=context.run.run_id)
     except ApprovalError as error:
         raise Failure(str(error)) from error
     paths = {name: warehouse.relative(o.path) for name, o in outcomes.items() if o.path is not None}
@@ -253,6 +271,8 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         "cohorts": len(plans),
         "releases_published": sum(p.decision.action == PUBLISH for p in plans.values()),
         "releases_held": sum(p.decision.action == HOLD for p in plans.values()),
+        "releases_rejected": sum(p.decision.action == REJECTED for p in plans.values()),
+        "approvals_required": approvers.required,
         "seconds": round(time.monotonic() - started, 3),
         "summary": MetadataValue.md("\n".join(table_md)),
         "states": {name: p.decision.action for name, p in plans.items()},

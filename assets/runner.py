@@ -28,8 +28,6 @@ metadata (`run/seconds/<stage>`) and as log lines.
 Shared policies (owners, tags, code version, automation) are applied in `definitions.py`.
 """
 
-import contextvars
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -39,7 +37,6 @@ from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, 
 from pyspark.sql import DataFrame
 
 from assets.checks import check_results, check_specs, quality_context, summary
-from assets.expectations import preload as preload_expectations
 from assets.quality import plain_plans, shared_passes
 from assets.governance import definition_metadata
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
@@ -221,17 +218,10 @@ def figures_scope(run: StepRun) -> Iterator[None]:
         yield
 
 
-def _validates_suite(run: StepRun, key: str | tuple[str, ...]) -> bool:
-    """Whether the figure computes a check whose rule is a GX suite."""
-    return any(run.ctx.rule(run.step.asset, name).suite for name in ((key,) if isinstance(key, str) else key))
-
-
 def warm_up(spark: SparkResource) -> None:
-    """Start the Spark session and the GX import in background threads (each returns at once; the
-    first use waits for what is still under way). Only for a run with data: an empty site-day stays
-    free of any JVM."""
+    """Start the Spark session in a background thread (it returns at once; the first use waits for
+    what is still under way). Only for a run with data: an empty site-day stays free of any JVM."""
     start_session_in_background(spark)
-    preload_expectations()
 
 
 def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figure]) -> MaterializeResult:
@@ -261,14 +251,9 @@ def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figur
     # Data quality on what was committed, in declared order.
     given = Figures(run, out.given)
     computed: dict[str, CheckOutcome] = {}
-    # A GX suite's validation is mostly Python (its metric graph) between its few queries: it runs in a
-    # thread beside the other figures, whose time is mostly spent waiting on Spark.
-    with run.clock.stage("checks"), figures_scope(run), \
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="gx-suite") as pool:
-        suites = {key: pool.submit(contextvars.copy_context().run, figure, given)
-                  for key, figure in figures.items() if _validates_suite(run, key)}
-        for key, figure in figures.items():
-            result = suites[key].result() if key in suites else figure(given)
+    with run.clock.stage("checks"), figures_scope(run):
+        for figure in figures.values():
+            result = figure(given)
             for outcome in ([result] if isinstance(result, CheckOutcome) else result):
                 computed[outcome.check] = outcome
     checks = [covering(computed[c.name], run.partitions) for c in step.per_run]

@@ -115,7 +115,11 @@ ANONYMIZED_FILES = Folder(
     "de-identified DICOM files, <batch>/<new SOP Instance UID>.dcm; a batch is a keyed token of a site-day")
 COHORTS = Folder(DEIDENTIFIED, "cohorts", "published releases, <cohort>/v<version>/")
 HELD = Folder(IDENTIFIABLE, "held", "built releases waiting for approval, <cohort>/<release id>/")
-APPROVALS = Folder(IDENTIFIABLE, "approvals", "approvals of exact release content, <release id>.json (write once)")
+APPROVALS = Folder(IDENTIFIABLE, "approvals",
+                   "signed approvals and rejections of exact release content, <release id>/<kind>-<signer>.json, "
+                   "with the review report each signer saw (write once)")
+AUDIT = Folder(IDENTIFIABLE, "audit", "the release audit log: one write-once, chained JSON file per hold, approval, "
+                                      "rejection and publication")
 REVIEWS = Folder(IDENTIFIABLE, "reviews", "review reports of releases (imaging-review's HTML), <cohort>-<release id>.html")
 
 _MANIFEST_FIELDS = (

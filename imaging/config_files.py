@@ -36,6 +36,7 @@ from pydantic import (BaseModel, ConfigDict, Field, RootModel, StringConstraints
 from imaging.deid.options import BY_NAME as DEID_OPTIONS, FULL_DATES, MODIFIED_DATES
 from imaging.deid.pixel_text import IMAGE_TYPES, PAGE_SEGMENTATION, SCREENING, THRESHOLDING, PixelTextSettings
 from imaging.issuers import normalise
+from imaging.quality.expectations import supported as supported_expectation
 from imaging.quality.rules import BALANCE, SEVERITIES, SUITE
 from imaging.steps.clinical import ACTIONS
 from imaging.steps.declared import QUALITY_CHECKS
@@ -49,6 +50,8 @@ PLATFORM_DIR = Path(os.environ.get("IMAGING_PLATFORM_DIR", DEFAULT_PLATFORM_DIR)
 # The disclosure control's defaults (imaging/governance/disclosure.py), for a policy file that omits them.
 DEFAULT_MIN_K = 5
 DEFAULT_SUPPRESS_BELOW = 10
+# Signed approvals a release needs before publication (imaging/governance/approval.py).
+DEFAULT_APPROVALS_REQUIRED = 2
 
 
 class ConfigError(ValueError):
@@ -276,6 +279,16 @@ class QuasiIdentifierPolicy(_Model):
     column: Text  # a released column of `columns`
     band_years: PositiveInt | None = None  # only for an age_at_scan column
     released_as: Text | None = None  # absent: the column's name
+    header: Text | None = None  # the DICOM attribute (keyword) that holds the same fact in released files
+
+    @field_validator("header")
+    @classmethod
+    def _keyword(cls, keyword):
+        from pydicom.datadict import tag_for_keyword
+
+        if keyword is not None and tag_for_keyword(keyword) is None:
+            raise ValueError(f"{keyword!r} is not a DICOM keyword")
+        return keyword
 
 
 class DisclosureSettings(_Model):
@@ -289,6 +302,7 @@ class ClinicalPolicyFile(_Model):
     date_formats: list[Text] = Field(["%Y-%m-%d"], min_length=1)
     quasi_identifiers: list[QuasiIdentifierPolicy] = []
     disclosure: DisclosureSettings = DisclosureSettings()
+    approvals_required: PositiveInt = DEFAULT_APPROVALS_REQUIRED  # signed approvals, by distinct approvers
 
     @field_validator("quasi_identifiers", mode="before")
     @classmethod
@@ -341,6 +355,16 @@ class Expectation(_Model):
     type: Annotated[str, StringConstraints(pattern=r"^expect_[a-z0-9_]+$")]  # a GX expectation, snake case
     kwargs: dict[str, Any] = {}
     severity: Severity = "ERROR"
+
+    @field_validator("type")
+    @classmethod
+    def _per_batch(cls, value: str) -> str:
+        # Suites run batch by batch on the executors (imaging.quality.expectations): only expectations
+        # whose counts add up over batches, or that read the schema, can be evaluated that way.
+        if not supported_expectation(value):
+            raise ValueError("must be a row-wise GX expectation (its counts add up over batches) or a column "
+                             "type expectation; see imaging/quality/expectations.py")
+        return value
 
 
 class SuiteFile(_Model):

@@ -22,6 +22,13 @@ from imaging.driver.config import load_settings
 print(dt.date.fromisoformat(load_settings().start_date) + dt.timedelta(days=2))')"
   export IMAGING_END_DATE
 fi
+if [ -z "${IMAGING_APPROVERS:-}" ]; then
+  # Two DEMO approver keys (public seeds: anybody can make them) in the demo's data folder, never in the
+  # repository or the de-identified zone; the review flags their fingerprints.
+  export DEMO_APPROVER_KEYS="$PWD/data/demo-approvers"
+  export IMAGING_APPROVERS="$(.venv/bin/imaging-review demo-keys "$DEMO_APPROVER_KEYS")"
+  echo "NOTE: releases are approved by two DEMO approver keys ($DEMO_APPROVER_KEYS). Never for real data: list your reviewers' keys in platform/approvers or IMAGING_APPROVERS."
+fi
 export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/.dagster_home}"
 mkdir -p "$DAGSTER_HOME"
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"

@@ -53,10 +53,20 @@ echo "== Job publish: each release is built and held for approval"
 launch publish "build the demo's releases and hold them for approval"
 echo "== Held releases (imaging-review pending: path, cohort, version, release id, status)"
 .venv/bin/imaging-review pending
-echo "NOTE: the demo approves its own releases as \"demo\". For real data a governance reviewer reads"
-echo "      \`imaging-review <held path> --html review.html\` and approves with their own name."
+echo "NOTE: the demo approves its own releases with two DEMO approver keys ($IMAGING_APPROVERS lists them;"
+echo "      their seeds are public, and every review flags them). For real data two governance reviewers read"
+echo "      \`imaging-review <held path> --html review.html\` and each signs with their own key:"
+echo "      \`imaging-review approve <held path> --key ~/.ssh/id_ed25519\`."
+if [ -z "${DEMO_APPROVER_KEYS:-}" ]; then
+  echo "IMAGING_APPROVERS is set ($IMAGING_APPROVERS): the demo does not sign for your approvers; approve the held"
+  echo "releases above with your keys, then materialize published_cohort again."
+  exit 0
+fi
 .venv/bin/imaging-review pending | cut -f1 | while read -r held; do
-  .venv/bin/imaging-review approve "$held" --by demo --note "approved by platform/demo.sh, not by a reviewer"
+  for principal in demo-approver-1 demo-approver-2; do
+    .venv/bin/imaging-review approve "$held" --key "$DEMO_APPROVER_KEYS/$principal" \
+      --note "approved by platform/demo.sh with a DEMO key, not by a reviewer"
+  done
 done
 echo "== Job publish again: publishes exactly what was approved"
 launch publish "publish what the demo approved"

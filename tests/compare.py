@@ -8,6 +8,7 @@ bytes (their layout depends on the number of tasks); their rows are, per partiti
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -93,6 +94,11 @@ def collect(root: str, pairs: Sequence[tuple[str, str]], cohorts: bool = False,
         elif parts[-1] == "SHA256SUMS":
             with fs.open(path, "r") as handle:
                 outputs[relative] = Output("sums", _sums_but_parquet(handle.read()))
+        elif "cohorts" in parts and parts[-1] == "APPROVAL.json":
+            # Signed approvals: each signs its release's id and the review report its signer saw (paths of
+            # this deployment), so two deployments compare by who approved which cohort version.
+            with fs.open(path, "r") as handle:
+                outputs[relative] = Output("approvals", _approvers(handle.read()))
         elif "cohorts" in parts and parts[-1] in RUN_RECORDS:
             with fs.open(path, "r") as handle:
                 outputs[relative] = Output("text", _run_facts_masked(handle.read(), _release_id(fs, path)))
@@ -123,6 +129,13 @@ def _release_id(fs: fsspec.AbstractFileSystem, path: str) -> str | None:
             return hashlib.sha256(handle.read()).hexdigest()
     except FileNotFoundError:
         return None
+
+
+def _approvers(text: str) -> list:
+    from imaging.governance.approval import DecisionText
+
+    decisions = [DecisionText.parse(d["message"].encode()) for d in json.loads(text)["approvals"]]
+    return sorted((d.kind, d.principal, d.cohort, d.version, d.note) for d in decisions)
 
 
 def _run_facts_masked(text: str, release_id: str | None) -> str:

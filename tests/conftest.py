@@ -32,6 +32,12 @@ os.environ.update({
     # The test hospitals are a dozen patients: no cohort of them reaches the default k of 5.
     "IMAGING_MIN_K": "1",
 })
+# Two approvers with real OpenSSH keys: every publication in the suite needs their two signed approvals.
+from approvers import make_approvers  # noqa: E402 - after the environment: it imports the platform
+
+APPROVERS = make_approvers(ROOT / "approvers", seeded=True)  # the same keys on every worker
+os.environ["IMAGING_APPROVERS"] = str(APPROVERS.signers)
+os.environ["IMAGING_TEST_APPROVER_KEYS"] = os.pathsep.join(str(k) for k in APPROVERS.keys.values())
 
 # A run started in the background of a non-interactive shell (CI scripts, `... &`) inherits SIGINT ignored,
 # and after Dagster's first in-process run SIGTERM is ignored too (dagster._utils.interrupts gives SIGTERM
@@ -79,14 +85,16 @@ def run_assets(defs, selection, partition_range=None, instance=None):
     return result
 
 
-def publish_cohorts(defs, warehouse_root, approver="test", instance=None):
+def publish_cohorts(defs, warehouse_root, instance=None):
     """published_cohort as an operator runs it: a run holds each release, every held one is approved
-    (as `imaging-review approve` records it), and the next run publishes what was approved."""
-    from imaging.governance.approval import list_held, record_approval
+    by the session's two approvers (signed, as `imaging-review approve` records it), and the next run
+    publishes what was approved."""
+    from approvers import approve_all
+    from imaging.governance.approval import list_held
 
     run_assets(defs, ["published_cohort"], instance=instance)
     for held in list_held(str(warehouse_root)):
-        record_approval(held.path, approver, "approved by the test suite")
+        approve_all(held.path)
     return run_assets(defs, ["published_cohort"], instance=instance)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from imaging.pseudonym import key_fingerprint
 from imaging.records import IndexedImage, LinkedImage, ListedFile
 from imaging.steps.anonymize import AnonymizeJob
 from imaging.steps.clinical import ClinicalPolicy
+from imaging.steps.release import CopyJob, ReleaseSource
 from imaging.steps.index import index_file
 from synth import generate_hospital
 
@@ -117,13 +117,17 @@ def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | N
     cohort = cohort or SMALL_TEST
     rows = [r for r in hospital.manifest if not cohort.modalities or r["modality"] in cohort.modalities]
     lineage = column_lineage(hospital.policy, RESEARCH_DEFAULT, hospital.disclosure)
-    released = sorted((release_row(r, lineage, hospital.disclosure) for r in rows), key=lambda r: r["file"])
+    # The asset's copy: each file's quasi-identifier attributes generalised as the metadata is.
+    copy = CopyJob(str(hospital.warehouse / "deidentified"), str(target), hospital.disclosure.header_rules()).copy
     known = {}
     for row in rows:
-        out = release_row(row, lineage, hospital.disclosure)["file"]
-        (target / out).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(hospital.warehouse / "deidentified" / row["output_path"], target / out)
-        known[out] = row["sha256"]
+        out = copy(ReleaseSource(row["output_path"], row["sha256"], row["patient_pseudonym"],
+                                 row["study_instance_uid"], row["sop_instance_uid"],
+                                 hospital.disclosure.released_json(row)))
+        known[out.path] = out.sha256
+    released = sorted(({**release_row(r, lineage, hospital.disclosure)} for r in rows), key=lambda r: r["file"])
+    for r in released:
+        r["sha256"] = known[r["file"]]
     table = pa.Table.from_pylist(released)
     pq.write_table(table, target / "metadata.parquet")
     pacsv.write_csv(table, target / "metadata.csv")

@@ -63,5 +63,7 @@ print(json.dumps({{"files": loaded, "imaging": sorted(m for m in sys.modules if 
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert all(path.startswith(archive) for path in result["files"].values()), result["files"]
+    # Bytecode shipped beside the source: a new Python worker does not compile the package again.
+    assert all(path.endswith(".pyc") for path in result["files"].values()), result["files"]
     assert not [m for m in result["imaging"] if m.split(".")[1:2] and m.split(".")[1] in DRIVER_ONLY]
     assert set(EXECUTOR_STEPS) <= set(result["files"])

@@ -141,6 +141,8 @@ CASES = {
         (lambda d: d["expectations"][1].update(kwargs="date"), "platform/expectations/raw_image_index.json: expectations[1].kwargs: must be a mapping of key: value (got 'date')"),
         (lambda d: d["expectations"][2].pop("type"), "platform/expectations/raw_image_index.json: expectations[2].type: missing (required)"),
         (lambda d: d.update(name="index"), "platform/expectations/raw_image_index.json: name: must be 'raw_image_index', the file's name"),
+        (lambda d: d["expectations"][0].update(type="expect_column_values_to_be_unique"),
+         "platform/expectations/raw_image_index.json: expectations[0].type: must be a row-wise GX expectation"),
     ],
     "spark.yaml": [  # Spark's own property names: any spark.* key, each value a string; none required
         (lambda d: d.update(master="local[2]"), "platform/spark.yaml: master: key must match ^spark\\."),

@@ -1,6 +1,5 @@
 """The approval gate and `imaging-review`: hold, approve, publish, then trace a file to its landing file."""
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ from imaging.governance.bundle import APPROVAL, content_key_of, verify_bundle
 from imaging.governance.cohort import CohortDefinition
 from imaging.governance.review import main, review
 from imaging.governance.review_html import render_html
+from approvers import approve_all, session_keys
 from release_helpers import DATES, RUN_IDS, SITE, SMALL_TEST, begin_commit, build_release, make_hospital
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,36 +68,44 @@ def test_hold_approve_publish(flow, monkeypatch, capsys):
     lines = out.splitlines()
     assert len(lines) == 1
     path, cohort, version, rid, status = lines[0].split("\t")
-    assert (path, cohort, version, rid, status) == (held, "small-test", "v1", built.release_id, "awaiting approval")
+    assert (path, cohort, version, rid, status) == (held, "small-test", "v1", built.release_id, "awaiting approval (0 of 2)")
     # Without approval nothing is published, whatever the number of runs.
-    assert gate.load_approval(warehouse, built.release_id) is None
+    policy = gate.ApprovalPolicy.load()
+    assert gate.load_standing(warehouse, built.release_id, policy).approvals == ()
     assert not Path(gate.published_path(warehouse, "small-test", 1)).exists()
 
-    code, out, _ = _cli(["approve", path, "--by", "Governance Reviewer", "--note", "IG-42"], monkeypatch, capsys)
-    assert code == 0 and built.release_id in out
-    approval = gate.load_approval(warehouse, built.release_id)
-    assert (approval.approved_by, approval.note, approval.cohort, approval.version) == \
-        ("Governance Reviewer", "IG-42", "small-test", 1)
-    assert Path(warehouse, "identifiable/approvals", f"{built.release_id}.json").exists()
-    # Write once: a second approval does not replace the first.
-    assert gate.record_approval(held, "someone else").approved_by == "Governance Reviewer"
+    first, second = session_keys()
+    code, out, _ = _cli(["approve", path, "--key", first, "--note", "IG-42"], monkeypatch, capsys)
+    assert code == 0 and built.release_id in out and "1 of 2 signed approvals" in out
+    standing = gate.load_standing(warehouse, built.release_id, policy)
+    (approval,) = standing.approvals
+    assert (approval.text.principal, approval.text.note, approval.text.cohort, approval.text.version) == \
+        ("reviewer-a@test", "IG-42", "small-test", 1)
+    assert not standing.approved and gate.list_held(warehouse)[0].status == "awaiting approval (1 of 2)"
+    # One approval per principal: the same key again is refused and nothing changes.
+    code, _, err = _cli(["approve", path, "--key", first], monkeypatch, capsys)
+    assert code == 1 and "already signed" in err
+    code, out, _ = _cli(["approve", path, "--key", second], monkeypatch, capsys)
+    assert code == 0 and "2 of 2 signed approvals" in out
+    standing = gate.load_standing(warehouse, built.release_id, policy)
+    assert standing.approved
 
     # The next materialization rebuilds the same content (same id) and publishes exactly that.
     commit = begin_commit(hospital.warehouse)
     rebuilt = build_release(hospital, Path(gate.building_url(commit, warehouse, "small-test")))
     assert rebuilt.release_id == built.release_id
-    decision = gate.decide(_key(rebuilt), published=None, approval=approval, k_passed=True)
-    assert decision.action == gate.PUBLISH and "Governance Reviewer" in decision.reason
+    decision = gate.decide(_key(rebuilt), published=None, standing=standing, k_passed=True)
+    assert decision.action == gate.PUBLISH and "reviewer-a@test" in decision.reason
     target = _carry_out(commit, warehouse, decision, rebuilt.root).path
     assert not Path(rebuilt.root).exists() and not Path(held).exists()
     assert target == gate.published_path(warehouse, "small-test", 1)
     assert verify_bundle(target).ok and verify_bundle(target).release_id == built.release_id
-    assert gate.approval_copy(target) == approval
+    assert len(gate.approval_copy(target)) == 2
     assert _cli(["pending"], monkeypatch, capsys, warehouse)[1] == ""
     # Published: the same content again is unchanged; other content is a conflict.
     published = gate.ReleaseKey(gate.manifest_id(target), content_key_of(target))
     assert gate.decide(_key(built), published=published, k_passed=True).action == gate.UNCHANGED
-    assert gate.decide(gate.ReleaseKey("0" * 64, "1" * 64), published=published, approval=approval,
+    assert gate.decide(gate.ReleaseKey("0" * 64, "1" * 64), published=published, standing=standing,
                        k_passed=True).action == gate.CONFLICT
     with pytest.raises(gate.ApprovalError):  # a published version is never replaced, whatever is asked
         _carry_out(begin_commit(hospital.warehouse), warehouse, decision, rebuilt.root)
@@ -105,9 +113,8 @@ def test_hold_approve_publish(flow, monkeypatch, capsys):
 
 def test_an_approval_is_of_that_content_only(flow, tmp_path):
     hospital, warehouse, built, held = flow
-    other = gate.decide(gate.ReleaseKey("f" * 64, "e" * 64), published=None,
-                        approval=gate.Approval(built.release_id, "small-test", 1, "x", "2026-11-22T00:00:00+00:00"),
-                        k_passed=True)
+    standing = gate.load_standing(warehouse, built.release_id, gate.ApprovalPolicy.load())
+    other = gate.decide(gate.ReleaseKey("f" * 64, "e" * 64), published=None, standing=standing, k_passed=True)
     assert other.action == gate.HOLD
     # A held release that no longer verifies cannot be approved.
     rebuilt = build_release(hospital, tmp_path / "w" / "identifiable" / "held" / "small-test" / "x")
@@ -115,10 +122,10 @@ def test_an_approval_is_of_that_content_only(flow, tmp_path):
     Path(rebuilt.root).rename(bad)
     image = sorted(bad.rglob("*.dcm"))[0]
     _flip_last_byte(image)
-    with pytest.raises(gate.ApprovalError, match="does not verify"):
-        gate.record_approval(str(bad), "reviewer")
+    with pytest.raises(gate.ApprovalError, match="the review fails"):
+        approve_all(str(bad))
     with pytest.raises(gate.ApprovalError, match="only a held release"):
-        gate.record_approval(str(tmp_path), "reviewer")
+        approve_all(str(tmp_path))
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +133,8 @@ def published(flow):
     hospital, warehouse, built, held = flow
     target = Path(gate.published_path(warehouse, "small-test", 1))
     if not target.exists():
-        gate.record_approval(held, "Governance Reviewer")
+        if not gate.list_held(warehouse)[0].standing.approved:
+            approve_all(held)
         decision = gate.decide(_key(built), published=None, held=gate.list_held(warehouse), k_passed=True)
         assert (decision.action, decision.from_held) == (gate.PUBLISH, True)
         _carry_out(begin_commit(hospital.warehouse), warehouse, decision, "")
@@ -137,14 +145,14 @@ def test_review_traces_a_published_image_to_its_landing_file_and_run(flow, publi
     hospital, warehouse, built, _ = flow
     image = sorted(published.rglob("*.dcm"))[0]
     inner = str(image.relative_to(published))
-    record = next(r for r in hospital.ledger if r.output_sha256 == hashlib.sha256(image.read_bytes()).hexdigest())
+    record = next(r for r in hospital.ledger if r.output_path.endswith("/" + image.name))
     code, out, _ = _cli([str(image)], monkeypatch, capsys, warehouse)
     assert code == 0, out
     assert f"File      {inner}" in out and built.release_id in out
     assert f"landing  {record.source_path}  sha256 {record.source_sha256} (verified)" in out
     assert f"run {record.run_id} (started {record.run_started_at})  partition {record.date}|{SITE}" in out
-    assert record.run_id in RUN_IDS.values() and "Approval  by Governance Reviewer" in out
-    assert "matches the approval store" in out and "Result    VERIFIED" in out
+    assert record.run_id in RUN_IDS.values() and "Approvals 2 of 2 required" in out
+    assert "read from APPROVAL.json and the approval store" in out and "Result    VERIFIED" in out
     assert out.count("landing  ") == 1  # one file reviewed, one trace
 
     whole = review(str(published), warehouse)
@@ -155,7 +163,8 @@ def test_review_without_the_warehouse_shows_what_the_release_proves(flow, publis
     hospital, *_ = flow
     code, out, _ = _cli([str(published)], monkeypatch, capsys)
     assert code == 0, out
-    assert "IMAGING_WAREHOUSE not set" in out and "Approval  by Governance Reviewer" in out
+    assert "IMAGING_WAREHOUSE not set" in out and "Approvals 2 of 2 required" in out
+    assert "(read from APPROVAL.json)" in out
     assert "landing" not in out.replace("landing data version", "") and str(hospital.root / "landing") not in out
     assert "every_image_accounted_for" in out and "clean_descriptors (113105)" in out
 
@@ -170,7 +179,7 @@ def test_review_fails_on_a_tampered_file_and_a_missing_approval(published, tmp_p
     shutil.copyfile(sorted(published.rglob("*.dcm"))[0], image)
     (copy / APPROVAL).unlink()
     code, out, _ = _cli([str(copy)], monkeypatch, capsys)
-    assert code == 1 and "published without an approval" in out
+    assert code == 1 and "published without its signed approvals: 0 of 2" in out
 
 
 def test_html_report_has_the_graph_and_no_identifier(flow, published, tmp_path):
@@ -211,7 +220,8 @@ def test_carry_out_holds_then_publishes_then_leaves_alone_and_refuses_a_conflict
             else None
         held = gate.list_held(warehouse, "small-test", 1)
         decision = gate.decide(_key(built), published=published, held=held,
-                               approval=gate.load_approval(warehouse, built.release_id), k_passed=True)
+                               standing=gate.load_standing(warehouse, built.release_id, gate.ApprovalPolicy.load()),
+                               k_passed=True)
         outcome = _carry_out(commit, warehouse, decision, staging, cohort)
         assert not staging.exists()
         return outcome
@@ -219,7 +229,7 @@ def test_carry_out_holds_then_publishes_then_leaves_alone_and_refuses_a_conflict
     first, second = run(), run()
     assert first.action == second.action == gate.HOLD and first.path == second.path
     assert [h.path for h in gate.list_held(warehouse)] == [first.path]
-    gate.record_approval(first.path, "demo", "approved by the demo itself")
+    approve_all(first.path)
     third = run()
     assert third.action == gate.PUBLISH and third.path == gate.published_path(warehouse, "small-test", 1)
     assert not Path(first.path).exists() and gate.list_held(warehouse) == []
@@ -249,9 +259,10 @@ def test_a_rebuild_naming_other_runs_publishes_the_approved_held_bytes(tmp_path)
     assert rebuilt.data_digest == first.data_digest
     waiting = gate.decide(_key(rebuilt), published=None, held=gate.list_held(warehouse), k_passed=True)
     assert (waiting.action, waiting.release_id, waiting.from_held) == (gate.HOLD, first.release_id, True)
-    gate.record_approval(held, "Governance Reviewer")
+    approve_all(held)
     decision = gate.decide(_key(rebuilt), published=None, held=gate.list_held(warehouse),
-                           approval=gate.load_approval(warehouse, rebuilt.release_id), k_passed=True)
+                           standing=gate.load_standing(warehouse, rebuilt.release_id, gate.ApprovalPolicy.load()),
+                           k_passed=True)
     assert (decision.action, decision.release_id, decision.from_held) == (gate.PUBLISH, first.release_id, True)
     outcome = _carry_out(commit, warehouse, decision, staging)
     assert outcome.action == gate.PUBLISH and gate.manifest_id(outcome.path) == first.release_id

@@ -13,6 +13,7 @@ import pytest
 from imaging.governance import approval as gate
 from imaging.governance.review import review
 from imaging.governance.review_html import render_html
+from approvers import approve_all
 from release_helpers import SMALL_TEST, begin_commit, build_release, make_hospital
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "review"
@@ -35,7 +36,7 @@ def test_report_renders_the_lineage_graph_in_chromium(tmp_path):
     hold = gate.decide(key, published=None, k_passed=True)
     plan = gate.ReleasePlan(cohort=SMALL_TEST, decision=hold, building=staging, images=9)
     held = gate.carry_out([plan], commit, warehouse)[SMALL_TEST.name].path
-    gate.record_approval(held, "demo")
+    approve_all(held)
     publish = gate.decide(key, published=None, held=gate.list_held(warehouse), k_passed=True)
     plan = gate.ReleasePlan(cohort=SMALL_TEST, decision=publish, building="", images=9)
     target = gate.carry_out([plan], begin_commit(hospital.warehouse), warehouse)[SMALL_TEST.name].path
@@ -63,7 +64,13 @@ def test_report_renders_the_lineage_graph_in_chromium(tmp_path):
         labels = driver.execute_script(
             "return [...document.querySelectorAll('#lineage-graph g.node text')].filter("
             "t => t.getComputedTextLength() > 0).map(t => t.textContent);")
-        assert {"age_band", "patient_pseudonym", "clinical.dob", "(dropped)"} <= set(labels)
+        assert {"age_band", "patient_pseudonym", "clinical.{date_of_birth|dob|birth_date}"} <= set(labels)
+        assert "(dropped)" not in labels  # dropped columns are listed under the drawing, not drawn
+        # Verdict, problems and approvals before the evidence; edge meanings in the legend and in words.
+        order = driver.execute_script("return [...document.querySelectorAll('h1, h2')].map(h => h.textContent);")
+        assert order.index("Approvals") < order.index("Column lineage") < order.index("Checks")
+        assert driver.find_element("css selector", "table.legend").text.count("\n") >= 7
+        assert len(driver.find_elements("css selector", "table.edges tbody tr")) > 20
         masked = driver.execute_script(
             "return document.querySelectorAll('#lineage-graph path.edge[data-masked=\"true\"]').length;")
         assert 0 < masked < edges

@@ -2,7 +2,7 @@
 
     from imaging.deid import load_profile, deidentify, NotDeidentifiable, to_bytes, PixelTextDetector
     profile = load_profile()                    # the research default; picklable, cached per process
-    detector = PixelTextDetector(settings)      # OCR, once per process / partition (pixel_text.py)
+    detector = shared_detector(settings)        # OCR, once per process (pixel_text.py)
     out = deidentify(ds, pseudonymizer=p, namespace="NHS", profile=profile, pixel_text=detector,
                      extra_identifiers=("Jane Smith", "9434765919"))
     data = to_bytes(out)                        # deterministic Part 10 bytes
@@ -16,7 +16,7 @@ from .engine import deidentify
 from .errors import NotDeidentifiable
 from .options import OPTIONS, RESEARCH_DEFAULT
 from .output import to_bytes
-from .pixel_text import PixelTextDetector, PixelTextSettings, PixelTextStats, load_pixel_text_settings
+from .pixel_text import PixelTextDetector, PixelTextSettings, PixelTextStats, load_pixel_text_settings, shared_detector
 from .profile import DeidProfile, load_profile
 from .quiet import quiet
 from .version import ENGINE_VERSION
@@ -25,5 +25,6 @@ OPTION_NAMES = tuple(o.name for o in OPTIONS)
 
 __all__ = [
     "DeidProfile", "ENGINE_VERSION", "NotDeidentifiable", "OPTION_NAMES", "PixelTextDetector", "PixelTextSettings",
-    "PixelTextStats", "RESEARCH_DEFAULT", "deidentify", "load_pixel_text_settings", "load_profile", "quiet", "to_bytes",
+    "PixelTextStats", "RESEARCH_DEFAULT", "deidentify", "load_pixel_text_settings", "load_profile", "quiet", "shared_detector",
+    "to_bytes",
 ]

@@ -492,7 +492,7 @@ def _downscale(grey: np.ndarray, side: int) -> np.ndarray:
 
 
 class PixelTextDetector:
-    """Tesseract, set up once, reading frames for text. Not thread-safe: one per process or partition."""
+    """Tesseract, set up once, reading frames for text. Not thread-safe: one per process (`shared_detector`)."""
 
     def __init__(self, settings: PixelTextSettings | None = None):
         # Tesseract built with OpenMP starts a thread per core for each recognition; with one detector
@@ -683,14 +683,15 @@ def _int(value) -> int | None:
         return None
 
 
-@lru_cache(maxsize=1)
-def shared_detector() -> PixelTextDetector:
-    """The process's detector with the default settings, made on first use (OCR is the default).
+@lru_cache(maxsize=4)
+def shared_detector(settings: PixelTextSettings | None = None) -> PixelTextDetector:
+    """The process's detector for `settings` (the defaults when None), made on first use and kept.
 
-    Callers with configured settings make their own, once per partition, and pass it to
-    `deidentify(..., pixel_text=detector)`.
+    A Spark Python worker runs one task at a time and is reused for the next, so one detector per worker
+    loads Tesseract's model once instead of once per task, and its verdict cache serves every task the
+    worker runs. Never closed: it lives as long as the process.
     """
-    return PixelTextDetector()
+    return PixelTextDetector(settings)
 
 
 __all__ = [

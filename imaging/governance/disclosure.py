@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from imaging.config_files import DEFAULT_MIN_K, DEFAULT_SUPPRESS_BELOW
+from imaging.steps.release import HeaderRule
 
 
 def suppress(count: int, below: int = DEFAULT_SUPPRESS_BELOW) -> int | str:
@@ -43,6 +44,13 @@ class QuasiIdentifier:
     released_as: str  # the column name in the release
     band_years: int | None = None
     top_code: int | None = None
+    header: str | None = None  # the DICOM attribute holding the same fact in released files
+
+    def header_rule(self) -> HeaderRule | None:
+        """How released files carry this quasi-identifier: a band is removed, a plain value written as released."""
+        if self.header is None:
+            return None
+        return HeaderRule(self.header, self.released_as, remove=self.band_years is not None)
 
     def release_value(self, value):
         """The released (generalised) value of one manifest value; None stays None."""
@@ -91,7 +99,8 @@ class DisclosurePolicy:
         qis = []
         for item in spec.quasi_identifiers:
             top = spec.columns[item.column].top_code if item.band_years is not None else None
-            qis.append(QuasiIdentifier(item.column, item.released_as or item.column, item.band_years, top))
+            qis.append(QuasiIdentifier(item.column, item.released_as or item.column, item.band_years, top,
+                                       item.header))
         min_k = int(min_k if min_k is not None else spec.disclosure.min_k)
         if min_k < 1:
             raise ValueError("disclosure: min_k must be at least 1")
@@ -103,6 +112,20 @@ class DisclosurePolicy:
 
     def by_column(self) -> dict[str, QuasiIdentifier]:
         return {q.column: q for q in self.quasi_identifiers}
+
+    def header_rules(self) -> tuple[HeaderRule, ...]:
+        return tuple(r for r in (q.header_rule() for q in self.quasi_identifiers) if r is not None)
+
+    def released_json_sql(self) -> str:
+        """Spark SQL: a JSON object of each quasi-identifier's released value (what the copy writes to headers)."""
+        fields = ", ".join(f"'{q.released_as}', {q.release_sql()}" for q in self.quasi_identifiers)
+        return f"to_json(named_struct({fields}))" if fields else "'{}'"
+
+    def released_json(self, row: Mapping) -> str:
+        """The same in Python, from one manifest row (for small inputs and tests)."""
+        import json
+
+        return json.dumps({q.released_as: q.release_value(row.get(q.column)) for q in self.quasi_identifiers})
 
     def class_sizes_sql(self, table: str, person: str = "patient_pseudonym") -> str:
         """Spark SQL giving one row per equivalence class of `table` (a manifest selection), its size only.

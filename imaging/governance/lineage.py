@@ -159,7 +159,15 @@ def release_lineage(manifest: list[ColumnLineage], disclosure: DisclosurePolicy)
         qi = qis.get(entry.column)
         if qi is not None and qi.band_years is not None:
             out.append(ColumnLineage(RELEASE, qi.released_as, source, GENERALISED, True,
-                                     f"quasi-identifier: {qi.band_years}-year bands, {qi.top_code}+ at the top"))
+                                     f"quasi-identifier: {qi.band_years}-year bands, {qi.top_code}+ at the top"
+                                     + (f"; DICOM {qi.header} removed from the released files" if qi.header else "")))
+        elif entry.column == "sha256":
+            out.append(ColumnLineage(RELEASE, "sha256", source, DERIVED, True,
+                                     "sha256 of the released file (its quasi-identifier attributes generalised "
+                                     "as the metadata is): the release's SHA256SUMS lists the same"))
+        elif qi is not None and qi.header:
+            out.append(ColumnLineage(RELEASE, entry.column, source, KEPT, False,
+                                     f"as in the manifest; DICOM {qi.header} in the released files holds the same"))
         else:
             out.append(ColumnLineage(RELEASE, entry.column, source, KEPT, False, "as in the manifest"))
     out.append(ColumnLineage(RELEASE, None, tuple(ColumnRef(MANIFEST, c) for c in INTERNAL), DROPPED, False,

@@ -13,7 +13,7 @@ import pyarrow.dataset as ds
 
 from imaging.catalogue import ANONYMIZED_FILES, COHORTS, DEIDENTIFIED, HELD, IDENTIFIABLE, TABLES, manifest
 from imaging.driver.config import load_settings
-from imaging.governance.approval import approval_copy, list_held, manifest_id
+from imaging.governance.approval import DecisionText, approval_copy, list_held, manifest_id
 from imaging.governance.bundle import verify_release
 from imaging.steps.clinical import load_policy
 
@@ -31,7 +31,7 @@ def main() -> int:
     for table in (t for t in TABLES if t.zone == IDENTIFIABLE):
         print(f"    {table.name:32s} {rows(root / table.path):6d} rows")
     held = list_held(str(root))
-    waiting = sum(1 for h in held if h.approval is None)
+    waiting = sum(1 for h in held if h.standing is None or not h.standing.approved)
     print(f"    {HELD.name:32s} {len(held):6d} releases ({waiting} awaiting approval: imaging-review pending)")
     print(f"  {DEIDENTIFIED}/ (releasable)")
     files = list((root / ANONYMIZED_FILES.path).rglob("*.dcm"))
@@ -44,8 +44,10 @@ def main() -> int:
         failed += bool(problems)
         images = len(list((release / "images").rglob("*.dcm")))
         state = "verified against SHA256SUMS" if not problems else f"{len(problems)} problems"
-        approval = approval_copy(str(release))
-        approved = f", approved by {approval.approved_by}" if approval else ", NO APPROVAL"
+        carried = approval_copy(str(release))
+        # Who signed, as the copy says; `imaging-review` verifies the signatures against the allowed signers.
+        names = sorted({DecisionText.parse(d.message.encode()).principal for d in carried or []})
+        approved = f", signed approvals by {', '.join(names)}" if names else ", NO APPROVAL"
         print(f"    {COHORTS.name}/{release.parent.name}/{release.name}: {images} images, {state}{approved}, "
               f"release id {manifest_id(str(release))}")
     return 1 if failed else 0

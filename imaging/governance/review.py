@@ -1,14 +1,25 @@
 """`imaging-review`: what a governance reviewer runs, offline, on a release or one published file.
 
-    imaging-review PATH [--html OUT]      verify and print the lineage of a release folder or one file
-    imaging-review pending                held releases, one a line: path<TAB>cohort<TAB>version<TAB>id<TAB>status
-    imaging-review approve PATH --by NAME [--note TEXT]
+    imaging-review PATH [--html OUT]                          review a release folder or one file of one
+    imaging-review pending                                    held releases: path, cohort, version, id, status
+    imaging-review approve PATH --key PRIVATE_KEY [--note T]  sign an approval of a held release
+    imaging-review reject PATH --key PRIVATE_KEY --reason T   sign a rejection: the release is never published
+    imaging-review diff OLD NEW                               two versions of a cohort: rows, patients, columns,
+                                                              options, code versions
 
 Reviewing verifies the checksums (the whole release, or for one file that file and the release's
-description files), reads the data card and lineage the release carries, its approval, and, only
-when `IMAGING_WAREHOUSE` is set, the identifiable zone: the approval store and the provenance ledger,
-which trace every image back to its landing file, checksum, run and partition. Exit status 0 when
-everything verified, 1 when anything did not, 2 on a usage error.
+description files), recomputes the data digest, cross-checks metadata.csv, metadata.parquet and each
+image's sha256, recomputes k-anonymity from the metadata and the released DICOM headers together, and
+verifies the signed approvals offline against the allowed-signers file (`IMAGING_APPROVERS`, default
+`platform/approvers`). With `IMAGING_WAREHOUSE` set (or on a held release, whose warehouse its path
+names) it also reads the identifiable zone: the approval store, the audit log, the provenance ledger
+(every image back to its landing file, checksum, run and partition), the per-attribute evidence and
+the quarantine of the partitions read.
+
+The verdict: FAILED (a problem), REJECTED (a signed rejection), AWAITING APPROVAL (fewer valid signed
+approvals than `approvals_required`) or VERIFIED. Exit status 0 only when VERIFIED, 1 otherwise, 2 on a
+usage error. The report's evidence (everything but the decisions) has a sha256, printed last: that is
+what an approval signs.
 
 Landing paths, real dates and sites are printed to the terminal only (the reviewer has access to the
 identifiable zone); the HTML report carries checksums, runs and versions, never those.
@@ -17,6 +28,8 @@ identifiable zone); the HTML report carries checksums, runs and versions, never 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import hashlib
 import json
 import os
 import sys
@@ -24,11 +37,23 @@ from dataclasses import dataclass, field
 
 from imaging import fs as fsx
 from imaging.catalogue import COHORTS, HELD, LEDGER
-from imaging.governance.approval import (Approval, ApprovalError, approval_copy, list_held, load_approval,
-                                         record_approval)
+from imaging.config_files import ConfigError
+from imaging.deid.quiet import quiet
+from imaging.driver.config import read_yaml
+from imaging.governance import audit
+from imaging.governance.approval import (APPROVE, REJECT, ApprovalError, ApprovalPolicy, DecisionText, SignedDecision,
+                                         Standing, approval_copy, list_held, load_decisions, standing_of,
+                                         store_decision, stored_report, warehouse_of_held)
 from imaging.governance.bundle import BundleCheck, find_bundle_root, read_manifest, verify_bundle
 from imaging.governance.datacard import NOT_EVALUATED, NOT_OBSERVED
-from imaging.provenance import ProvenanceRecord, lookup
+from imaging.governance.disclosure import DisclosurePolicy
+from imaging.governance.evidence import (AttributeCount, ExactCounts, KFromFiles, QuarantineCount, arrived_columns,
+                                         attribute_evidence, cross_check, exact_counts, k_from_files,
+                                         quarantine_summary, read_metadata, release_summary)
+from imaging.governance.signing import SignatureError, fingerprint, public_key_of, sign, verify_signature
+from imaging.provenance import ProvenanceRecord
+
+FAILED, REJECTED, AWAITING, VERIFIED = "FAILED", "REJECTED", "AWAITING APPROVAL", "VERIFIED"
 
 
 @dataclass(frozen=True)
@@ -49,20 +74,48 @@ class Review:
     check: BundleCheck
     card: dict | None = None
     row: dict | None = None  # the metadata row of the reviewed file
-    approval: Approval | None = None  # the copy the release carries (published) or the store's (held)
-    approval_record: Approval | None = None  # the authoritative record (identifiable zone), when readable
     warehouse: str | None = None
+    tables: str | None = None  # root of the identifiable tables (IMAGING_TABLES when apart), with the warehouse
+    standing: Standing | None = None  # the signed decisions that count, and why others do not
+    decisions_from: str = ""  # where they were read
+    counts: ExactCounts | None = None  # exact, from metadata.parquet
+    k: KFromFiles | None = None  # recomputed from the released files
+    policy_min_k: int | None = None
+    attributes: list[AttributeCount] = field(default_factory=list)
+    quarantine: list[QuarantineCount] | None = None  # None: not read (no identifiable zone)
+    arrived: set[str] | None = None  # clinical columns that arrived in the partitions read (None: not read)
+    audit_events: list = field(default_factory=list)
     traces: list[Trace] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # evidence problems (the decisions' are in `standing`)
+    flags: list[str] = field(default_factory=list)  # shown first, not failing: a demo key, a k below policy
     notes: list[str] = field(default_factory=list)
 
     @property
+    def all_problems(self) -> list[str]:
+        return self.problems + list(self.standing.problems if self.standing else ())
+
+    @property
     def ok(self) -> bool:
-        return not self.problems
+        """No problem with the evidence or the decisions (approvals may still be missing)."""
+        return not self.all_problems
+
+    @property
+    def verdict(self) -> str:
+        if not self.ok:
+            return FAILED
+        if self.standing is not None and self.standing.rejected:
+            return REJECTED
+        if self.standing is None or not self.standing.approved:
+            return AWAITING
+        return VERIFIED
 
     @property
     def release_id(self) -> str | None:
         return self.check.release_id
+
+    @property
+    def all_flags(self) -> list[str]:
+        return self.flags + list(self.standing.flags if self.standing else ())
 
 
 def _state(root: str) -> str:
@@ -79,19 +132,6 @@ def _read_json(url: str) -> dict | None:
     fs, path = fsx.filesystem(url)
     with fs.open(path, "rb") as handle:
         return json.loads(handle.read())
-
-
-def _metadata_row(root: str, file: str) -> dict | None:
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    url = f"{root}/metadata.parquet"
-    if not fsx.exists(url):
-        return None
-    fs, path = fsx.filesystem(url)
-    table = pq.read_table(path, filesystem=fs)
-    rows = table.filter(pc.equal(table["file"], file)).to_pylist()
-    return rows[0] if rows else None
 
 
 def _landing_state(record: ProvenanceRecord) -> str:
@@ -145,12 +185,58 @@ def card_check_findings(card: dict) -> CardFindings:
     return CardFindings(problems=problems, notes=notes)
 
 
-def review(path: str, warehouse: str | None = None) -> Review:
-    """Verify a release folder or one published file and gather its lineage."""
+def _policy_disclosure() -> DisclosurePolicy:
+    return DisclosurePolicy.from_dict(read_yaml("clinical_policy.yaml"))
+
+
+def _lookup_by_name(warehouse: str, batches: list[str], names: set[str]) -> dict[str, list[ProvenanceRecord]]:
+    """Ledger rows of the release's batches whose output file is named by one of `names` (instance UID.dcm).
+
+    A released file's bytes differ from the de-identified output's once its quasi-identifier attributes
+    are generalised, so the release finds its ledger rows by the new SOP Instance UID its path ends with.
+    """
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    root = f"{warehouse}/{LEDGER.path}"
+    if not names or not fsx.exists(root):
+        return {}
+    filesystem, path = fsx.filesystem(root)
+    dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
+    table = dataset.to_table(filter=pc.field("batch").isin(batches)) if batches else dataset.to_table()
+    found: dict[str, list[ProvenanceRecord]] = {}
+    from dataclasses import fields as record_fields
+
+    for row in table.to_pylist():
+        name = str(row["output_path"]).rsplit("/", 1)[-1]
+        if name in names:
+            record = ProvenanceRecord(**{f.name: None if row.get(f.name) is None else str(row[f.name])
+                                         for f in record_fields(ProvenanceRecord)})
+            found.setdefault(name, []).append(record)
+    return found
+
+
+def _decisions(r: Review, carried: list[SignedDecision] | None) -> list[SignedDecision]:
+    """The decisions to verify: the copy a published release carries, and the store's when it is readable."""
+    decisions, sources = list(carried or []), ["APPROVAL.json"] if carried is not None else []
+    if r.warehouse and r.release_id:
+        stored = load_decisions(r.warehouse, r.release_id)
+        sources.append("the approval store")
+        seen = {d.message for d in decisions}
+        decisions += [d for d in stored if d.message not in seen]
+    r.decisions_from = " and ".join(sources) or "nowhere (no APPROVAL.json, identifiable zone not read)"
+    return decisions
+
+
+def review(path: str, warehouse: str | None = None, policy: ApprovalPolicy | None = None) -> Review:
+    """Verify a release folder or one published file, recompute its evidence and verify its decisions."""
     location = find_bundle_root(path)
     root, inner = location.root, location.inner
+    state = _state(root)
+    if warehouse is None and state == "held":  # a held release lies in the identifiable zone it names
+        warehouse = warehouse_of_held(root)
     check = verify_bundle(root, only=inner)
-    result = Review(root, inner, _state(root), check, warehouse=warehouse)
+    result = Review(root, inner, state, check, warehouse=warehouse, tables=_tables(warehouse))
     result.problems += list(check.problems)
     result.card = _read_json(f"{root}/datacard.json")
     if result.card is None:
@@ -161,74 +247,214 @@ def review(path: str, warehouse: str | None = None) -> Review:
         findings = card_check_findings(result.card)
         result.problems += findings.problems
         result.notes += findings.notes
-    if inner is not None:
-        if inner.startswith("images/"):
-            result.row = _metadata_row(root, inner)
-            if result.row is None:
-                result.problems.append("the file has no row in metadata.parquet")
+        if result.card.get("pseudonym_key", {}).get("demo_key"):
+            result.flags.append("made under the DEMO pseudonym key (imaging/pseudonym.py): not for real data")
+    with quiet():  # pydicom's warnings quote header values: never printed from identifiable or released files
+        _evidence(result)
 
-    # Approval: a published release must carry one naming its exact content.
+    # Decisions: signatures verified offline against the allowed signers, for exactly this release id.
+    policy = policy or ApprovalPolicy.load()
     carried = approval_copy(root)
-    if result.state == "published" and carried is None:
-        result.problems.append("published without an approval (no APPROVAL.json)")
-    if carried is not None and carried.release_id != check.release_id:
+    if carried is not None and not any(DecisionText.parse(d.message.encode()).release_id == check.release_id
+                                       for d in carried if _parses(d)):
         result.problems.append("APPROVAL.json approves other content than this release")
-    result.approval = carried
-    if warehouse and check.release_id:
-        result.approval_record = load_approval(warehouse, check.release_id)
-        if result.state == "published" and result.approval_record is None:
-            result.problems.append("no approval of this release id in the approval store")
-        elif carried is not None and result.approval_record is not None and carried != result.approval_record:
-            result.problems.append("APPROVAL.json differs from the approval store's record")
-        if result.approval is None:
-            result.approval = result.approval_record
-    elif not warehouse:
-        result.notes.append("IMAGING_WAREHOUSE not set: the identifiable zone (approval store, provenance ledger) "
-                            "was not read; shown is what the release itself proves")
-
-    if warehouse and check.release_id:
-        images = [e for e in read_manifest(root).entries
-                  if e.path.startswith("images/") and (inner is None or e.path == inner)]
-        found = lookup(f"{warehouse}/{LEDGER.path}", [e.sha256 for e in images])
-        for entry in images:
-            records = found.get(entry.sha256) or [None]
-            for record in records:
-                state = _landing_state(record) if record else "not traced"
-                result.traces.append(Trace(entry.path, entry.sha256, record, state))
-        untraced = sum(1 for t in result.traces if t.record is None)
-        differs = sum(1 for t in result.traces if t.landing == "differs")
-        absent = sum(1 for t in result.traces if t.landing == "absent")
-        if untraced:
-            result.problems.append(f"{untraced} images have no provenance ledger row")
-        if differs:
-            result.problems.append(f"{differs} landing files no longer have the checksum the ledger recorded")
-        if absent:
-            result.notes.append(f"{absent} landing files are no longer in the landing zone (checksums from the ledger)")
+    if check.release_id:
+        demo = bool((result.card or {}).get("pseudonym_key", {}).get("demo_key"))
+        result.standing = standing_of(check.release_id, _decisions(result, carried), policy, demo)
+        if result.state == "published" and not result.standing.approved:
+            result.problems.append(f"published without its signed approvals: {result.standing.summary()}")
+    if not warehouse:
+        result.notes.append("IMAGING_WAREHOUSE not set: the identifiable zone (approval store, audit log, provenance "
+                            "ledger, quarantine) was not read; shown is what the release itself proves")
+    else:
+        with quiet():
+            _identifiable(result)
     return result
 
 
-def render_text(r: Review) -> str:
+def _parses(decision: SignedDecision) -> bool:
+    try:
+        DecisionText.parse(decision.message.encode())
+        return True
+    except (ApprovalError, UnicodeError):
+        return False
+
+
+def _evidence(result: Review) -> None:
+    """Recompute from the files: digest, metadata cross-checks, exact counts, k from metadata and headers."""
+    root = result.root
+    if result.release_id is None:
+        return
+    entries = read_manifest(root).entries
+    try:
+        table = read_metadata(root)
+    except (OSError, ValueError):
+        table = None
+    result.problems += cross_check(root, entries, _read_json(f"{root}/release.json"), result.card, table)
+    if table is None:
+        return
+    if result.file is not None and result.file.startswith("images/"):
+        rows = [r for r in table.to_pylist() if r.get("file") == result.file]
+        result.row = rows[0] if rows else None
+        if result.row is None:
+            result.problems.append("the file has no row in metadata.parquet")
+    result.counts = exact_counts(table)
+    try:
+        disclosure = _policy_disclosure()
+    except (ConfigError, ValueError) as error:
+        result.problems.append(f"the clinical policy cannot be read: {error}")
+        return
+    result.policy_min_k = disclosure.min_k
+    missing = [q.released_as for q in disclosure.quasi_identifiers if q.released_as not in table.column_names]
+    if missing:
+        result.problems.append(f"the metadata lacks the quasi-identifier columns {', '.join(missing)}")
+        return
+    listed = {e.path for e in entries}
+    present = table.filter(_in(table, listed))
+    files = None if result.file is None else [result.file]
+    from pydicom.errors import InvalidDicomError
+
+    try:
+        k = k_from_files(root, present, disclosure, files)
+    except (OSError, ValueError, InvalidDicomError) as error:  # not DICOM any more: fails the review, no crash
+        result.problems.append(f"the released headers cannot be read: {type(error).__name__}")
+        return
+    result.k = k
+    card_k = (result.card or {}).get("disclosure", {})
+    min_k = int(card_k.get("min_k", disclosure.min_k))
+    for keyword, files_finer in k.finer_headers:
+        result.problems.append(f"{files_finer} released files hold {keyword} finer than the metadata k was computed on")
+    if not k.same_as_metadata:
+        result.problems.append("k recomputed from the released files differs from k over the metadata alone")
+    if k.class_sizes and k.smallest < min_k:
+        result.problems.append(f"k recomputed from the released files is {k.smallest}, below the release's minimum "
+                               f"{min_k}")
+    if min_k < disclosure.min_k:
+        result.flags.append(f"the release's minimum k ({min_k}) is below the policy's ({disclosure.min_k}): "
+                            f"IMAGING_MIN_K lowered it")
+
+
+def _in(table, paths: set[str]):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.is_in(table.column("file"), value_set=pa.array(sorted(paths), pa.string()))
+
+
+def _identifiable(result: Review) -> None:
+    """The provenance ledger, per-attribute evidence, quarantine of the partitions read, audit log."""
+    warehouse, root = result.warehouse, result.root
+    if not result.release_id:
+        return
+    images = [e for e in read_manifest(root).entries
+              if e.path.startswith("images/") and (result.file is None or e.path == result.file)]
+    batches = sorted({p["batch"] for p in (result.card or {}).get("inputs", [])})
+    found = _lookup_by_name(result.tables, batches, {e.path.rsplit("/", 1)[-1] for e in images})
+    pairs = []
+    for entry in images:
+        records = found.get(entry.path.rsplit("/", 1)[-1]) or [None]
+        for record in records:
+            state = _landing_state(record) if record else "not traced"
+            result.traces.append(Trace(entry.path, entry.sha256, record, state))
+            if state == "verified":
+                pairs.append((record.source_path, f"{root}/{entry.path}"))
+    untraced = sum(1 for t in result.traces if t.record is None)
+    differs = sum(1 for t in result.traces if t.landing == "differs")
+    absent = sum(1 for t in result.traces if t.landing == "absent")
+    if untraced:
+        result.problems.append(f"{untraced} images have no provenance ledger row")
+    if differs:
+        result.problems.append(f"{differs} landing files no longer have the checksum the ledger recorded")
+    if absent:
+        result.notes.append(f"{absent} landing files are no longer in the landing zone (checksums from the ledger)")
+    from pydicom.errors import InvalidDicomError
+
+    try:
+        result.attributes = attribute_evidence((fsx.read_bytes(a), fsx.read_bytes(b)) for a, b in pairs)
+    except (OSError, ValueError, InvalidDicomError) as error:
+        result.problems.append(f"the per-attribute evidence cannot be read: {type(error).__name__}")
+    site_days = {(t.record.date, t.record.site) for t in result.traces if t.record is not None}
+    result.quarantine = quarantine_summary(result.tables, site_days)
+    result.arrived = arrived_columns(result.tables, site_days)
+    # Each signer's stored review report is the one their signature names (identifiable zone).
+    for decision in (*result.standing.approvals, *result.standing.rejections) if result.standing else ():
+        report = stored_report(warehouse, decision.text)
+        if report is None:
+            result.notes.append(f"no stored review report for the {decision.text.kind} by {decision.text.principal}")
+        elif hashlib.sha256(report.encode()).hexdigest() != decision.text.review_sha256:
+            result.problems.append(f"the review report stored for the {decision.text.kind} by "
+                                   f"{decision.text.principal} is not the one signed")
+    log = audit.read_events(warehouse, result.release_id)
+    result.audit_events = list(log.events)
+    if log.broken:
+        result.problems.append("the audit log's chain is broken: an event was removed or edited")
+
+
+def _decision_lines(r: Review) -> list[str]:
+    """The verdict, the problems, the flags and the decisions: what a reviewer reads first."""
+    lines = [f"Result    {r.verdict}"]
+    lines += [f"  problem: {p}" for p in r.all_problems]
+    lines += [f"  FLAG: {f}" for f in r.all_flags]
+    st = r.standing
+    if st is None:
+        lines.append("Approvals none readable")
+    else:
+        lines.append(f"Approvals {len(st.approvals)} of {st.required} required, signatures verified against the "
+                     f"allowed signers (read from {r.decisions_from})")
+        for d in (*st.approvals, *st.rejections):
+            t = d.text
+            lines.append(f"  {t.kind:7s} {t.principal} key {t.key_fingerprint}{' (DEMO KEY)' if d.demo_key else ''} "
+                         f"at {t.signed_at}, review report {t.review_sha256[:16]}" + (f": {t.note}" if t.note else ""))
+        if r.state == "held" and not st.rejected and not st.approved:
+            lines.append("  waiting for `imaging-review approve PATH --key KEY` by listed approvers")
+    return lines
+
+
+def evidence_text(r: Review) -> str:
+    """Everything the review found but the decisions: the report an approval signs (by its sha256)."""
     card = r.card or {}
     lines = [f"Release   {r.root}", f"State     {r.state}",
              f"Release id {r.release_id or '(none)'}   (sha256 of SHA256SUMS)"]
     if r.file:
         lines.append(f"File      {r.file}")
-    verdict = "VERIFIED" if r.ok else "FAILED"
     scope = "every file" if r.file is None else "this file and the release's description files"
     lines.append(f"Checksums {r.check.checked} of {r.check.listed} listed files recomputed ({scope}); "
                  f"{'no problems' if not r.check.problems else f'{len(r.check.problems)} problems'}")
+    lines += [f"  problem: {p}" for p in r.problems]
+    lines += [f"  FLAG: {f}" for f in r.flags]
     if card:
         lines += ["", f"Cohort    {card['cohort']} v{card['version']}: {card.get('description', '')}",
                   f"Selection {card['selection']['predicate']}",
-                  f"Data digest {card['data_digest']}",
-                  "Counts    " + ", ".join(f"{k} {card['counts'][k]}" for k in ("images", "patients", "studies", "series"))]
-        k = card["disclosure"]
-        lines.append(f"k-anonymity over ({', '.join(k['quasi_identifiers'])}): min k {k['min_k']}, "
-                     f"smallest class {k['smallest_class']}, {'passed' if k['passed'] else 'FAILED'}")
+                  f"Data digest {card['data_digest']} (recomputed from SHA256SUMS)"]
+    if r.counts:
+        c = r.counts
+        lines.append(f"Counts    images {c.images}, patients {c.patients}, studies {c.studies}, series {c.series} "
+                     f"(exact, from metadata.parquet)")
+    if r.k:
+        k = r.k
+        lines.append(f"k-anonymity from the released files over ({', '.join(k.quasi_identifiers)}): smallest class "
+                     f"{k.smallest}, {len(k.class_sizes)} classes, release minimum "
+                     f"{card.get('disclosure', {}).get('min_k')}, policy minimum {r.policy_min_k}; "
+                     f"{k.headers_read} headers read")
+        lines.append(f"  class sizes (exact, no values): {', '.join(map(str, k.class_sizes)) or '(none)'}")
+        lines.append(f"  over the metadata alone: {', '.join(map(str, k.metadata_sizes)) or '(none)'}"
+                     + ("" if k.same_as_metadata else "  DIFFERS"))
+    if card:
         d = card["deidentification"]
+        key = card.get("pseudonym_key", {})
         lines.append(f"Profile   {d['standard']}; engine {d['engine']}")
         lines.append("Options   " + ", ".join(f"{o['name']} ({o['code']})" for o in d["options"]))
+        lines.append(f"Pseudonym key fingerprint {key.get('fingerprint')}" + (" (DEMO KEY)" if key.get("demo_key") else ""))
         lines.append("Code      " + ", ".join(f"{a} {v}" for a, v in card["code_versions"].items()))
+    if r.attributes:
+        lines += ["", "Per-attribute evidence, landing file -> released file (files; no values):",
+                  f"  {'attribute':40s} {'removed':>8s} {'replaced':>8s} {'shifted':>8s} {'kept':>8s} {'added':>8s}"]
+        lines += [f"  {a.attribute:40s} {a.removed:8d} {a.replaced:8d} {a.shifted:8d} {a.kept:8d} {a.added:8d}"
+                  for a in r.attributes]
+    if r.quarantine is not None:
+        lines += ["", "Quarantine of the partitions the release read (files by reason):"]
+        lines += [f"  {q.files:6d}  {q.table}: {q.reason}" for q in r.quarantine] or ["  (none)"]
+    if card:
         lines += ["", "Checks (latest result of each):"]
         lines += [f"  {c['result']:13s} {c.get('severity', ''):5s} {c['asset']}:{c['check']} {_scope(c)} " + (
             f"run {c['run_id']} at {c['evaluated_at']}" if c["run_id"] else
@@ -240,14 +466,6 @@ def render_text(r: Review) -> str:
         lines += ["", "Runs:"] + [f"  {x['run_id']}: {'; '.join(x['did'])}" for x in card["runs"]]
     if r.row:
         lines += ["", "Metadata row of this file:"] + [f"  {k} = {v}" for k, v in r.row.items()]
-    lines.append("")
-    if r.approval:
-        a = r.approval
-        lines.append(f"Approval  by {a.approved_by} at {a.approved_at}" + (f": {a.note}" if a.note else ""))
-        if r.approval_record:
-            lines.append("          matches the approval store (identifiable zone)")
-    else:
-        lines.append("Approval  none" + (" (held: waiting for `imaging-review approve`)" if r.state == "held" else ""))
     if r.traces:
         lines += ["", "Provenance (identifiable zone): release file <- de-identified output <- landing file"]
         for t in r.traces:
@@ -256,15 +474,29 @@ def render_text(r: Review) -> str:
                 continue
             p = t.record
             lines += [f"  {t.file}  sha256 {t.sha256}",
-                      f"    output   {p.output_path}",
+                      f"    output   {p.output_path}  sha256 {p.output_sha256}",
                       f"    landing  {p.source_path}  sha256 {p.source_sha256} ({t.landing})",
                       f"    run {p.run_id} (started {p.run_started_at})  partition {p.date}|{p.site}  "
                       f"code {p.code_version}",
                       f"    profile {p.deid_profile}; options {p.deid_options}"]
     if r.notes:
         lines += [""] + [f"Note: {n}" for n in r.notes]
-    lines += ["", f"Result    {verdict}"] + [f"  problem: {p}" for p in r.problems]
     return "\n".join(lines) + "\n"
+
+
+def report_sha256(r: Review) -> str:
+    return hashlib.sha256(evidence_text(r).encode()).hexdigest()
+
+
+def render_text(r: Review) -> str:
+    """The verdict, problems and decisions first, then the evidence, then the evidence's sha256."""
+    lines = _decision_lines(r)
+    if r.audit_events:
+        lines += ["Audit log (identifiable zone):"]
+        lines += [f"  {e.at} {e.event:8s}" + (f" by {e.principal}" if e.principal else "")
+                  + (f": {e.detail}" if e.detail else "") for e in r.audit_events]
+    return ("\n".join(lines) + "\n\n" + evidence_text(r)
+            + f"\nReview report sha256 {report_sha256(r)}   (the evidence above, from 'Release': what an approval signs)\n")
 
 
 def _warehouse() -> str | None:
@@ -274,8 +506,157 @@ def _warehouse() -> str | None:
     return value.rstrip("/") if "://" in value else os.path.abspath(os.path.expanduser(value))
 
 
+def _tables(warehouse: str | None) -> str | None:
+    """Where Spark's identifiable tables are: IMAGING_TABLES when set (tables apart from the files), else the
+    warehouse. The held, approval and audit folders are always under the warehouse."""
+    if not warehouse:
+        return None
+    value = os.environ.get("IMAGING_TABLES", "").strip()
+    return _local(value) if value else warehouse
+
+
 def _local(path: str) -> str:
     return path.rstrip("/") if "://" in path else os.path.abspath(os.path.expanduser(path))
+
+
+@dataclass(frozen=True)
+class Signed:
+    """A decision just recorded: its text, where it was stored, the review it was made on."""
+
+    text: DecisionText
+    stored: str
+    standing: Standing
+
+
+def sign_decision(path: str, kind: str, key: str, note: str | None = None, *, policy: ApprovalPolicy | None = None,
+                  seen: str | None = None, now: dt.datetime | None = None) -> Signed:
+    """Review the held release at `path`, then sign and record an approval or a rejection of it.
+
+    Refused: a key the allowed signers do not list, an approval of a release whose review fails or
+    that is rejected, a second decision of the same kind by the same principal. The signed text
+    names the release id and the sha256 of the review report (the evidence `imaging-review PATH`
+    prints, which is stored beside the signature in the identifiable zone). `seen`: the sha256 the
+    signer read on their report; refused when the review now says anything else.
+    """
+    if kind not in (APPROVE, REJECT):
+        raise ApprovalError(f"unknown decision {kind!r}")
+    note = (note or "").strip() or None
+    if kind == REJECT and not note:
+        raise ApprovalError("a rejection needs its reason (--reason)")
+    if note is not None and len(note) > 2000:
+        raise ApprovalError("a note is at most 2000 characters")
+    path = path.rstrip("/")
+    warehouse = warehouse_of_held(path)
+    policy = policy or ApprovalPolicy.load()
+    try:
+        public = public_key_of(key)
+    except (OSError, ValueError) as error:
+        raise ApprovalError(f"cannot read the key: {error}") from error
+    signer = policy.signers.principal_of(public)
+    if signer is None:
+        raise ApprovalError(f"the key {fingerprint(public)} is not listed in the allowed signers "
+                            f"({policy.signers.source}, IMAGING_APPROVERS): nothing recorded")
+    result = review(path, warehouse, policy)
+    if result.release_id is None or path.rsplit("/", 1)[-1] != result.release_id:
+        raise ApprovalError("the held folder's name is not its release id: nothing recorded")
+    if kind == APPROVE and not result.ok:
+        raise ApprovalError(f"the review fails ({len(result.all_problems)} problems, e.g. "
+                            f"{'; '.join(result.all_problems[:2])}; see `imaging-review {path}`): nothing approved")
+    if kind == APPROVE and result.standing is not None and result.standing.rejected:
+        raise ApprovalError("the release is rejected: it is never approved or published")
+    done = {d.text.principal for d in (result.standing.approvals if kind == APPROVE else result.standing.rejections)}
+    if signer.principal in done:
+        raise ApprovalError(f"{signer.principal} has already signed a decision '{kind}' on this release: "
+                            f"a second one is refused (approvals come from different people)")
+    if seen is not None and seen.strip().lower() != report_sha256(result):
+        raise ApprovalError("the review report is not the one you read (its sha256 differs): read it again, "
+                            "nothing recorded")
+    info = json.loads(fsx.read_bytes(f"{path}/release.json"))
+    text = DecisionText(kind, result.release_id, str(info["cohort"]), int(str(info["release"]).lstrip("v")),
+                        report_sha256(result), signer.principal, fingerprint(public),
+                        (now or dt.datetime.now(dt.timezone.utc)).replace(microsecond=0).isoformat(), note)
+    try:
+        signature = sign(text.render(), key)
+        if verify_signature(text.render(), signature).public_key != public:
+            raise SignatureError("the signature was made with another key than the one named")
+    except SignatureError as error:
+        raise ApprovalError(f"cannot sign: {error}") from error
+    stored = store_decision(warehouse, text, signature, evidence_text(result))
+    audit.record(warehouse, kind, text.release_id, text.cohort, text.version, principal=text.principal,
+                 key_fingerprint=text.key_fingerprint, detail=note)
+    standing = standing_of(text.release_id, load_decisions(warehouse, text.release_id), policy,
+                           bool((result.card or {}).get("pseudonym_key", {}).get("demo_key")))
+    return Signed(text, stored, standing)
+
+
+def render_diff(old: dict, new: dict) -> str:
+    """Two versions of a cohort, side by side: rows, patients, columns, options, code versions, selection."""
+    both = old["patients"] & new["patients"]
+    lines = [f"Old       {old['cohort']} {old['release']}", f"New       {new['cohort']} {new['release']}",
+             f"Rows      {old['rows']} -> {new['rows']} ({new['rows'] - old['rows']:+d})",
+             f"Patients  {len(old['patients'])} -> {len(new['patients'])}: {len(both)} in both, "
+             f"{len(new['patients'] - both)} added, {len(old['patients'] - both)} removed"]
+    added = [c for c in new["columns"] if c not in old["columns"]]
+    removed = [c for c in old["columns"] if c not in new["columns"]]
+    lines.append("Columns   " + ("unchanged" if not added and not removed else
+                                 f"added {', '.join(added) or '-'}; removed {', '.join(removed) or '-'}"))
+    lines.append("Options   " + ("unchanged" if old["options"] == new["options"] else
+                                 f"{', '.join(old['options'])} -> {', '.join(new['options'])}"))
+    assets = sorted(set(old["code_versions"]) | set(new["code_versions"]))
+    changed = [a for a in assets if old["code_versions"].get(a) != new["code_versions"].get(a)]
+    lines.append("Code      " + ("unchanged" if not changed else "; ".join(
+        f"{a} {old['code_versions'].get(a, '-')} -> {new['code_versions'].get(a, '-')}" for a in changed)))
+    lines.append("Selection " + ("unchanged" if old["selection"] == new["selection"] else
+                                 f"{old['selection']} -> {new['selection']}"))
+    lines.append("Minimum k " + ("unchanged" if old["min_k"] == new["min_k"] else f"{old['min_k']} -> {new['min_k']}"))
+    lines.append("Data      " + ("the same data digest" if old["data_digest"] == new["data_digest"] else
+                                 "different data digests"))
+    return "\n".join(lines) + "\n"
+
+
+COMMANDS = """commands:
+  imaging-review PATH [--html OUT]                          review a release folder or one file of it
+  imaging-review pending                                    held releases: path, cohort, version, id, status
+  imaging-review approve PATH --key PRIVATE_KEY [--note T]  sign an approval of a held release
+  imaging-review reject PATH --key PRIVATE_KEY --reason T   sign a rejection: never published
+  imaging-review diff OLD NEW                               compare two versions of a cohort
+  imaging-review demo-keys DIR                              write the two DEMO approver keys and their
+                                                            allowed-signers file (demo only)
+
+Run `imaging-review COMMAND --help` for a command's options."""
+
+
+def _sign_command(name: str, argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog=f"imaging-review {name}", description=(
+        "Review a held release, then sign an approval of its exact content with an OpenSSH key listed in "
+        "IMAGING_APPROVERS' allowed-signers file." if name == APPROVE else
+        "Sign a rejection of a held release: it is never published."))
+    parser.add_argument("path", help="a held release folder (from `imaging-review pending`)")
+    parser.add_argument("--key", required=True, help="your OpenSSH private key (Ed25519), e.g. ~/.ssh/id_ed25519")
+    parser.add_argument("--report-sha256", default=None, dest="seen",
+                        help="the sha256 on the last line of the report you read: refused if the review now differs")
+    if name == APPROVE:
+        parser.add_argument("--note", default=None, help="an optional note (a ticket, a condition)")
+    else:
+        parser.add_argument("--reason", required=True, help="why the release is rejected")
+    args = parser.parse_args(argv)
+    try:
+        signed = sign_decision(_local(args.path), name, args.key, args.note if name == APPROVE else args.reason,
+                               seen=args.seen)
+    except (ApprovalError, FileNotFoundError) as error:
+        print(f"imaging-review: {error}", file=sys.stderr)
+        return 1
+    t, st = signed.text, signed.standing
+    did = "approved" if name == APPROVE else "rejected"
+    print(f"{did} {t.cohort} v{t.version} release {t.release_id} as {t.principal} (key {t.key_fingerprint}); "
+          f"signed over review report {t.review_sha256}")
+    if name == REJECT:
+        print("the release is rejected: it is never published")
+    elif st.approved:
+        print(f"{st.summary()}: the next materialization of published_cohort publishes it")
+    else:
+        print(f"{st.summary()}: not published until {st.required} listed approvers have signed")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,32 +669,49 @@ def main(argv: list[str] | None = None) -> int:
         warehouse = _local(args.warehouse) if args.warehouse else _warehouse()
         if not warehouse:
             parser.error("set IMAGING_WAREHOUSE (held releases are in its identifiable zone) or pass --warehouse")
-        for held in list_held(warehouse):
-            print("\t".join([held.path, held.cohort, f"v{held.version}", held.release_id, held.status]))
-        return 0
-    if argv[:1] == ["approve"]:
-        parser = argparse.ArgumentParser(prog="imaging-review approve",
-                                         description="Record an approval of a held release's exact content.")
-        parser.add_argument("path", help="a held release folder (from `imaging-review pending`)")
-        parser.add_argument("--by", required=True, help="the approver's name")
-        parser.add_argument("--note", default=None)
-        args = parser.parse_args(argv[1:])
         try:
-            approval = record_approval(_local(args.path), args.by, args.note)
-        except (ApprovalError, FileNotFoundError) as error:
+            held_releases = list_held(warehouse)
+        except ApprovalError as error:  # an unreadable allowed-signers file: named, not a traceback
             print(f"imaging-review: {error}", file=sys.stderr)
             return 1
-        print(f"approved {approval.cohort} v{approval.version} release {approval.release_id} "
-              f"by {approval.approved_by} at {approval.approved_at}; "
-              f"the next materialization of published_cohort publishes it")
+        for held in held_releases:
+            print("\t".join([held.path, held.cohort, f"v{held.version}", held.release_id, held.status]))
         return 0
-    parser = argparse.ArgumentParser(prog="imaging-review", description=__doc__.splitlines()[0])
+    if argv[:1] in (["approve"], ["reject"]):
+        return _sign_command(argv[0], argv[1:])
+    if argv[:1] == ["diff"]:
+        parser = argparse.ArgumentParser(prog="imaging-review diff",
+                                         description="Compare two versions of a cohort (release folders).")
+        parser.add_argument("old")
+        parser.add_argument("new")
+        args = parser.parse_args(argv[1:])
+        try:
+            old, new = (release_summary(find_bundle_root(_local(p)).root) for p in (args.old, args.new))
+        except (FileNotFoundError, ValueError) as error:
+            print(f"imaging-review: {error}", file=sys.stderr)
+            return 1
+        sys.stdout.write(render_diff(old, new))
+        return 0
+    if argv[:1] == ["demo-keys"]:
+        from imaging.governance.signing import write_demo_keys
+
+        parser = argparse.ArgumentParser(prog="imaging-review demo-keys", description=(
+            "Write the two DEMO approver keys (public seeds: anybody can make them) and an allowed-signers file "
+            "listing them into DIR. For the demo only: the review flags their fingerprints."))
+        parser.add_argument("dir")
+        args = parser.parse_args(argv[1:])
+        print(write_demo_keys(_local(args.dir)))
+        return 0
+    parser = argparse.ArgumentParser(prog="imaging-review", description=__doc__.splitlines()[0],
+                                     usage="imaging-review {PATH [--html OUT] | pending | approve | reject | diff | "
+                                           "demo-keys} ...",
+                                     epilog=COMMANDS, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a release folder or one file of a release")
     parser.add_argument("--html", default=None, help="also write a self-contained HTML report here")
     args = parser.parse_args(argv)
     try:
         result = review(_local(args.path), _warehouse())
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ApprovalError) as error:
         print(f"imaging-review: {error}", file=sys.stderr)
         return 1
     sys.stdout.write(render_text(result))
@@ -324,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.html, "w", encoding="utf-8") as handle:
             handle.write(render_html(result))
         print(f"HTML report: {args.html}")
-    return 0 if result.ok else 1
+    return 0 if result.verdict == VERIFIED else 1
 
 
 if __name__ == "__main__":

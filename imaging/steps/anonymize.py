@@ -1,9 +1,9 @@
 """Per-file de-identification on Spark executors: read, de-identify, write to staging, describe.
 
 `AnonymizeJob` is everything a task needs (picklable; the key travels inside the task, never
-into a log). Its set-up (pseudonymizer, profile, the OCR detector for burned-in text) happens once
-per Spark partition. Patients are keyed on the namespace their site's configuration names
-(`platform/issuers.yaml`), whatever the file's IssuerOfPatientID says. Output
+into a log). Its set-up (pseudonymizer, profile) happens once per Spark partition; the OCR detector
+for burned-in text, the slow part, once per Python worker. Patients are keyed on the namespace their
+site's configuration names (`platform/issuers.yaml`), whatever the file's IssuerOfPatientID says. Output
 names are the new SOP Instance UIDs, so a retried task rewrites the same files, never new ones.
 """
 
@@ -21,7 +21,7 @@ import pydicom
 from imaging import fs as fsx
 from imaging.catalogue import ANONYMIZED_FILES
 from imaging.deid import NotDeidentifiable, deidentify, load_profile, to_bytes
-from imaging.deid.pixel_text import PixelTextDetector, PixelTextSettings
+from imaging.deid.pixel_text import PixelTextDetector, PixelTextSettings, shared_detector
 from imaging.issuers import IssuerPolicy
 from imaging.provenance import source_uid_hash
 from imaging.pseudonym import Pseudonymizer
@@ -105,9 +105,9 @@ class AnonymizeJob:
         return f"AnonymizeJob(options={self.options!r})"
 
     def __call__(self) -> "_Anonymizer":
-        # Once per partition: the pseudonymizer, the profile and Tesseract's model (the slow part).
-        return _Anonymizer(self, Pseudonymizer(self.key), load_profile(self.options),
-                           PixelTextDetector(self.pixel_text))
+        # Once per partition: the pseudonymizer and the profile; Tesseract's model (the slow part) once per
+        # Python worker, which runs task after task.
+        return _Anonymizer(self, Pseudonymizer(self.key), load_profile(self.options), shared_detector(self.pixel_text))
 
     def step(self) -> BatchStep:
         extra = outcome_extra(self.policy)
@@ -130,9 +130,6 @@ class _Anonymizer:
 
     def __call__(self, image: LinkedImage) -> PublishedImage | Quarantined:
         return self.publish(image)
-
-    def close(self) -> None:
-        self.detector.close()
 
     def publish(self, image: LinkedImage) -> PublishedImage | Quarantined:
         """One linked image -> its published description, or a quarantine record with the reason."""

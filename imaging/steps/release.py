@@ -1,9 +1,13 @@
-"""Cohort releases: copying published files into a release and checking what was copied."""
+"""Cohort releases: copying published files into a release (quasi-identifiers in their headers generalised
+as the metadata is) and checking what was copied."""
 
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 from imaging import fs as fsx
 from imaging.records import BatchStep, ReleaseFile, schema_of
@@ -18,6 +22,77 @@ class ReleaseSource:
     patient_pseudonym: str | None
     study_instance_uid: str | None
     sop_instance_uid: str | None
+    released: str | None = None  # JSON object: the release's value of each quasi-identifier column
+
+
+# DICOM's enumerated values of attributes a released value is written to; any other value is emptied.
+_ENUMERATED = {"PatientSex": frozenset({"M", "F", "O"})}
+
+
+@dataclass(frozen=True)
+class HeaderRule:
+    """How a quasi-identifier's DICOM attribute leaves in a released file: no finer than the metadata.
+
+    A banded value (an age band) cannot be written in DICOM's format (AS holds "059Y", never
+    "55-59"), so `remove` takes the attribute out; otherwise the attribute holds the release's own
+    value, and is emptied where the release has none (a patient without a clinical record), so a
+    null class in the metadata is a null class in the headers too.
+    """
+
+    keyword: str  # DICOM keyword, e.g. PatientSex
+    column: str  # the release metadata column holding the released value
+    remove: bool
+
+    def header_value(self, released) -> str | None:
+        """What the released header holds: the released value, or None (removed or empty)."""
+        if self.remove or released is None:
+            return None
+        value = str(released)
+        allowed = _ENUMERATED.get(self.keyword)
+        return value if value and (allowed is None or value in allowed) else None
+
+
+def generalise_header(data: bytes, rules: Sequence[HeaderRule], released: Mapping) -> bytes:
+    """A DICOM file's bytes with each rule's attribute as the release holds it; unchanged bytes when it
+    already does. Type 2 attributes present are emptied rather than removed, keeping the file valid."""
+    import pydicom
+
+    dataset = pydicom.dcmread(io.BytesIO(data))
+    changed = False
+    for rule in rules:
+        want = rule.header_value(released.get(rule.column))
+        if rule.keyword not in dataset:
+            if want is not None:
+                setattr(dataset, rule.keyword, want)
+                changed = True
+            continue
+        have = dataset[rule.keyword].value
+        if rule.remove:
+            delattr(dataset, rule.keyword)
+            changed = True
+        elif (str(have) if have not in (None, "") else None) != want:
+            dataset[rule.keyword].value = want if want is not None else ""
+            changed = True
+    if not changed:
+        return data
+    out = io.BytesIO()
+    pydicom.dcmwrite(out, dataset, enforce_file_format=False)
+    return out.getvalue()
+
+
+def header_values(data, keywords: Sequence[str]) -> dict[str, str | None]:
+    """Each keyword's value in a DICOM file's header (None: absent or empty), read up to the pixels.
+
+    `data`: the file's bytes, or an open binary file (only its header is read)."""
+    import pydicom
+
+    source = io.BytesIO(data) if isinstance(data, bytes) else data
+    dataset = pydicom.dcmread(source, stop_before_pixels=True, specific_tags=list(keywords))
+    out = {}
+    for keyword in keywords:
+        value = dataset[keyword].value if keyword in dataset else None
+        out[keyword] = str(value) if value not in (None, "") else None
+    return out
 
 
 def release_path(source: ReleaseSource) -> str:
@@ -35,15 +110,20 @@ class CopyJob:
 
     source_root: str
     target_root: str
+    rules: tuple[HeaderRule, ...] = ()  # quasi-identifier attributes generalised as the metadata is
 
     def __call__(self):
         return self.copy
 
     def copy(self, source: ReleaseSource) -> ReleaseFile:
+        """Copy one file, its quasi-identifier attributes generalised; returns the released file's sha256."""
         data = fsx.read_bytes(f"{self.source_root}/{source.output_path}")
         digest = hashlib.sha256(data).hexdigest()
         if digest != source.sha256:
             raise RuntimeError(f"manifest checksum mismatch for {source.output_path}")
+        if self.rules:
+            data = generalise_header(data, self.rules, json.loads(source.released or "{}"))
+            digest = hashlib.sha256(data).hexdigest()
         relative = release_path(source)
         fsx.write_under(self.target_root, relative, data)  # names are manifest values: never outside the release
         return ReleaseFile(relative, digest)
