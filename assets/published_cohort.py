@@ -11,7 +11,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from assets import quality as q
 from assets.checks import RULES, RecordedFacts, check_results, check_specs, publication_refusal, quality_context
-from automation.jobs import label_run
+from assets.run_tags import label_run
 from assets.governance import CODE_VERSIONS, DISCLOSURE, LINEAGE, column_lineage, definition_metadata
 from imaging import fs as fsx
 from imaging.catalogue import COHORTS, DEIDENTIFIED, LEDGER, REVIEWS, manifest

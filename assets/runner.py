@@ -15,8 +15,8 @@ Spark figure of each declared check (`FIGURES`). The runner owns the rest, the s
 3. otherwise the body's frames are staged into one journal commit (`imaging/driver/commit.py`) and
    applied; the quarantine reasons are tallied (a handful of fixed phrases, one aggregate);
 4. the checks, on what was committed, each stamped with the partitions it covered: the figures share their
-   passes over each table (`figures_scope`), a GX suite is validated beside the others, and the Spark
-   session and the GX import were started in the background once the run was known to have data;
+   passes over each table (`figures_scope`), and the Spark session was started in the background once the
+   run was known to have data;
 5. the `StepSummary`, then one materialization per site-day, each with its own counts, its own data
    version and the versions of its own inputs (`assets/versions.py`), and the run's totals and times
    under `run/`; last the check results.
@@ -41,7 +41,7 @@ from assets.quality import plain_plans, shared_passes
 from assets.governance import definition_metadata
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from assets.versions import EVENTS_LOGGED_BY_STEP, LANDING, landing_read, materialization, partition_versions
-from automation.jobs import label_run
+from assets.run_tags import label_run
 from imaging.catalogue import Folder, Table
 from imaging.driver.run_summary import OTHER, Counts, StageClock, StepSummary
 from imaging.quality.gate import covering
@@ -201,8 +201,8 @@ def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, .
         if body.idle(run):
             yield from _idle(run, body)
             return
-        # This run needs Spark and the checks' GX: start both now, in the background, so that the session
-        # is (being) made while the driver prepares the run, and the GX import overlaps the JVM's start.
+        # This run needs Spark: start it now, in the background, so that the session is (being) made while
+        # the driver prepares the run.
         warm_up(spark)
         yield from _run(run, body, figures)
 

@@ -21,7 +21,8 @@ from dagster import (AssetKey, AssetRecordsFilter, DefaultSensorStatus, MultiPar
 from assets.landing_zone import scan
 from assets.versions import observation
 from assets.partitions import SETTINGS
-from automation.jobs import LAUNCHED_BY, PIPELINE, REASON, site_day_pipeline
+from assets.run_tags import LAUNCHED_BY, REASON
+from automation.jobs import PIPELINE, site_day_pipeline
 from imaging.driver.landing import SensorCursor, bounded_cursor, plan_requests
 from resources.landing import LandingZone
 
