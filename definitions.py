@@ -12,17 +12,21 @@ from imaging.config_files import load_platform
 
 load_platform()
 
-from dagster import AssetSpec, Definitions, EnvVar, in_process_executor, map_asset_specs  # noqa: E402
+import datetime as dt  # noqa: E402
+
+from dagster import AssetSpec, Definitions, EnvVar, FreshnessPolicy, in_process_executor, map_asset_specs  # noqa: E402
 
 from assets.anonymized_images import anonymized_images
 from assets.checks import TABLE_CHECKS
-from assets.governance import CODE_VERSIONS, OWNERS, tags
+from assets.governance import CODE_VERSIONS, OWNERS, code_references, tags
+from imaging.catalogue import markdown_safe
 from assets.landing_zone import landing_zone
 from assets.linked_patient_metadata import linked_patient_metadata
 from assets.partitions import SETTINGS
 from assets.published_cohort import published_cohort
 from assets.raw_image_index import raw_image_index
 from automation.downstream import CATCH_UP, DOWNSTREAM, downstream_automation
+from automation.jobs import JOBS
 from automation.landing_sensor import landing_sensor
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
@@ -32,16 +36,28 @@ from resources.warehouse import Warehouse
 
 
 
+# Site-days land daily and the landing sensor runs each within minutes: an image asset with no new
+# materialization for a day is late (warn), for two days something is wrong (fail). published_cohort is
+# deliberate, on no cadence: it has no freshness policy.
+SITE_DAY_FRESHNESS = FreshnessPolicy.time_window(fail_window=dt.timedelta(hours=48), warn_window=dt.timedelta(hours=26))
+
+
 def policies(spec: AssetSpec) -> AssetSpec:
     """The shared asset policies, applied here once rather than in each asset's module: owners, the zone and
-    domain tags, the derived code version, the group, and automation. The downstream image assets catch up
+    domain tags, the derived code version, the freshness policy, the group (`imaging` for the site-day pipeline, `release` for
+    publishing), and automation. The downstream image assets catch up
     on updated site-days (`CATCH_UP`, evaluated by `downstream_automation`); raw_image_index runs from the
     landing sensor and published_cohort by hand. (The warehouse pool is the one policy Dagster cannot
     apply to a spec: `assets/runner.py` and `published_cohort` set it on their decorators.)"""
     name = spec.key.to_user_string()
     return spec.replace_attributes(
-        owners=OWNERS, tags={**spec.tags, **tags(name)}, code_version=CODE_VERSIONS[name], group_name="imaging",
-        automation_condition=CATCH_UP if name in DOWNSTREAM else spec.automation_condition)
+        owners=OWNERS, tags={**spec.tags, **tags(name)}, code_version=CODE_VERSIONS[name],
+        description=markdown_safe(spec.description or ""),
+        group_name="release" if name == "published_cohort" else "imaging",
+        automation_condition=CATCH_UP if name in DOWNSTREAM else spec.automation_condition,
+        freshness_policy=None if name == "published_cohort" else SITE_DAY_FRESHNESS,
+        # Each asset links to its module (and an image step to its declaration and runner) in the UI.
+        metadata={**spec.metadata, "dagster/code_references": code_references(name)})
 
 
 defs = Definitions(
@@ -49,6 +65,8 @@ defs = Definitions(
     assets=[landing_zone, *map_asset_specs(policies, [raw_image_index, linked_patient_metadata,
                                                                anonymized_images, published_cohort])],
     asset_checks=TABLE_CHECKS,
+    # The named jobs an operator launches (docs/ui.md): the site-day pipeline, and publishing.
+    jobs=JOBS,
     # Both off by default; docs/ui.md says what they do and how to turn them on.
     sensors=[landing_sensor, downstream_automation],
     resources={

@@ -38,6 +38,12 @@ def _started(context: AssetExecutionContext) -> str:
     return dt.datetime.fromtimestamp(start, dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
+def per_site_day(frame, size_column: str) -> dict[str, Footprint]:
+    """Files (rows) and bytes of `frame` per partition key, in one aggregate."""
+    return {f"{r['date']}|{r['site']}": Footprint(r["n"], r["bytes"] or 0)
+            for r in frame.groupBy("date", "site").agg(F.count("*").alias("n"), F.sum(size_column).alias("bytes")).collect()}
+
+
 def nothing_linked(run: StepRun) -> bool:
     return not run.warehouse.present(LINKED, run.keys)
 
@@ -55,8 +61,8 @@ def anonymize(run: StepRun) -> StepOutput:
     linked = run.read(LINKED)
     job = AnonymizeJob(deid.key, tuple(deid.options), run.policy, deid.issuer_policy(), deid.pixel_text_settings(),
                        staging=run.commit.staging(run.warehouse.zone(DEIDENTIFIED)))
-    sizes = linked.agg(F.count("*").alias("images"), F.sum("size_bytes").alias("bytes")).first()
-    images, bytes_in = sizes["images"], sizes["bytes"] or 0
+    read = per_site_day(linked, "size_bytes")
+    images, bytes_in = sum(f.files for f in read.values()), sum(f.bytes for f in read.values())
     tasks = max(1, math.ceil(images / run.landing.files_per_task))
     outcomes = map_batches(linked.repartition(tasks), job.step()).persist()
     with run.clock.stage("deidentify"), run.progress.track(run.context.log, session, label=ANONYMIZE.asset,
@@ -69,7 +75,6 @@ def anonymize(run: StepRun) -> StepOutput:
                   "deid_options": ",".join(deid.options), "code_version": CODE_VERSIONS[ANONYMIZE.asset],
                   "run_id": run.context.run.run_id, "run_started_at": _started(run.context)}
     # One pass each: a site's devices write a handful of IssuerOfPatientID values, whatever the input size.
-    done = published.agg(F.count("*").alias("n"), F.sum("output_size_bytes").alias("bytes")).first()
     issuers = issuer_statuses(job.issuers, linked.groupBy("site", "issuer_of_patient_id").count().collect())
     suspect = sum(issuers[s] for s in SUSPECT)
     if suspect:
@@ -79,9 +84,9 @@ def anonymize(run: StepRun) -> StepOutput:
         rows={ANONYMIZE.output_table(run.policy).name: published,
               LEDGER.name: published.withColumns({k: F.lit(v) for k, v in provenance.items()}),
               ANONYMIZE_QUARANTINE.name: outcomes.where(QUARANTINED)},
-        tallied=[outcomes], files_in=images, bytes_in=bytes_in,
+        tallied=[outcomes], read=read,
         # Batch folders are keyed tokens of the site-day: the manifest's path names no real date or site.
-        footprint=Footprint(done["n"], done["bytes"] or 0),
+        written=per_site_day(published, "output_size_bytes"),
         metadata={"spark_tasks": tasks, **deid_metadata(run, issuers)}, release=[outcomes])
 
 

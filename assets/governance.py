@@ -9,10 +9,15 @@ output. Edit any of them and Dagster shows the asset as changed; nobody bumps a 
 
 from __future__ import annotations
 
-from dagster import AssetKey, TableColumn, TableColumnDep, TableColumnLineage, TableSchema
+import warnings
+from pathlib import Path
+
+from dagster import (AssetKey, CodeReferencesMetadataValue, LocalFileCodeReference, TableColumn, TableColumnDep,
+                     TableColumnLineage, TableSchema)
 
 from assets.partitions import SETTINGS
-from imaging.catalogue import DEIDENTIFIED, LINKED, RAW_IMAGE_INDEX, Table, manifest
+from imaging.catalogue import (DEIDENTIFIED, LINKED, RAW_IMAGE_INDEX, Table, column_privacy, describe_column,
+                               manifest, markdown_safe)
 from imaging.driver.config import read_yaml
 from imaging.governance.code_version import code_version, module_files
 from imaging.governance.disclosure import DisclosurePolicy
@@ -58,16 +63,32 @@ def tags(asset: str) -> dict[str, str]:
     return {"zone": ZONES[asset], "domain": "ophthalmic-imaging"}
 
 
+# The clinical policy's identifiers and quasi-identifiers (under their own and their released names): the
+# columns the catalogue tags `privacy: identifier` / `privacy: quasi-identifier`.
+IDENTIFIERS = frozenset(POLICY_SPEC.get("identifiers") or ())
+QUASI_IDENTIFIERS = frozenset(n for q in DISCLOSURE.quasi_identifiers for n in (q.column, q.released_as))
+
+
+def column(name: str, type_: str, zone: str, description: str) -> TableColumn:
+    """One column of the catalogue: its type, what it means and, if it relates to a person, how."""
+    privacy = column_privacy(name, zone, IDENTIFIERS, QUASI_IDENTIFIERS)
+    return TableColumn(name, type_, description=markdown_safe(description), tags={"privacy": privacy} if privacy else None)
+
+
 def table_schema(table: Table) -> TableSchema:
-    """A catalogue table as Dagster's column schema (names and Arrow types)."""
-    return TableSchema(columns=[TableColumn(f.name, str(f.type)) for f in table.schema])
+    """A catalogue table as Dagster's column schema: names, Arrow types, descriptions and privacy tags
+    (the manifest's columns described by their lineage)."""
+    lineage = {e.column: f"{e.transform}: {e.description}" for e in LINEAGE if e.table == MANIFEST and e.column}
+    described = lineage if table.zone == DEIDENTIFIED else {}
+    return TableSchema(columns=[column(f.name, str(f.type), table.zone, described.get(f.name) or describe_column(f.name))
+                                for f in table.schema])
 
 
 def release_schema() -> TableSchema:
     """The columns of a release's metadata.parquet / metadata.csv."""
     types = {f.name: str(f.type) for f in manifest(POLICY).schema}
     columns = [e.column for e in LINEAGE if e.table == RELEASE and e.column]
-    return TableSchema(columns=[TableColumn(c, types.get(c, "string"), description=_describe(RELEASE, c))
+    return TableSchema(columns=[column(c, types.get(c, "string"), DEIDENTIFIED, _describe(RELEASE, c))
                                 for c in columns])
 
 
@@ -99,3 +120,27 @@ def definition_metadata(asset: str) -> dict:
     if asset == "published_cohort":
         out["dagster/column_lineage"] = column_lineage(RELEASE)
     return out
+
+
+# Code references are beta in Dagster 1.13; we depend on them deliberately.
+warnings.filterwarnings("ignore", message="Class `CodeReferencesMetadataValue`")
+warnings.filterwarnings("ignore", message="Class `LocalFileCodeReference`")
+
+_STEP_NAMES = {"raw_image_index": "INDEX", "linked_patient_metadata": "LINK", "anonymized_images": "ANONYMIZE"}
+
+
+def code_references(asset: str) -> CodeReferencesMetadataValue:
+    """Where an asset is written, for the UI's code references: its module, and for an image step its
+    declaration and the runner that turns it into an asset (Dagster's own would name only the runner)."""
+    root = Path(__file__).resolve().parent.parent
+
+    def line_of(path: Path, start: str) -> int:
+        lines = path.read_text().splitlines()
+        return next((i for i, text in enumerate(lines, 1) if text.startswith(start)), 1)
+
+    refs = [LocalFileCodeReference(file_path=str(root / "assets" / f"{asset}.py"), line_number=1, label="asset module")]
+    if asset in _STEP_NAMES:
+        declared, runner = root / "imaging/steps/declared.py", root / "assets/runner.py"
+        refs += [LocalFileCodeReference(file_path=str(declared), line_number=line_of(declared, f"{_STEP_NAMES[asset]} = "), label="step declaration"),
+                 LocalFileCodeReference(file_path=str(runner), line_number=line_of(runner, "def image_asset("), label="runner")]
+    return CodeReferencesMetadataValue(code_references=refs)

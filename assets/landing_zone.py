@@ -12,10 +12,11 @@ from __future__ import annotations
 import warnings
 
 from dagster import BetaWarning
-from dagster import (DataVersion, DataVersionsByPartition, MultiPartitionsDefinition, TimeWindowPartitionsDefinition,
-                     observable_source_asset)
+from dagster import DataVersionsByPartition, MultiPartitionsDefinition, TimeWindowPartitionsDefinition, observable_source_asset
 
 from assets.partitions import PARTITIONS, SETTINGS
+from imaging.catalogue import markdown_safe
+from assets.versions import observation
 from imaging.driver.landing import DateRange, LandingScan, scan_landing
 from resources.landing import LandingZone
 
@@ -42,9 +43,13 @@ def scan(root: str) -> LandingScan:
     name=KEY,
     partitions_def=PARTITIONS,
     group_name="imaging",
-    description="Identifiable zone, read-only. What the hospital has landed, per site-day: DICOM files under "
+    description=markdown_safe("Identifiable zone, read-only. What the hospital has landed, per site-day: DICOM files under "
                 "images/<site>/<date>/ and the clinical extract clinical/<site>/<date>.csv. The data version of a "
-                "site-day is the hash of its listing (paths, sizes, times); site-days with no files have none.",
+                "site-day is the hash of its listing (paths, sizes, times); site-days with no files have none."),
 )
-def landing_zone(landing: LandingZone) -> DataVersionsByPartition:
-    return DataVersionsByPartition({key: DataVersion(day.version) for key, day in scan(landing.root).site_days.items()})
+def landing_zone(context, landing: LandingZone) -> DataVersionsByPartition:
+    # Each site-day's observation is logged here, with its version and what it holds (Dagster's own would carry
+    # the version alone); nothing is left for Dagster to log.
+    for day in scan(landing.root).site_days.values():
+        context.log_event(observation(day))
+    return DataVersionsByPartition({})

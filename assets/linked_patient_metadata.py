@@ -7,7 +7,8 @@ from assets.linkage import as_of_join
 from assets.runner import Body, StepOutput, StepRun, image_asset
 from imaging.catalogue import CLINICAL_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX
 from imaging.records import QUARANTINED, ClinicalExtract, ClinicalRow, schema_of
-from imaging.steps.clinical import STUDY_BEFORE_BIRTH, ExtractJob, extracts_needed
+from imaging.driver.run_summary import Footprint
+from imaging.steps.clinical import STUDY_BEFORE_BIRTH, ExtractJob, extracts_by_site_day, extracts_needed
 from imaging.steps.declared import LINK
 from resources.spark import frame_of, map_batches
 
@@ -48,10 +49,13 @@ def link(run: StepRun) -> StepOutput:
     # Placeholder keys in the extracts are accounted to this run's own site-days (each extract once).
     own_rows = clinical.join(run.site_days().withColumnRenamed("date", "extract_date"), ["site", "extract_date"],
                              "left_semi")
-    read = run.warehouse.footprint(RAW_IMAGE_INDEX, run.keys)
+    # Per site-day: its index parts, and the extracts it accounts for (each extract once in the run).
+    extracts_of = extracts_by_site_day(run.keys, extracts)
+    read = {p: run.warehouse.footprint(RAW_IMAGE_INDEX, [k]) + Footprint(extracts_of[p], 0)
+            for p, k in zip(run.partitions, run.keys)}
     return StepOutput(
         rows={LINKED.name: linked, LINK_QUARANTINE.name: joined.where(QUARANTINED), CLINICAL_QUARANTINE.name: bad},
-        tallied=[joined, bad], files_in=read.files + len(extracts), bytes_in=read.bytes,
+        tallied=[joined, bad], read=read,
         given={"images": images, "clinical": clinical, "own_rows": own_rows},
         metadata={"images_with_clinical_record": linked_n, "images_without_clinical_record": images_n - linked_n,
                   "extracts_read": len(extracts)},

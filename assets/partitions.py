@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import warnings
 
 from dagster import (AssetExecutionContext, BackfillPolicy, BetaWarning, DailyPartitionsDefinition,
-                     MultiPartitionKey, MultiPartitionsDefinition, StaticPartitionsDefinition)
+                     MultiPartitionKey, MultiPartitionsDefinition, PartitionKeyRange, StaticPartitionsDefinition)
 
 from imaging.driver.config import Settings, load_settings
 from imaging.records import SiteDay
 
 
 def build_partitions(settings: Settings) -> MultiPartitionsDefinition:
+    # A data set that ends (the demo's) ends its partitions too: the UI then shows what exists, not years of
+    # empty days. Dagster's end date is exclusive.
+    end = (dt.date.fromisoformat(settings.end_date) + dt.timedelta(days=1)).isoformat() if settings.end_date else None
     return MultiPartitionsDefinition({
-        "date": DailyPartitionsDefinition(start_date=settings.start_date),
+        "date": DailyPartitionsDefinition(start_date=settings.start_date, end_date=end),
         "site": StaticPartitionsDefinition(list(settings.sites)),
     })
 
@@ -26,10 +30,24 @@ SINGLE_RUN = BackfillPolicy.single_run()
 warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=BetaWarning)
 
 
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+
+
+def run_partition_keys(context: AssetExecutionContext) -> list:
+    """The run's partition keys. A run over a range (a single-run backfill) is read from its range: Dagster 1.13's
+    job backfills (launched from a job's page) also stamp the range's first partition on the run as
+    `dagster/partition/<dimension>` tags, and Dagster then resolves `context.partition_keys` to that one
+    partition alone (dagster/_core/execution/job_backfill.py copies the first partition's tags)."""
+    tags = context.run.tags
+    if RANGE_START in tags and RANGE_END in tags:
+        return PARTITIONS.get_partition_keys_in_range(PartitionKeyRange(tags[RANGE_START], tags[RANGE_END]))
+    return list(context.partition_keys)
+
+
 def site_days(context: AssetExecutionContext) -> list[SiteDay]:
     """The site-days this run covers: one for a single partition, many for a backfill."""
     keys = set()
-    for key in context.partition_keys:
+    for key in run_partition_keys(context):
         dims = key.keys_by_dimension if isinstance(key, MultiPartitionKey) else dict(
             zip(("date", "site"), key.split("|")))
         keys.add(SiteDay(dims["date"], dims["site"]))

@@ -11,9 +11,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from assets import quality as q
 from assets.checks import RULES, RecordedFacts, check_results, check_specs, publication_refusal, quality_context
+from assets.run_tags import label_run
 from assets.governance import CODE_VERSIONS, DISCLOSURE, LINEAGE, column_lineage, definition_metadata
 from imaging import fs as fsx
-from imaging.catalogue import COHORTS, DEIDENTIFIED, LEDGER, manifest
+from imaging.catalogue import COHORTS, DEIDENTIFIED, LEDGER, REVIEWS, manifest
 from imaging.driver.config import PLATFORM_DIR
 from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH, REJECTED, UNCHANGED, ApprovalError,
                                          ApprovalPolicy, Decision, ReleaseKey, ReleasePlan, building_url, carry_out,
@@ -199,6 +200,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
 def published_cohort(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
                      warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
     started = time.monotonic()
+    label_run(context)  # who launched the run and why, when its launcher did not say
     # Across runs: a failed ERROR check on any partition this reads (every manifest partition) holds
     # publication until the partition is fixed and re-materialized. Nothing is staged before this.
     refusal = publication_refusal(context.instance)
@@ -253,6 +255,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     except ApprovalError as error:
         raise Failure(str(error)) from error
     paths = {name: warehouse.relative(o.path) for name, o in outcomes.items() if o.path is not None}
+    links = release_links(warehouse, plans, outcomes)
 
     # Every published release of these cohorts verifies against its SHA256SUMS (data-quality check).
     released = {name: warehouse.url(COHORTS, name, p.cohort.release) for name, p in plans.items()
@@ -278,5 +281,31 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         "images": {name: p.images for name, p in plans.items()},
         "min_k": DISCLOSURE.min_k,
         "dagster/column_lineage": column_lineage(RELEASE),
+        **links,
     })
+
+
+def release_links(warehouse: Warehouse, plans: dict[str, ReleasePlan], outcomes: dict) -> dict[str, MetadataValue]:
+    """Links the UI opens, per cohort: the held release (`held/<cohort>`, waiting for approval) or the
+    published one (`release/<cohort>`), and its review report (`review/<cohort>`): imaging-review's HTML,
+    written to identifiable/reviews/ when the release is new or changed state (held, published)."""
+    from imaging.governance.review import review
+    from imaging.governance.review_html import render_html
+
+    links = {}
+    for name, outcome in sorted(outcomes.items()):
+        action = plans[name].decision.action
+        if outcome.path is None or action not in (HOLD, PUBLISH, UNCHANGED):
+            continue
+        report = warehouse.url(REVIEWS, f"{name}-{outcome.release_id}.html")
+        if action != UNCHANGED or not fsx.exists(report):
+            fsx.write_atomic(report, render_html(review(outcome.path, warehouse.root)).encode())
+        links[f"{'held' if action == HOLD else 'release'}/{name}"] = _link(outcome.path)
+        links[f"review/{name}"] = _link(report)
+    return links
+
+
+def _link(url: str) -> MetadataValue:
+    """A warehouse location as a link the UI renders (a local path as a file: URL)."""
+    return MetadataValue.url(url if "://" in url else f"file://{url}")
 

@@ -8,6 +8,7 @@ from assets import quality as q
 from assets.runner import Body, StepOutput, StepRun, image_asset
 from imaging import fs as fsx
 from imaging.catalogue import INDEX_QUARANTINE, RAW_IMAGE_INDEX
+from imaging.driver.run_summary import Footprint
 from imaging.records import QUARANTINED, SiteDayFolder, schema_of
 from imaging.steps.declared import INDEX
 from imaging.steps.index import DUPLICATES, ELSEWHERE, LIST, IndexJob, IndexRules, site_day_url
@@ -33,6 +34,7 @@ def index(run: StepRun) -> StepOutput:
         per_partition = listing.groupBy(q.partition_key().alias("p")).agg(
             F.count(F.lit(1)).alias("n"), F.sum("size_bytes").alias("bytes")).collect()
         listed_by_partition = {r["p"]: r["n"] for r in per_partition}
+        read = {r["p"]: Footprint(r["n"], r["bytes"] or 0) for r in per_partition}
         listed, listed_bytes = sum(listed_by_partition.values()), sum(r["bytes"] or 0 for r in per_partition)
     tasks = max(1, math.ceil(listed / landing.files_per_task))
     rules = IndexRules(placeholders=frozenset(run.ctx.rules.placeholder_list), today=run.ctx.today.isoformat())
@@ -45,7 +47,7 @@ def index(run: StepRun) -> StepOutput:
         outcomes.count()  # read every header exactly once; the tables below are written from the persisted rows
     return StepOutput(
         rows={RAW_IMAGE_INDEX.name: outcomes.where(~F.expr(QUARANTINED)), INDEX_QUARANTINE.name: outcomes.where(QUARANTINED)},
-        tallied=[outcomes], files_in=listed, bytes_in=listed_bytes, given={"listed": listed_by_partition},
+        tallied=[outcomes], read=read, given={"listed": listed_by_partition},
         metadata={"spark_tasks": tasks}, release=[listing, outcomes])
 
 

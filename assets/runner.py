@@ -15,9 +15,15 @@ Spark figure of each declared check (`FIGURES`). The runner owns the rest, the s
 3. otherwise the body's frames are staged into one journal commit (`imaging/driver/commit.py`) and
    applied; the quarantine reasons are tallied (a handful of fixed phrases, one aggregate);
 4. the checks, on what was committed, each stamped with the partitions it covered: the figures share their
-   passes over each table (`figures_scope`), a GX suite is validated beside the others, and the Spark
-   session and the GX import were started in the background once the run was known to have data;
-5. the `StepSummary` and the `MaterializeResult` with the check results.
+   passes over each table (`figures_scope`), and the Spark session was started in the background once the
+   run was known to have data;
+5. the `StepSummary`, then one materialization per site-day, each with its own counts, its own data
+   version and the versions of its own inputs (`assets/versions.py`), and the run's totals and times
+   under `run/`; last the check results.
+
+Time is accounted in full: the wait for the Spark session (`spark_start`), each declared stage, the tally
+(`count`), the checks and what falls between them (`other`) add up to the step's wall time, in the
+metadata (`run/seconds/<stage>`) and as log lines.
 
 Shared policies (owners, tags, code version, automation) are applied in `definitions.py`.
 """
@@ -34,8 +40,10 @@ from assets.checks import check_results, check_specs, quality_context, summary
 from assets.quality import plain_plans, shared_passes
 from assets.governance import definition_metadata
 from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
+from assets.versions import EVENTS_LOGGED_BY_STEP, LANDING, landing_read, materialization, partition_versions
+from assets.run_tags import label_run
 from imaging.catalogue import Folder, Table
-from imaging.driver.run_summary import StageClock, StepSummary
+from imaging.driver.run_summary import OTHER, Counts, StageClock, StepSummary
 from imaging.quality.gate import covering
 from imaging.quality.outcomes import CheckOutcome
 from imaging.quality.rules import QualityContext
@@ -55,6 +63,11 @@ from resources.warehouse import WAREHOUSE_POOL, Warehouse
 BATCH = ("batch",)  # the partitioning of what is written per opaque batch of a site-day
 
 
+def stages(step: ImageStep) -> tuple[str, ...]:
+    """Every stage a step's clock reports: the wait for Spark, the step's own, the tally, the checks, the rest."""
+    return ("spark_start", *step.stages, "count", "checks", OTHER)
+
+
 @dataclass
 class StepRun:
     """One run of a step: its site-days, its clock and its resources, for the body and the figures."""
@@ -72,7 +85,9 @@ class StepRun:
 
     @cached_property
     def session(self):
-        return self.spark.spark_session
+        # The session was started in the background (`warm_up`): what is left of its start is waited here.
+        with self.clock.stage("spark_start"):
+            return self.spark.spark_session
 
     @cached_property
     def ctx(self) -> QualityContext:
@@ -115,12 +130,11 @@ class StepOutput:
     """What a step's body hands the runner: its rows, what to tally, and what its check figures read."""
 
     rows: Mapping[str, DataFrame]            # table name -> rows to write over the run's partitions
-    tallied: Sequence[DataFrame]             # frames whose `reason` is tallied (null: the row is ok)
-    files_in: int
-    bytes_in: int
+    tallied: Sequence[DataFrame]             # frames whose `reason` is tallied per (date, site) (null: ok)
+    read: Mapping[str, Footprint]            # partition key -> files and bytes read for it
     given: Mapping[str, object] = field(default_factory=dict)  # named inputs of the Spark figures
     metadata: Mapping[str, object] = field(default_factory=dict)
-    footprint: Footprint | None = None       # files and bytes written; None: the output table's
+    written: Mapping[str, Footprint] | None = None  # partition key -> files and bytes written; None: the output table's
     release: Sequence[DataFrame] = ()        # persisted frames to unpersist once checked
 
 
@@ -168,7 +182,7 @@ def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, .
 
     @asset(
         name=step.asset,
-        deps=[step.input],
+        deps=list(step.deps),
         partitions_def=PARTITIONS,
         backfill_policy=SINGLE_RUN,
         kinds=set(step.kinds),
@@ -178,15 +192,19 @@ def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, .
         description=step.description,
     )
     def _asset(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone, warehouse: Warehouse,
-               deid: Deidentifier, progress: SparkProgress) -> MaterializeResult:
-        run = StepRun(context, step, site_days(context), StageClock(step.stages), spark, landing, warehouse, deid,
-                      progress)
+               deid: Deidentifier, progress: SparkProgress):
+        label_run(context)  # who launched the run and why, when its launcher did not say
+        clock = StageClock(stages(step), log=context.log.info, label=step.asset)
+        run = StepRun(context, step, site_days(context), clock, spark, landing, warehouse, deid, progress)
+        if LANDING in step.deps:  # the landing it reads, recorded before it reads it (yielded: stored at once)
+            yield from landing_read(context.instance, landing.root, run.keys)
         if body.idle(run):
-            return _idle(run, body)
-        # This run needs Spark and the checks' GX: start both now, in the background, so that the session
-        # is (being) made while the driver prepares the run, and the GX import overlaps the JVM's start.
+            yield from _idle(run, body)
+            return
+        # This run needs Spark: start it now, in the background, so that the session is (being) made while
+        # the driver prepares the run.
         warm_up(spark)
-        return _run(run, body, figures)
+        yield from _run(run, body, figures)
 
     return _asset
 
@@ -217,19 +235,23 @@ def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figur
             warehouse.stage(commit, out.rows[table.name], table, run.partitions_of(table))
         commit.build().apply()
 
-    # One aggregate per frame: the reasons are a handful of fixed phrases whatever the input size.
-    tally: dict[str | None, int] = {}
-    for frame in out.tallied:
-        for row in frame.groupBy("reason").count().collect():
-            tally[row["reason"]] = tally.get(row["reason"], 0) + row["count"]
-    rows_out = tally.pop(None, 0)
-    run.context.log.info(f"{len(run.keys)} site-days: {out.files_in} in, {rows_out} out, "
-                         f"{sum(tally.values())} quarantined")
+    # One aggregate per frame: a handful of fixed reason phrases per site-day, whatever the input size.
+    with run.clock.stage("count"):
+        tally = tallies(run, out.tallied)
+    written = out.written or {p: warehouse.footprint(step.output_table(run.policy), [k])
+                              for p, k in zip(run.partitions, run.keys)}
+    by_partition = {p: Counts(files_in=out.read.get(p, Footprint()).files, bytes_in=out.read.get(p, Footprint()).bytes,
+                              rows_out=tally[p].pop(None, 0), files_out=written.get(p, Footprint()).files,
+                              bytes_out=written.get(p, Footprint()).bytes, quarantined=tally[p])
+                    for p in run.partitions}
+    total = sum(by_partition.values(), Counts())
+    run.context.log.info(f"{len(run.keys)} site-days: {total.files_in} in, {total.rows_out} out, "
+                         f"{total.quarantined_total} quarantined")
 
     # Data quality on what was committed, in declared order.
     given = Figures(run, out.given)
     computed: dict[str, CheckOutcome] = {}
-    with figures_scope(run):
+    with run.clock.stage("checks"), figures_scope(run):
         for figure in figures.values():
             result = figure(given)
             for outcome in ([result] if isinstance(result, CheckOutcome) else result):
@@ -238,24 +260,28 @@ def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figur
     for frame in out.release:
         frame.unpersist()
 
-    written = out.footprint or warehouse.footprint(step.output_table(run.policy), run.keys)
-    return _result(run, checks, StepSummary(
-        partitions=len(run.keys), files_in=out.files_in, bytes_in=out.bytes_in, rows_out=rows_out,
-        files_out=written.files, bytes_out=written.bytes, quarantined=tally, stage_seconds=run.clock.seconds,
-        known_reasons=step.known_reasons, outputs=_outputs(run)), {**out.metadata, "table_unchanged": False})
+    yield from _result(run, checks, by_partition, {**out.metadata, "table_unchanged": False})
 
 
-def _idle(run: StepRun, body: Body) -> MaterializeResult:
+def tallies(run: StepRun, frames: Sequence[DataFrame]) -> dict[str, dict[str | None, int]]:
+    """Per partition key, rows by reason (None: the row is ok), every partition of the run present."""
+    tally: dict[str, dict[str | None, int]] = {p: {} for p in run.partitions}
+    for frame in frames:
+        for row in frame.groupBy("date", "site", "reason").count().collect():
+            counts = tally.setdefault(f"{row['date']}|{row['site']}", {})
+            counts[row["reason"]] = counts.get(row["reason"], 0) + row["count"]
+    return tally
+
+
+def _idle(run: StepRun, body: Body):
     """Nothing to do: every output partition emptied through the journal, every check its empty-day figure."""
     step = run.step
     with run.clock.stage("commit"):
         emptied = commit_empty(run)
     run.context.log.info(f"{len(run.keys)} site-days: {step.idle}, {emptied.partitions_emptied} partitions emptied")
     checks = [covering(o, run.partitions) for o in empty_outcomes(step, run.ctx)]
-    return _result(run, checks, StepSummary(
-        partitions=len(run.keys), files_in=0, bytes_in=0, rows_out=0, files_out=0, bytes_out=0, quarantined={},
-        stage_seconds=run.clock.seconds, known_reasons=step.known_reasons, outputs=_outputs(run)),
-        {**body.idle_metadata(run), "table_unchanged": not emptied.changed})
+    yield from _result(run, checks, {p: Counts() for p in run.partitions},
+                       {**body.idle_metadata(run), "table_unchanged": not emptied.changed})
 
 
 @dataclass(frozen=True)
@@ -291,10 +317,26 @@ def _outputs(run: StepRun) -> dict[str, str]:
             for label, entry in run.step.outputs(run.policy).items()}
 
 
-def _result(run: StepRun, checks: list[CheckOutcome], step: StepSummary, metadata: dict) -> MaterializeResult:
-    return MaterializeResult(metadata={
-        **step.values(), **metadata, **summary(checks),
-        # Which key keyed the pseudonyms, batch tokens and offenders: its fingerprint, never the key.
-        **run.deid.run_metadata(),
-        "summary": MetadataValue.md(step.markdown(run.step.asset)),
-    }, check_results=check_results(checks, run.context.log))
+def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Counts], metadata: dict):
+    """One materialization per site-day (its own counts, data version and inputs' versions; the run's totals
+    and times under `run/`), then the check results. Dagster adds no run-wide materialization of its own."""
+    context, asset = run.context, run.step.asset
+    wall = run.clock.finish()
+    run.context.log.info(run.clock.breakdown() + f" (step {wall:.1f} s)")
+    summary_ = StepSummary(by_partition=by_partition, stage_seconds=dict(run.clock.seconds),
+                           known_reasons=run.step.known_reasons, outputs=_outputs(run))
+    shared = {**metadata, **summary(checks),
+              # Which key keyed the pseudonyms, batch tokens and offenders: its fingerprint, never the key.
+              **run.deid.run_metadata()}
+    versions = partition_versions(context.instance, run.partitions, code_version(context, asset), run.step.deps,
+                                  observed=frozenset({LANDING}))
+    for partition in run.partitions:
+        yield materialization(asset, versions[partition], {
+            **summary_.values(partition), **shared,
+            "summary": MetadataValue.md(summary_.markdown(asset, partition))})
+    yield MaterializeResult(metadata=EVENTS_LOGGED_BY_STEP, check_results=check_results(checks, context.log))
+
+
+def code_version(context: AssetExecutionContext, asset: str) -> str:
+    """The asset's code version as deployed (definitions.py derives it); the run id if it has none, as Dagster does."""
+    return context.assets_def.specs_by_key[context.assets_def.key].code_version or context.run.run_id

@@ -16,12 +16,15 @@ The conditions are evaluated by `downstream_automation`, off by default like the
 
 from __future__ import annotations
 
-from dagster import AssetKey, AutomationCondition, AutomationConditionSensorDefinition, DefaultSensorStatus
+from dagster import AssetKey, AssetSelection, AutomationCondition, AutomationConditionSensorDefinition, DefaultSensorStatus
 
+# The downstream steps also read the landing zone directly (its extracts and files), but a new landing is
+# the landing sensor's to run, through the whole chain: an observation alone must not start them.
+LANDING = AssetSelection.assets("landing_zone")
 CATCH_UP = (
-    AutomationCondition.any_deps_updated().since_last_handled()
-    & ~AutomationCondition.any_deps_missing()
-    & ~AutomationCondition.any_deps_in_progress()
+    AutomationCondition.any_deps_updated().ignore(LANDING).since_last_handled()
+    & ~AutomationCondition.any_deps_missing().ignore(LANDING)
+    & ~AutomationCondition.any_deps_in_progress().ignore(LANDING)
     & ~AutomationCondition.in_progress()
 ).with_label("catch up on updated site-days")
 

@@ -120,6 +120,7 @@ APPROVALS = Folder(IDENTIFIABLE, "approvals",
                    "with the review report each signer saw (write once)")
 AUDIT = Folder(IDENTIFIABLE, "audit", "the release audit log: one write-once, chained JSON file per hold, approval, "
                                       "rejection and publication")
+REVIEWS = Folder(IDENTIFIABLE, "reviews", "review reports of releases (imaging-review's HTML), <cohort>-<release id>.html")
 
 _MANIFEST_FIELDS = (
     "output_path", "sha256", "size_bytes", "patient_pseudonym", "study_instance_uid", "series_instance_uid",
@@ -153,3 +154,77 @@ def partition_dir(table: Table, values) -> str:
     elif not isinstance(values, Mapping):
         values = dict(zip(table.partition_by, values))
     return "/".join(f"{c}={values[c]}" for c in table.partition_by)
+
+
+# --- Columns: what each means, and which identify someone ------------------------------------------------
+
+# Column tags (`privacy`): how a value relates to a person. Identifiers and quasi-identifiers are the clinical
+# policy's (platform/clinical_policy.yaml, `identifiers:` and `quasi_identifiers:`); the hospital's own DICOM
+# UIDs and record map are identifiers wherever they are kept as read (the identifiable zone).
+IDENTIFIER, QUASI_IDENTIFIER, PSEUDONYM = "identifier", "quasi-identifier", "pseudonym"
+_AS_READ = ("study_instance_uid", "series_instance_uid", "sop_instance_uid", "clinical")
+
+COLUMN_DESCRIPTIONS = {
+    "date": "the site-day's date (partition)",
+    "site": "the site's key (partition)",
+    "source_path": "the landed file, as the landing zone names it",
+    "size_bytes": "the file's size in bytes",
+    "sha256": "sha256 of the whole file",
+    "reason": "why the input was held back: a fixed phrase, never a value from it",
+    "sop_instance_uid": "DICOM SOPInstanceUID",
+    "study_instance_uid": "DICOM StudyInstanceUID",
+    "series_instance_uid": "DICOM SeriesInstanceUID",
+    "sop_class_uid": "DICOM SOPClassUID (the kind of image)",
+    "modality": "DICOM Modality (OPT, OP, ...)",
+    "laterality": "DICOM ImageLaterality or Laterality (R, L)",
+    "patient_id": "DICOM PatientID as the site assigned it",
+    "issuer_of_patient_id": "DICOM IssuerOfPatientID as the file says (the site's configured namespace is used)",
+    "study_date": "DICOM StudyDate",
+    "study_time": "DICOM StudyTime",
+    "manufacturer": "DICOM Manufacturer",
+    "model": "DICOM ManufacturerModelName",
+    "rows": "DICOM Rows (pixels)",
+    "columns": "DICOM Columns (pixels)",
+    "number_of_frames": "DICOM NumberOfFrames",
+    "transfer_syntax_uid": "DICOM TransferSyntaxUID of the file",
+    "has_clinical_record": "whether a clinical record dated on or before the image was found",
+    "clinical_extract_date": "the date of the extract the record came from",
+    "clinical": "the patient's as-of clinical record, columns as the site names them",
+    "source_sha256": "sha256 of the landed file",
+    "source_uid_hash": "keyed hash of the source SOP Instance UID (links a published file to its source)",
+    "batch": "the opaque batch folder of the site-day (a keyed token, names no date or site)",
+    "output_path": "the de-identified file, relative to the de-identified zone",
+    "output_sha256": "sha256 of the de-identified file",
+    "output_size_bytes": "size of the de-identified file in bytes",
+    "patient_pseudonym": "keyed pseudonym of the patient, stable across sites and runs",
+    "run_id": "the Dagster run that wrote the row",
+    "run_started_at": "when that run started (UTC)",
+    "code_version": "the asset's code version that wrote the row",
+    "deid_profile": "the de-identification profile",
+    "deid_options": "the de-identification options",
+}
+
+
+def column_privacy(column: str, zone: str, identifiers, quasi_identifiers) -> str | None:
+    """The `privacy` tag of `column` in a table of `zone`: IDENTIFIER, QUASI_IDENTIFIER, PSEUDONYM or None.
+
+    `identifiers` and `quasi_identifiers` are the clinical policy's column names (a quasi-identifier under its
+    own name and the name it is released as)."""
+    if column == "patient_pseudonym":
+        return PSEUDONYM
+    if column in identifiers or (zone == IDENTIFIABLE and column in _AS_READ):
+        return IDENTIFIER
+    if column in quasi_identifiers:
+        return QUASI_IDENTIFIER
+    return None
+
+
+def describe_column(column: str) -> str:
+    """A column's description for the catalogue (a manifest's clinical column: the policy names it)."""
+    return COLUMN_DESCRIPTIONS.get(column, "a clinical field the clinical policy releases")
+
+
+def markdown_safe(text: str) -> str:
+    """`text` for a field the UI renders as Markdown: `<site>`-style placeholders escaped, so they are shown
+    rather than swallowed as HTML tags."""
+    return text.replace("<", "\\<").replace(">", "\\>")

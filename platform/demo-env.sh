@@ -14,6 +14,14 @@ if [ -z "${IMAGING_MIN_K:-}" ]; then
   export IMAGING_MIN_K=1
   echo "NOTE: the demo hospital has 12 patients, so the demo lowers the k-anonymity minimum to 1 (default 5; the data card records it)."
 fi
+if [ -z "${IMAGING_END_DATE:-}" ] && [ -x .venv/bin/python ]; then
+  # The demo's hospital is three days from the first date partition: its partitions end there too, so the UI's
+  # partition grids show what exists (not years of empty days up to today). Unset for real data.
+  IMAGING_END_DATE="$(.venv/bin/python -c 'import datetime as dt
+from imaging.driver.config import load_settings
+print(dt.date.fromisoformat(load_settings().start_date) + dt.timedelta(days=2))')"
+  export IMAGING_END_DATE
+fi
 if [ -z "${IMAGING_APPROVERS:-}" ]; then
   # Two DEMO approver keys (public seeds: anybody can make them) in the demo's data folder, never in the
   # repository or the de-identified zone; the review flags their fingerprints.

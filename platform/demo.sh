@@ -8,36 +8,49 @@ cd "$(dirname "$0")/.."
 source platform/demo-env.sh
 cp platform/dagster.yaml "$DAGSTER_HOME/dagster.yaml"
 
-# Three demo days from the configured start date, for every configured site.
+# The demo's days: from the configured start date to the end date demo-env.sh set, for every configured site.
 read -r SITES FIRST LAST < <(.venv/bin/python -c '
-import datetime as dt
 from imaging.driver.config import load_settings
-s = load_settings(); d0 = dt.date.fromisoformat(s.start_date)
-print(",".join(s.sites), d0, d0 + dt.timedelta(days=2))')
+s = load_settings()
+print(",".join(s.sites), s.start_date, s.end_date)')
 FIRST_SITE="${SITES%%,*}"; LAST_SITE="${SITES##*,}"
-DATES="$FIRST,$(date -d "$FIRST + 1 day" +%F),$LAST"
+DATES="$(.venv/bin/python -c 'import datetime as dt, sys
+a, b = (dt.date.fromisoformat(d) for d in sys.argv[1:])
+print(",".join(str(a + dt.timedelta(days=i)) for i in range((b - a).days + 1)))' "$FIRST" "$LAST")"
+
+# The demo's runs are launched through the instance, as the UI launches them: queued, started by the daemon
+# from the code location (workspace.yaml). So they carry the code location and show in the UI's Overview, the
+# jobs' pages and the run list, with who launched them and why (imaging/launched_by, imaging/reason).
+mkdir -p data
+setsid .venv/bin/dagster-daemon run -w workspace.yaml >data/dagster-daemon.log 2>&1 &
+DAEMON=$!
+stop_daemon() { kill -TERM -- "-$DAEMON" 2>/dev/null || true; wait "$DAEMON" 2>/dev/null || true; }
+trap stop_daemon EXIT
+launch() {  # JOB REASON [FIRST_PARTITION...LAST_PARTITION]
+  local job="$1" reason="$2" range="${3:-}" id tags
+  id="$(.venv/bin/python -c 'import uuid; print(uuid.uuid4())')"
+  tags="{\"imaging/launched_by\": \"platform/demo.sh\", \"imaging/reason\": \"$reason\""
+  if [ -n "$range" ]; then
+    tags="$tags, \"dagster/asset_partition_range_start\": \"${range%...*}\", \"dagster/asset_partition_range_end\": \"${range#*...}\""
+  fi
+  # Its code server's chatter goes to a log; shown only if the launch fails.
+  if ! .venv/bin/dagster job launch -w workspace.yaml -j "$job" --run-id "$id" --tags "$tags}" \
+       >data/dagster-launch.log 2>&1; then
+    cat data/dagster-launch.log >&2
+    exit 1
+  fi
+  .venv/bin/python platform/await_run.py "$id"
+}
 
 echo "== Generating a synthetic hospital in $IMAGING_LANDING (sites $SITES, $FIRST to $LAST)"
 .venv/bin/python -m synth --out "$IMAGING_LANDING" --seed 7 --sites "$SITES" --dates "$DATES"
 
-# As the landing sensor does before it requests a run: the data cards then name each input's landing version.
-echo "== Observing landing_zone: one data version per landed site-day (a hash of its listing)"
-.venv/bin/python -c '
-from dagster import DagsterInstance
-from dagster._core.definitions.observe import observe
-
-from assets.landing_zone import landing_zone
-from definitions import defs
-
-with DagsterInstance.get() as instance:
-    result = observe([landing_zone], instance=instance, resources={"landing": defs.resources["landing"]})
-    print(f"{len(result.get_asset_observation_events())} landed site-days observed")'
-echo "== Materializing raw_image_index, linked_patient_metadata, anonymized_images ($FIRST..$LAST x $SITES, one run)"
-.venv/bin/dagster asset materialize -m definitions \
-  --select raw_image_index,linked_patient_metadata,anonymized_images \
-  --partition-range "$FIRST|$FIRST_SITE...$LAST|$LAST_SITE"
-echo "== Materializing published_cohort: each release is built and held for approval"
-.venv/bin/dagster asset materialize -m definitions --select published_cohort
+# No separate observation of landing_zone: the pipeline's run records the landing version of each site-day it
+# reads (as the landing sensor would), so the data cards and the UI's lineage name it.
+echo "== Job site_day_pipeline: raw_image_index, linked_patient_metadata, anonymized_images ($FIRST..$LAST x $SITES, one run)"
+launch site_day_pipeline "the demo's hospital, every site-day" "$FIRST|$FIRST_SITE...$LAST|$LAST_SITE"
+echo "== Job publish: each release is built and held for approval"
+launch publish "build the demo's releases and hold them for approval"
 echo "== Held releases (imaging-review pending: path, cohort, version, release id, status)"
 .venv/bin/imaging-review pending
 echo "NOTE: the demo approves its own releases with two DEMO approver keys ($IMAGING_APPROVERS lists them;"
@@ -55,8 +68,9 @@ fi
       --note "approved by platform/demo.sh with a DEMO key, not by a reviewer"
   done
 done
-echo "== Materializing published_cohort again: publishes exactly what was approved"
-.venv/bin/dagster asset materialize -m definitions --select published_cohort
+echo "== Job publish again: publishes exactly what was approved"
+launch publish "publish what the demo approved"
+stop_daemon
 
 echo "== What was made"
 .venv/bin/python -m imaging.governance.report

@@ -159,7 +159,7 @@ GROUP_SECONDS = {
     SESSION_WORLD: 180,
     "test_quality_gate": 135,
     "deployments-standalone": 130,
-    "dagster-ui": 110,
+    "dagster-ui": 210,
     "test_ui_automation": 90,
     "deployments-connect": 80,
     "test_leak_free": 70,

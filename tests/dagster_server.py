@@ -30,7 +30,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def platform_env(root: Path, *, sites: tuple[str, ...], start_date: str, key: str) -> dict[str, str]:
+def platform_env(root: Path, *, sites: tuple[str, ...], start_date: str, key: str,
+                 end_date: str | None = None) -> dict[str, str]:
     """The data contract's environment for a server process, with its own instance under `root`."""
     home = root / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
@@ -40,6 +41,8 @@ def platform_env(root: Path, *, sites: tuple[str, ...], start_date: str, key: st
                IMAGING_SITES=",".join(sites), IMAGING_START_DATE=start_date, IMAGING_PSEUDONYM_KEY=key,
                IMAGING_SPARK_MASTER="local[2]", SPARK_LOCAL_IP="127.0.0.1", DAGSTER_HOME=str(home),
                PYSPARK_PYTHON=sys.executable)
+    if end_date:  # a hospital that ends: the partitions end with it (as the demo's do)
+        env["IMAGING_END_DATE"] = end_date
     return env
 
 
@@ -154,7 +157,9 @@ class SharedDagsterDev:
                 from synth import generate_hospital
 
                 generate_hospital(landing, seed=3, sites=UI_SITES, dates=UI_DATES, patients_per_site=2)
-            env = platform_env(self.root, sites=UI_SITES, start_date=UI_DATES[0], key=UI_KEY)
+            env = platform_env(self.root, sites=UI_SITES, start_date=UI_DATES[0], key=UI_KEY, end_date=UI_DATES[-1])
+            # Four patients cannot make a k=5 cohort: the browser's publish step would see every release blocked.
+            env["IMAGING_MIN_K"] = "1"
             self.server = DagsterProcess.start("dev", env, self.root / "dagster-dev.log")
         return self.server
 

@@ -85,3 +85,15 @@ def test_pseudonymise_gives_keyed_tokens_and_drop_releases_nothing():
     assert out["episode"] == p.token("clinical", "episode", "EP-1234") and "EP-1234" not in repr(out)
     assert "notes" not in out and "notes" not in POLICY.output_columns
     assert POLICY.apply({"episode_id": "EP-1234"}, scan_date=None, shift_days=-1)["episode"] is None
+
+
+def test_each_extract_is_accounted_to_one_site_day_of_the_run():
+    from imaging.records import ClinicalExtract, SiteDay
+    from imaging.steps.clinical import extracts_by_site_day
+
+    run = [SiteDay("2024-03-02", "a"), SiteDay("2024-03-05", "a"), SiteDay("2024-03-05", "b")]
+    extracts = [ClinicalExtract("a", "2024-03-01", "x"), ClinicalExtract("a", "2024-03-02", "x"),
+                ClinicalExtract("a", "2024-03-03", "x"), ClinicalExtract("b", "2024-03-05", "x")]
+    # Its own day when the run covers it; else the first later site-day of its site that reads it.
+    assert extracts_by_site_day(run, extracts) == {"2024-03-02|a": 2, "2024-03-05|a": 1, "2024-03-05|b": 1}
+    assert sum(extracts_by_site_day(run, extracts).values()) == len(extracts)

@@ -79,3 +79,12 @@ def test_plan_requests_new_and_changed_only(tmp_path):
     # A site-day whose files vanished leaves the cursor.
     fewer = {k: v for k, v in current.items() if k != f"{DATES[1]}|site-b"}
     assert f"{DATES[1]}|site-b" not in plan_requests(fewer, first.cursor, {}).cursor
+
+
+def test_a_few_site_days_scan_as_the_whole_landing_does(tmp_path):
+    from imaging.driver.landing import scan_site_days
+
+    generate_hospital(tmp_path, seed=2, sites=SITES, dates=DATES, patients_per_site=2)
+    whole = _scan(tmp_path).site_days
+    few = scan_site_days(str(tmp_path), [(DATES[1], "site-a"), (DATES[0], "site-b"), ("2024-03-09", "site-a")])
+    assert few == {k: whole[k] for k in (f"{DATES[1]}|site-a", f"{DATES[0]}|site-b")}

@@ -37,12 +37,22 @@ def test_no_positional_record_access_in_assets(path):
 
 @pytest.mark.parametrize("path", sources("assets"), ids=lambda p: str(p.relative_to(REPO)))
 def test_no_asset_imports_another_asset(path):
-    # partitions, quality, checks, expectations, governance, linkage and runner are shared helpers, not assets.
+    # partitions, quality, checks, expectations, governance, linkage, runner, run_tags and versions are shared
+    # helpers, not assets.
     assets = {p.stem for p in sources("assets")} - {"__init__", "partitions", "quality", "checks", "expectations",
-                                                    "governance", "linkage", "runner"}
+                                                    "governance", "linkage", "runner", "run_tags", "versions"}
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("assets."):
             assert node.module.split(".")[1] not in assets, f"{path.name} imports {node.module}"
+
+
+@pytest.mark.parametrize("path", sources("assets"), ids=lambda p: str(p.relative_to(REPO)))
+def test_assets_import_nothing_from_automation(path):
+    # automation/ (jobs, sensors, automation conditions) is built on the assets, never the other way round.
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+            [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        assert not [n for n in names if n.split(".")[0] == "automation"], f"{path.name} imports {names}"
 
 
 @pytest.mark.parametrize("path", sources("assets", "resources", "tests") + [REPO / "imaging/governance/report.py"],

@@ -2,15 +2,22 @@
 
 `dagster dev` runs on loopback with a temporary instance and a tiny generated hospital (2 sites x 2 days): the
 one the proxy test puts nginx in front of (tests/conftest.py, fixture `dagster_ui`). The steps run in file order
-and share one browser, as an operator would:
+and share one browser, as an operator would, following docs/ui.md's recipes:
 
 1. open the asset graph (dismissing the "Join the Dagster community" dialog) and find the four assets;
-2. materialize one site-day of raw_image_index from its partitions view and see the run succeed;
-3. launch a backfill of one site over two dates from the partitions view and see it finish as one run;
-4. open that site-day's materialization and read its metadata;
-5. open an asset check's result (skipped until the code location defines checks).
+2. materialize one site-day of raw_image_index from its partitions view and see the run succeed, with the
+   landing it read recorded as its input's version;
+3. run the site-day pipeline (job `site_day_pipeline`) for one site over two dates from the job's page: one
+   run, three assets, two partitions;
+4. open each partition of that run: each shows its own row count (the table's), the run's totals apart;
+5. open the first site-day's materialization and read its metadata;
+6. open an asset check's result;
+7. change one landed site-day, observe the landing zone from its page: exactly that site-day's partitions of
+   the three assets become unsynced, and the partition's page says so;
+8. publish (job `publish`): the releases are held, and the materialization links each held release and its
+   review report; the Overview shows the runs.
 
-Every step saves a screenshot under `build/ui-screenshots/` (or $UI_SCREENSHOTS); the folder is printed.
+Every step saves a screenshot under `tests/artifacts/ui-browser/` (or $UI_SCREENSHOTS); the folder is printed.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ SITES, DATES = UI_SITES, UI_DATES  # the shared server's hospital
 ASSETS = ("raw_image_index", "linked_patient_metadata", "anonymized_images", "published_cohort")
 SITE_DAY = f"{DATES[0]}|{SITES[0]}"        # step 2
 BACKFILL_SITE = SITES[1]                    # step 3: this site over both dates
+CHANGED = f"{DATES[1]}|{BACKFILL_SITE}"     # step 7: this landed site-day changes
+PIPELINE = ("raw_image_index", "linked_patient_metadata", "anonymized_images")
+NOTHING = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  # sha256 of no bytes
 CHROME_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
                 "--window-size=1600,1100")
@@ -47,8 +57,8 @@ DIALOG = "//*[@role='dialog'][.//*[contains(text(), 'Launch runs to materialize'
 class UI:
     """The browser, the server and the screenshot folder, shared by the steps."""
 
-    def __init__(self, driver, server: DagsterProcess, shots: Path):
-        self.driver, self.server, self.shots = driver, server, shots
+    def __init__(self, driver, server: DagsterProcess, shots: Path, root: Path):
+        self.driver, self.server, self.shots, self.root = driver, server, shots, root
         self.step = 0
         self.facts: dict[str, str] = {}
 
@@ -116,13 +126,16 @@ class UI:
 
     def launch_dialog(self, asset: str, dates: str, site: str) -> None:
         """Open `asset`'s partitions view, press Materialize and select `dates` x `site` in the dialog."""
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.common.keys import Keys
-
         self.open(f"/assets/{asset}?view=partitions")
         self.click(lambda: self.button("Materialize", prefix=True), "the Materialize button")
         self.wait(lambda: self.visible(f"{DIALOG}"), "the launch dialog")
         self.dismiss_community_dialog()
+        self.choose_partitions(dates, site)
+
+    def choose_partitions(self, dates: str, site: str) -> None:
+        """In the open launch dialog: type `dates` and pick `site`."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.common.keys import Keys
 
         def type_dates():
             field = self.visible(f"{DIALOG}//input[starts-with(@placeholder, 'ex: ')]")[0]
@@ -170,7 +183,7 @@ def ui(dagster_ui, tmp_path_factory, request):
     from selenium.webdriver.chrome.service import Service
 
     root = tmp_path_factory.mktemp("ui")
-    shots = Path(os.environ.get("UI_SCREENSHOTS") or REPO / "build" / "ui-screenshots")
+    shots = Path(os.environ.get("UI_SCREENSHOTS") or REPO / "tests" / "artifacts" / "ui-browser")
     shutil.rmtree(shots, ignore_errors=True)
     shots.mkdir(parents=True)
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
@@ -188,13 +201,13 @@ def ui(dagster_ui, tmp_path_factory, request):
     try:
         driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
         driver.set_page_load_timeout(UI_WAIT)
-        yield UI(driver, server, shots)
+        yield UI(driver, server, shots, dagster_ui.root)
     finally:
         if driver:
             driver.quit()
 
 
-def test_asset_graph_shows_the_four_assets(ui):
+def test_asset_graph_shows_the_two_groups_and_their_assets(ui):
     from selenium.webdriver.common.by import By
 
     ui.open("/asset-groups")
@@ -203,23 +216,32 @@ def test_asset_graph_shows_the_four_assets(ui):
     ui.shot("first-visit-community-dialog")
     assert ui.dismiss_community_dialog()
 
-    shown = set(ASSETS) | {"landing_zone"}  # the four assets and the observed landing zone upstream
-
     def matches(label: str, name: str) -> bool:
         # Zoomed out, the graph truncates long names in the middle: "linked_p…_metadata".
         head, ellipsis, tail = label.partition("…")
         return label == name or bool(ellipsis and name.startswith(head) and name.endswith(tail))
 
-    def graph_nodes():
-        # Asset nodes of the lineage graph are drawn inside SVG foreignObjects.
+    def graph_nodes(shown: set[str]):
+        # Nodes of the lineage graph (assets, or collapsed groups) are drawn inside SVG foreignObjects.
         # A node's first line is its name (zoomed in, the lines below are its status).
         labels = {(e.text.strip().splitlines() or [""])[0].strip()
-                  for e in ui.driver.find_elements(By.XPATH, "//*[local-name()='foreignObject']")}
+                  for e in ui.driver.find_elements(By.XPATH, "//*[local-name()='foreignObject']")} - {""}
         names = {name for name in shown if any(matches(label, name) for label in labels)}
         return names if names == shown and len(labels) == len(shown) else None
 
-    assert ui.wait(graph_nodes, "the four assets in the lineage graph") == shown
-    ui.shot("asset-graph")
+    # The global lineage: the site-day pipeline's group and the release group.
+    assert ui.wait(lambda: graph_nodes({"imaging", "release"}), "the two asset groups") == {"imaging", "release"}
+    ui.shot("asset-groups")
+    # The imaging group: the observed landing zone and the three image assets (and a link to published_cohort,
+    # downstream in the release group).
+    imaging = {"landing_zone", *PIPELINE, "published_cohort"}
+    ui.open("/locations/imaging_platform/asset-groups/imaging")
+    assert ui.wait(lambda: graph_nodes(imaging), "the imaging group's four assets") == imaging
+    ui.shot("asset-graph-imaging-group")
+    ui.open("/locations/imaging_platform/asset-groups/release")
+    ui.wait(lambda: any(matches(label, "published_cohort") for label in {
+        (e.text.strip().splitlines() or [""])[0].strip()
+        for e in ui.driver.find_elements(By.XPATH, "//*[local-name()='foreignObject']")}), "published_cohort")
 
 
 def test_materialize_one_site_day_from_the_ui(ui):
@@ -250,20 +272,81 @@ def test_materialize_one_site_day_from_the_ui(ui):
     assert run["status"] == "SUCCESS"
     assert {t["key"]: t["value"] for t in run["tags"]}["dagster/partition"] == SITE_DAY
     assert [m["partition"] for m in run["assetMaterializations"]] == [SITE_DAY]
+    # Nobody observed the landing zone: the run recorded the landing it read, and its partition names it.
+    tags = {t["key"]: t["value"] for t in latest_materialization(ui, "raw_image_index", SITE_DAY)["tags"]}
+    landing = tags["dagster/input_data_version/landing_zone"]
+    assert landing not in ("INITIAL", NOTHING) and tags["dagster/input_event_pointer/landing_zone"] != "NULL"
+    assert landing == observed_version(ui, SITE_DAY)
     ui.facts["site_day_run"] = run_id
 
 
-def test_backfill_one_site_over_two_dates_is_one_run(ui):
-    ui.launch_dialog("raw_image_index", f"[{DATES[0]}...{DATES[1]}]", BACKFILL_SITE)
+def latest_materialization(ui: UI, asset: str, partition: str) -> dict:
+    return graphql(ui.server.url, """query($key: AssetKeyInput!, $p: [String!]) { assetOrError(assetKey: $key) {
+        ... on Asset { assetMaterializations(partitions: $p, limit: 1) { runId partition tags { key value }
+        metadataEntries { label ... on IntMetadataEntry { intValue } ... on FloatMetadataEntry { floatValue }
+        ... on UrlMetadataEntry { url } } } } } }""", {"key": {"path": [asset]}, "p": [partition]}
+                   )["assetOrError"]["assetMaterializations"][0]
+
+
+def numbers(materialization: dict) -> dict:
+    return {e["label"]: e.get("intValue", e.get("floatValue", e.get("url"))) for e in materialization["metadataEntries"]}
+
+
+def observed_version(ui: UI, partition: str) -> str:
+    """The latest observed data version of a landing_zone partition."""
+    events = graphql(ui.server.url, """query($p: [String!]) { assetOrError(assetKey: {path: ["landing_zone"]}) {
+        ... on Asset { assetObservations(partitions: $p, limit: 1) { tags { key value } } } } }""",
+                     {"p": [partition]})["assetOrError"]["assetObservations"]
+    return {t["key"]: t["value"] for t in events[0]["tags"]}["dagster/data_version"]
+
+
+def stale_partitions(ui: UI, asset: str, partitions: list[str]) -> set[str]:
+    statuses = graphql(ui.server.url, """query($key: AssetKeyInput!, $p: [String!]!) { assetNodeOrError(assetKey: $key) {
+        ... on AssetNode { staleStatusByPartition(partitions: $p) } } }""",
+                       {"key": {"path": [asset]}, "p": partitions})["assetNodeOrError"]["staleStatusByPartition"]
+    return {p for p, status in zip(partitions, statuses) if status == "STALE"}
+
+
+def rows_by_partition(ui: UI, asset: str) -> dict[str, int]:
+    """Rows per `date|site` of the asset's table as the server's warehouse holds it (the ledger for the
+    de-identified images: its manifest names no date or site)."""
+    import pyarrow.dataset as pads
+
+    from imaging.catalogue import LEDGER, LINKED, RAW_IMAGE_INDEX
+
+    table = {"raw_image_index": RAW_IMAGE_INDEX, "linked_patient_metadata": LINKED, "anonymized_images": LEDGER}[asset]
+    rows = pads.dataset(ui.root / "warehouse" / table.path, format="parquet", partitioning="hive").to_table(
+        columns=["date", "site"]).to_pylist()
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[f"{row['date']}|{row['site']}"] = counts.get(f"{row['date']}|{row['site']}", 0) + 1
+    return counts
+
+
+def launch_job(ui: UI, job: str, button: str) -> None:
+    """docs/ui.md: Jobs > JOB > BUTTON (the job page's materialize button)."""
+    ui.open(f"/locations/imaging_platform/jobs/{job}")
+    ui.click(lambda: ui.button(button, prefix=True), f"the job page's {button!r} button")
+
+
+def wait_for_run(ui: UI, run_id: str) -> str:
+    return ui.wait(lambda: run_status(ui, run_id) in TERMINAL_RUN and run_status(ui, run_id), "the run to finish",
+                   timeout=RUN_WAIT, poll=1)
+
+
+def test_the_site_day_pipeline_job_runs_two_dates_of_a_site_as_one_run(ui):
+    """docs/ui.md, "Run the pipeline": Jobs > site_day_pipeline > Materialize all, dates and a site, Launch backfill."""
+    launch_job(ui, "site_day_pipeline", "Materialize all")
+    ui.wait(lambda: ui.visible(f"{DIALOG}"), "the launch dialog")
+    assert ui.visible("//*[contains(text(), 'Launch runs to materialize 3 assets')]")
+    ui.choose_partitions(f"[{DATES[0]}...{DATES[1]}]", BACKFILL_SITE)
     ui.wait(lambda: ui.visible(f"{DIALOG}//*[normalize-space(text())='2 partitions']"), "'2 partitions' selected")
-    assert ui.visible(f"{DIALOG}//*[contains(text(), 'in a single run')]"), "the single-run backfill policy shows"
     ui.wait(lambda: ui.button("Launch backfill"), "the 'Launch backfill' button")
-    ui.shot("launch-backfill-one-site-two-dates")
+    ui.shot("pipeline-job-launch-two-dates-one-site")
     ui.click(lambda: ui.button("Launch backfill"), "the 'Launch backfill' button")
     backfill_url = ui.launched_link(r"/runs/b/[a-z]+$")
     backfill_id = backfill_url.rsplit("/", 1)[1]
     ui.driver.get(backfill_url)
-    ui.shot("backfill-in-progress")
     ui.wait(lambda: backfill_status(ui, backfill_id).startswith(("COMPLETED", "FAILED", "CANCELED")),
             "the backfill to finish", timeout=RUN_WAIT, poll=1)
     ui.driver.refresh()
@@ -273,36 +356,41 @@ def test_backfill_one_site_over_two_dates_is_one_run(ui):
         return fields and fields[0].text.replace("Status", "").strip()
 
     assert ui.wait(status_badge, "the backfill's status") == "Succeeded"
-    ui.shot("backfill-succeeded")
-    ui.click(lambda: ui.visible("//*[@role='tab'][normalize-space(.)='Runs']"), "the backfill's Runs tab")
-
-    def run_links():
-        found = {a.get_attribute("href") for a in ui.visible("//a[contains(@href, '/runs/')]")}
-        return {h for h in found if re.search(r"/runs/[0-9a-f]{8}-[0-9a-f-]{27}$", h)}
-
-    links = ui.wait(run_links, "the backfill's runs")
-    ui.wait(lambda: ui.text_shown("Success"), "the backfill run's status")
-    ui.shot("backfill-is-one-run")
-    assert len(links) == 1, links
+    ui.shot("pipeline-backfill-succeeded")
     backfill = graphql(ui.server.url, """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
-        ... on PartitionBackfill { status numPartitions runs(limit: 10) { status tags { key value } } } } }""",
-                       {"id": backfill_id})["partitionBackfillOrError"]
+        ... on PartitionBackfill { status numPartitions runs(limit: 10) { runId status jobName tags { key value }
+        assetMaterializations { assetKey { path } partition } } } } }""", {"id": backfill_id})["partitionBackfillOrError"]
     assert backfill["status"] == "COMPLETED_SUCCESS" and backfill["numPartitions"] == 2
-    assert len(backfill["runs"]) == 1 and backfill["runs"][0]["status"] == "SUCCESS"
-    tags = {t["key"]: t["value"] for t in backfill["runs"][0]["tags"]}
-    assert (tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]) == (
-        f"{DATES[0]}|{BACKFILL_SITE}", f"{DATES[1]}|{BACKFILL_SITE}")
+    (run,) = backfill["runs"]  # one run: three assets, two site-days, one Spark session
+    assert run["status"] == "SUCCESS" and run["jobName"] == "site_day_pipeline"
+    wanted = {(a, f"{d}|{BACKFILL_SITE}") for a in PIPELINE for d in DATES}
+    assert {(m["assetKey"]["path"][0], m["partition"]) for m in run["assetMaterializations"]} == wanted
+    tags = {t["key"]: t["value"] for t in run["tags"]}
+    assert tags["imaging/launched_by"] == "operator (UI backfill)" and tags["imaging/reason"]
+    ui.facts["pipeline_run"] = run["runId"]
+
+
+def test_each_partition_of_the_run_shows_its_own_row_count(ui):
+    assert "pipeline_run" in ui.facts, "needs the pipeline run of the step before"
+    partitions = [f"{d}|{BACKFILL_SITE}" for d in DATES]
+    for asset in PIPELINE:
+        truth = rows_by_partition(ui, asset)
+        shown = {p: numbers(latest_materialization(ui, asset, p)) for p in partitions}
+        for p, m in shown.items():
+            assert m["dagster/row_count"] == truth.get(p, 0), (asset, p, m["dagster/row_count"], truth.get(p))
+            assert m["run/partitions"] == 2 and m["run/row_count"] == sum(truth.get(q, 0) for q in partitions)
+    ui.open("/assets/anonymized_images?view=partitions&partition=" + urllib.parse.quote(CHANGED))
+    ui.wait(lambda: ui.text_shown(CHANGED) and ui.text_shown("run/row_count"), "the partition's own metadata")
+    ui.shot("partition-own-row-count-beside-run-total")
 
 
 def test_a_materialization_shows_its_metadata(ui):
     assert "site_day_run" in ui.facts, "needs the site-day materialized in the step before"
-    latest = graphql(ui.server.url, """query($p: [String!]) { assetOrError(assetKey: {path: ["raw_image_index"]}) {
-        ... on Asset { assetMaterializations(partitions: $p, limit: 1) { runId metadataEntries { label } } } } }""",
-                     {"p": [SITE_DAY]})["assetOrError"]["assetMaterializations"][0]
+    latest = latest_materialization(ui, "raw_image_index", SITE_DAY)
     assert latest["runId"] == ui.facts["site_day_run"]
     labels = [e["label"] for e in latest["metadataEntries"]]
-    assert {"dagster/row_count", "files_in", "bytes_in", "files_out", "quarantined", "seconds", "mb_per_second",
-            "path/table", "summary"} <= set(labels), labels
+    assert {"dagster/row_count", "files_in", "bytes_in", "files_out", "quarantined", "run/seconds",
+            "run/seconds/spark_start", "run/seconds/checks", "run/mb_per_second", "path/table", "summary"} <= set(labels), labels
     ui.open("/assets/raw_image_index?view=partitions&partition=" + urllib.parse.quote(SITE_DAY))
     ui.wait(lambda: ui.text_shown(SITE_DAY) and ui.text_shown("Metadata"), "the site-day's materialization")
     ui.wait(lambda: all(ui.text_shown(label) for label in labels), f"metadata rows {labels}")
@@ -333,3 +421,67 @@ def test_an_asset_check_result_opens(ui):
     ui.wait(lambda: ui.text_shown(name) and ui.text_shown("Evaluation result"), f"check {name}'s latest execution")
     ui.wait(lambda: ui.text_shown(expected), f"the result '{expected}' shown")
     ui.shot("asset-check-result")
+
+
+def test_a_changed_landing_site_day_makes_exactly_its_partitions_unsynced(ui):
+    """docs/ui.md, "What landed": a site-day's files change; Observe on landing_zone's page records the new
+    version; exactly that site-day's partitions of the three assets are unsynced, the partition says so."""
+    assert "pipeline_run" in ui.facts, "needs the pipeline run of step 3"
+    partitions = [f"{d}|{BACKFILL_SITE}" for d in DATES]
+    assert all(stale_partitions(ui, a, partitions) == set() for a in PIPELINE), "in sync after the run"
+    date, site = CHANGED.split("|")
+    victim = next(p for p in sorted((ui.root / "landing" / "images" / site / date).rglob("*")) if p.is_file())
+    stat = victim.stat()
+    os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns + 3_600_000_000_000))  # rewritten an hour later
+    before = observed_version(ui, CHANGED)
+    ui.open("/assets/landing_zone")
+    ui.click(lambda: ui.button("Observe"), "landing_zone's Observe button")
+    run_id = ui.launched_link(r"/runs/[0-9a-f]{8}-[0-9a-f-]{27}$").rsplit("/", 1)[1]
+    assert wait_for_run(ui, run_id) == "SUCCESS"
+    assert observed_version(ui, CHANGED) != before
+    assert {a: stale_partitions(ui, a, partitions) for a in PIPELINE} == {a: {CHANGED} for a in PIPELINE}
+    # The landing's observation says what the site-day holds.
+    # The landing's observations (Events tab; the latest is the changed site-day, the last in key order) say what
+    # the site-day holds.
+    ui.open("/assets/landing_zone?view=events")
+    ui.wait(lambda: ui.text_shown("newest_file") and ui.visible(f"//a[normalize-space(text())='{CHANGED}']"),
+            "the changed site-day's observation and its metadata")
+    ui.shot("landing-observation-metadata")
+    for asset in PIPELINE:
+        ui.open(f"/assets/{asset}?view=partitions&partition=" + urllib.parse.quote(CHANGED))
+        ui.wait(lambda: ui.visible("//*[starts-with(normalize-space(text()), 'Unsynced')]"), f"{asset}: 'Unsynced'")
+    ui.shot("downstream-partition-unsynced")
+    ui.open("/assets/anonymized_images?view=partitions&partition=" + urllib.parse.quote(partitions[0]))
+    ui.wait(lambda: ui.text_shown(partitions[0]) and ui.text_shown("Materialized"), "the other site-day")
+    assert not ui.visible("//*[starts-with(normalize-space(text()), 'Unsynced')]"), "the unchanged site-day is in sync"
+
+
+def test_publish_holds_the_releases_and_links_their_reviews(ui):
+    """docs/ui.md, "Publish": Jobs > publish > Materialize: each release is built and held, and the materialization
+    links each held release and its review report. Then the Overview shows the runs."""
+    launch_job(ui, "publish", "Materialize")
+    run_id = ui.launched_link(r"/runs/[0-9a-f]{8}-[0-9a-f-]{27}$").rsplit("/", 1)[1]
+    assert wait_for_run(ui, run_id) == "SUCCESS", ui.server.log_tail()
+    latest = graphql(ui.server.url, """{ assetOrError(assetKey: {path: ["published_cohort"]}) { ... on Asset {
+        assetMaterializations(limit: 1) { runId metadataEntries { label ... on UrlMetadataEntry { url } } } } } }"""
+                     )["assetOrError"]["assetMaterializations"][0]
+    assert latest["runId"] == run_id
+    links = {e["label"]: e.get("url") for e in latest["metadataEntries"] if e["label"].startswith(("held/", "review/"))}
+    held = {k for k in links if k.startswith("held/")}
+    assert held and {k.replace("held/", "review/") for k in held} <= set(links), links
+    for url in links.values():
+        assert url.startswith("file://") and Path(url[len("file://"):]).exists(), url
+    run = graphql(ui.server.url, """query($id: ID!) { runOrError(runId: $id) { ... on Run { jobName tags { key value } } } }""",
+                  {"id": run_id})["runOrError"]
+    tags = {t["key"]: t["value"] for t in run["tags"]}
+    assert run["jobName"] == "publish" and tags["imaging/launched_by"] == "operator (UI)"
+    ui.open("/assets/published_cohort?view=events")  # the latest materialization, with its metadata
+    first = sorted(links)[0]
+    ui.wait(lambda: ui.text_shown(first), f"the {first} link")
+    element = ui.visible(f"//*[normalize-space(text())='{first}']")[0]
+    ui.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
+    ui.shot("publish-held-release-and-review-links")
+    ui.open("/overview/activity/timeline")
+    ui.wait(lambda: ui.visible("//*[contains(text(), 'site_day_pipeline')]") and ui.visible(
+        "//*[contains(text(), 'publish')]"), "the named jobs' runs in the Overview")
+    ui.shot("overview-timeline-runs")

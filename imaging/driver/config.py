@@ -6,6 +6,8 @@ Environment variables (all optional but the key; defaults in brackets):
   IMAGING_TABLES         root of Spark's Parquet tables, when apart from the files [IMAGING_WAREHOUSE]
   IMAGING_SITES          comma-separated site partition keys [platform/platform.yaml: sites]
   IMAGING_START_DATE     first date partition, YYYY-MM-DD [platform/platform.yaml: start_date]
+  IMAGING_END_DATE       last date partition, YYYY-MM-DD, for a data set that ends (the demo's) [none: up to
+                         yesterday, a new partition each day]
   IMAGING_PSEUDONYM_KEY  secret for keyed pseudonyms, at least 32 bytes (UTF-8) [required]. It travels
                          to the executors inside every de-identification task (docs/deployment.md, "The
                          pseudonym key"): a run refuses a short key, a `spark://` master without
@@ -67,6 +69,7 @@ class Settings:
     # Spark's tables; the warehouse root unless IMAGING_TABLES puts them apart (docs/deployment.md).
     tables: str = ""
     min_k: int | None = None  # overrides the clinical policy's disclosure.min_k when set
+    end_date: str | None = None  # the last date partition; None: the partitions grow by one each day
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -79,6 +82,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             raise ValueError(f"IMAGING_SITES: site key {site!r} must be letters, digits, '-' or '_'")
     start_date = env.get("IMAGING_START_DATE", "").strip() or base.start_date.isoformat()
     dt.date.fromisoformat(start_date)  # fail early and clearly on a malformed date
+    end_date = env.get("IMAGING_END_DATE", "").strip() or None
+    if end_date is not None:
+        try:
+            ended = dt.date.fromisoformat(end_date)
+        except ValueError:
+            raise ValueError(f"IMAGING_END_DATE must be a date, YYYY-MM-DD: {end_date!r}") from None
+        if ended < dt.date.fromisoformat(start_date):
+            raise ValueError(f"IMAGING_END_DATE {end_date} is before the first date partition {start_date}")
     sensor_env = env.get("IMAGING_LANDING_SENSOR_SECONDS", "").strip()
     if sensor_env and (not sensor_env.isdigit() or int(sensor_env) < 1):
         raise ValueError("IMAGING_LANDING_SENSOR_SECONDS must be a whole number of at least 1")
@@ -89,6 +100,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         tables=_root(env["IMAGING_TABLES"]) if env.get("IMAGING_TABLES") else warehouse,
         sites=sites,
         start_date=start_date,
+        end_date=end_date,
         spark_master=env.get("IMAGING_SPARK_MASTER") or DEFAULT_SPARK_MASTER,
         deid_options=tuple(base.deid_options),
         files_per_task=base.files_per_task,

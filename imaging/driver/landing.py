@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -149,11 +150,45 @@ def scan_landing(root: str, sites: Iterable[str], first_date: str, last_date: st
                 (LandedFile(relative, int(info.get("size") or 0), stamp.marker), stamp.mtime))
     site_days = {}
     for (date, site), entries in grouped.items():
-        files = [f for f, _ in entries]
-        landing = SiteDayLanding(date, site, len(files), sum(f.size for f in files),
-                                 max(m for _, m in entries), listing_version(files))
+        landing = _site_day(date, site, entries)
         site_days[landing.key] = landing
     return LandingScan(dict(sorted(site_days.items())), ignored)
+
+
+def _site_day(date: str, site: str, entries: list[tuple[LandedFile, float]]) -> SiteDayLanding:
+    files = [f for f, _ in entries]
+    return SiteDayLanding(date, site, len(files), sum(f.size for f in files), max(m for _, m in entries),
+                          listing_version(files))
+
+
+def scan_site_days(root: str, keys: Iterable[tuple[str, str]]) -> dict[str, SiteDayLanding]:
+    """The listing of a few site-days (`(date, site)` pairs), each read from its own folder and extract:
+    the same versions `scan_landing` gives them, without listing the whole landing zone. Site-days with
+    no files are absent."""
+    fs, base = fsx.filesystem(root)
+    base = base.rstrip("/")
+    found = {}
+    for date, site in keys:
+        entries = []
+        paths = {}
+        folder = f"{base}/images/{site}/{date}"
+        if fs.exists(folder):
+            paths.update(fs.find(folder, detail=True))
+        extract = f"{base}/clinical/{site}/{date}.csv"
+        if fs.exists(extract):
+            paths[extract] = fs.info(extract)
+        for path, info in sorted(paths.items()):
+            if info.get("type") != "file":
+                continue
+            relative = path[len(base) + 1:] if path.startswith(base + "/") else path
+            if relative.startswith("images/") and len(relative.split("/")) < 4:
+                continue
+            stamp = _stamp(info)
+            entries.append((LandedFile(relative, int(info.get("size") or 0), stamp.marker), stamp.mtime))
+        if entries:
+            landing = _site_day(date, site, entries)
+            found[landing.key] = landing
+    return found
 
 
 def plan_requests(current: Mapping[str, SiteDayLanding], cursor: Mapping[str, str],
@@ -176,3 +211,64 @@ def plan_requests(current: Mapping[str, SiteDayLanding], cursor: Mapping[str, st
             continue
         requests.append(landing)
     return RequestPlan(requests, kept, adopted)
+
+
+# --- The sensor's cursor, bounded ------------------------------------------------------------------------
+
+CURSOR_DAYS = 62  # dates (back from the newest landed date) whose site-days the cursor keeps one by one
+
+
+@dataclass(frozen=True)
+class SensorCursor:
+    """What the landing sensor has handled, in a size that does not grow with history.
+
+    Site-days dated from `since` on are kept one by one (version last requested); the older ones, which rarely
+    change, only as one digest of their versions. While that digest holds, every older site-day counts as
+    handled at its current version; when any older site-day changes, the digest no longer matches and each of
+    them is judged as on a first tick: done if its assets were materialized after its newest file, else
+    requested (a run key never runs twice). So the cursor holds at most `CURSOR_DAYS` dates x sites entries.
+    """
+
+    recent: dict[str, str]
+    since: str | None = None   # first date kept one by one; None: every site-day is (a cursor from before)
+    older: str | None = None   # digest of the site-days dated before `since`, as last handled
+
+    def to_json(self) -> str:
+        return json.dumps({"recent": self.recent, "since": self.since, "older": self.older}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> "SensorCursor":
+        """A stored cursor; an empty one, or the earlier format (a JSON object of every site-day's version)."""
+        if not text:
+            return cls({})
+        stored = json.loads(text)
+        if "recent" not in stored:
+            return cls(dict(stored))
+        return cls(dict(stored["recent"]), stored.get("since"), stored.get("older"))
+
+    def known(self, current: Mapping[str, SiteDayLanding]) -> dict[str, str]:
+        """The versions handled, as `plan_requests` reads its cursor: the recent site-days', and the older
+        ones' current versions while their digest is unchanged (else none: they are judged afresh)."""
+        known = dict(self.recent)
+        if self.since is not None and self.older == older_digest(current, self.since):
+            known.update({k: d.version for k, d in current.items() if d.date < self.since})
+        return known
+
+
+def older_digest(current: Mapping[str, SiteDayLanding], since: str) -> str:
+    """One hash of the versions of every site-day dated before `since`."""
+    digest = hashlib.sha256()
+    for key in sorted(k for k, d in current.items() if d.date < since):
+        digest.update(f"{key}={current[key].version}\n".encode())
+    return digest.hexdigest()
+
+
+def bounded_cursor(handled: Mapping[str, str], current: Mapping[str, SiteDayLanding],
+                   days: int = CURSOR_DAYS) -> SensorCursor:
+    """The cursor to keep after a tick that handled `handled` (a plan's cursor: every current site-day)."""
+    if not current:
+        return SensorCursor(dict(handled))
+    newest = max(dt.date.fromisoformat(d.date) for d in current.values())
+    since = (newest - dt.timedelta(days=days - 1)).isoformat()
+    return SensorCursor({k: v for k, v in handled.items() if current[k].date >= since} if handled else {},
+                        since, older_digest(current, since))

@@ -253,3 +253,17 @@ def read_extract(extract: ClinicalExtract, placeholders: frozenset[str] = frozen
 # The link step's rule: an image whose study date is before its linked record's birth date cannot be
 # right (the study date or the record is wrong), so the image is quarantined, not linked.
 STUDY_BEFORE_BIRTH = "study date before the linked record's birth date"
+
+
+def extracts_by_site_day(site_days, extracts) -> dict[str, int]:
+    """How many of the extracts a run reads each of its site-days accounts for (`date|site` -> count).
+
+    An extract counts once in the run: on its own site-day when the run covers it, otherwise on the
+    earliest site-day of its site in the run dated after it (the first that reads it as its as-of record),
+    so the site-days' counts add up to the run's."""
+    counts = {f"{k.date}|{k.site}": 0 for k in site_days}
+    for extract in extracts:
+        later = sorted(k.date for k in site_days if k.site == extract.site and k.date >= extract.extract_date)
+        if later:
+            counts[f"{later[0]}|{extract.site}"] += 1
+    return counts

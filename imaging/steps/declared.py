@@ -113,6 +113,14 @@ class ImageStep:
     known_reasons: tuple[str, ...] = ()      # quarantine reasons always reported, 0 when absent
     kinds: tuple[str, ...] = ("spark", "parquet")
     description: str = ""
+    # Assets it reads besides `input`: the landing zone for the steps that open landed files (the clinical
+    # extracts, the DICOM files), so a changed site-day makes their partitions stale too, not only the index.
+    also_reads: tuple[str, ...] = ()
+
+    @property
+    def deps(self) -> tuple[str, ...]:
+        """Every asset the step reads, `input` first: its Dagster dependencies and its data version's inputs."""
+        return (self.input, *self.also_reads)
 
     def output_table(self, policy) -> Table:
         return self.output if isinstance(self.output, Table) else self.output(policy)
@@ -152,7 +160,7 @@ INDEX = ImageStep(
 LINK = ImageStep(
     asset="linked_patient_metadata", input="raw_image_index", zone=IDENTIFIABLE, executor=ExtractJob,
     output=LINKED, quarantine=LINK_QUARANTINE, also=(CLINICAL_QUARANTINE,), stages=("read_extracts", "link", "commit"),
-    idle="nothing indexed", labels=("table", "quarantine", "extract_quarantine"),
+    idle="nothing indexed", labels=("table", "quarantine", "extract_quarantine"), also_reads=("landing_zone",),
     known_reasons=(STUDY_BEFORE_BIRTH, PLACEHOLDER_ROW),
     checks=(balance("images_accounted", "images_indexed", "images_linked", "images_quarantined"),
             per_key("records_per_image", "images_affected"), per_key("images_per_record"),
@@ -167,7 +175,7 @@ LINK = ImageStep(
 ANONYMIZE = ImageStep(
     asset="anonymized_images", input="linked_patient_metadata", zone=DEIDENTIFIED, executor=AnonymizeJob,
     output=manifest, quarantine=ANONYMIZE_QUARANTINE, also=(LEDGER,), folders=(ANONYMIZED_FILES,),
-    stages=("deidentify", "commit"), idle="nothing linked", labels=("files", "manifest"),
+    stages=("deidentify", "commit"), idle="nothing linked", labels=("files", "manifest"), also_reads=("landing_zone",),
     kinds=("spark", "dicom", "parquet"),
     checks=(balance("images_accounted", "images_linked", "images_published", "images_quarantined"),
             count("manifest_files", "files_checked", "files_missing", "files_with_other_sha256"),

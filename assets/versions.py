@@ -1,0 +1,113 @@
+"""Per-site-day data versions and provenance of the image assets (shared helper module, not an asset).
+
+A run over many site-days (a single-run backfill) is one Dagster step, and Dagster 1.13 gives every
+partition of such a step the same data version and records, as a partitioned input's version, a hash of
+its partitions' latest *materialization* versions: for the observed `landing_zone` that is the hash of
+nothing (`e3b0c442...`). So the runner writes each partition's materialization itself, with Dagster's own
+provenance tags filled per partition:
+
+* the version of each input recorded is that site-day's latest observed or materialized version, with a
+  pointer to the event that carried it (what Dagster's staleness compares against later events of the
+  same partition);
+* the partition's data version is Dagster's hash of the asset's code version and those input versions
+  (`compute_logical_data_version`), so the same inputs and code give the same version, and a changed
+  site-day changes exactly its own partitions' versions downstream.
+
+The UI then marks exactly the partitions whose inputs moved as unsynced (tests/test_landing_versions.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from dagster import AssetKey, AssetMaterialization, AssetObservation, DataVersion, MetadataValue, MultiPartitionKey
+# Dagster's provenance tags and its version hash: 1.13 has no public names for them (see STACK-NOTES).
+from dagster._core.definitions.data_version import (CODE_VERSION_TAG, DATA_VERSION_TAG, DEFAULT_DATA_VERSION,
+                                                    NULL_EVENT_POINTER, compute_logical_data_version,
+                                                    extract_data_version_from_entry, get_input_data_version_tag,
+                                                    get_input_event_pointer_tag)
+from dagster._core.definitions.partitions.utils import get_tags_from_multi_partition_key
+# Marks an output whose asset events the step logs itself: Dagster then adds none of its own (1.13 uses it
+# for source-asset observations; it is the one switch that stops a second, run-wide materialization).
+from dagster._core.definitions.source_asset import SYSTEM_METADATA_KEY_SOURCE_ASSET_OBSERVATION
+
+from imaging.driver.landing import SiteDayLanding, scan_site_days
+
+EVENTS_LOGGED_BY_STEP = {SYSTEM_METADATA_KEY_SOURCE_ASSET_OBSERVATION: True}
+LANDING = "landing_zone"  # the observed source
+
+
+@dataclass(frozen=True)
+class InputVersion:
+    """One input of one partition: its data version and the event-log id of the event that set it."""
+
+    asset: str
+    version: str
+    pointer: int | None  # None: the input has no recorded version for this partition
+
+
+@dataclass(frozen=True)
+class PartitionVersion:
+    """A partition's data version and the input versions it was derived from."""
+
+    partition: str
+    code_version: str
+    inputs: tuple[InputVersion, ...]
+
+    @property
+    def data_version(self) -> str:
+        return compute_logical_data_version(
+            self.code_version, {AssetKey(i.asset): DataVersion(i.version) for i in self.inputs}).value
+
+    def tags(self) -> dict[str, str]:
+        """Dagster's provenance tags of this partition's materialization (as its own events would carry)."""
+        tags = {CODE_VERSION_TAG: self.code_version, DATA_VERSION_TAG: self.data_version}
+        for i in self.inputs:
+            tags[get_input_data_version_tag(AssetKey(i.asset))] = i.version
+            tags[get_input_event_pointer_tag(AssetKey(i.asset))] = str(i.pointer) if i.pointer else NULL_EVENT_POINTER
+        date, site = self.partition.split("|")
+        tags.update(get_tags_from_multi_partition_key(MultiPartitionKey({"date": date, "site": site})))
+        return tags
+
+
+def input_version(instance, asset: str, partition: str, *, observed: bool) -> InputVersion:
+    """The latest version of `asset`'s `partition`: observed (a source) or materialized. A partition
+    never observed has Dagster's default version, as Dagster itself records it."""
+    record = instance.get_latest_data_version_record(AssetKey(asset), observed, partition)
+    if record is None:
+        return InputVersion(asset, DEFAULT_DATA_VERSION.value, None)
+    version = extract_data_version_from_entry(record.event_log_entry) or DEFAULT_DATA_VERSION
+    return InputVersion(asset, version.value, record.storage_id)
+
+
+def partition_versions(instance, partitions: Sequence[str], code_version: str, deps: Sequence[str],
+                       observed: frozenset[str]) -> dict[str, PartitionVersion]:
+    """Each partition's version from its own inputs' versions (`observed`: the deps that are sources)."""
+    return {p: PartitionVersion(p, code_version, tuple(input_version(instance, d, p, observed=d in observed)
+                                                       for d in deps))
+            for p in partitions}
+
+
+def materialization(asset: str, version: PartitionVersion, metadata: dict) -> AssetMaterialization:
+    """The partition's materialization event: its own metadata and its own provenance."""
+    return AssetMaterialization(asset_key=asset, partition=version.partition, metadata=metadata, tags=version.tags())
+
+
+def observation(day: SiteDayLanding) -> AssetObservation:
+    """A landed site-day's observation of `landing_zone`: its data version, and its files, bytes and newest
+    file's time (counts and a time, never a path or a name). The same from the asset, the sensor and a run."""
+    metadata = {"files": day.files, "bytes": day.bytes}
+    if day.newest_mtime > 0:
+        metadata["newest_file"] = MetadataValue.timestamp(day.newest_mtime)
+    return AssetObservation(asset_key=AssetKey(LANDING), partition=day.key, tags={DATA_VERSION_TAG: day.version},
+                            metadata=metadata)
+
+
+def landing_read(instance, root: str, keys) -> list[AssetObservation]:
+    """Observations of the run's landed site-days whose listing is not the one last recorded (or none is):
+    a run records the landing it reads, so its partitions' lineage names it even when nobody observed the
+    landing zone before (a run from the UI or the CLI, without the sensor). Lists only those site-days."""
+    current = scan_site_days(root, [(k.date, k.site) for k in keys])
+    return [observation(day) for key, day in current.items()
+            if input_version(instance, LANDING, key, observed=True).version != day.version]

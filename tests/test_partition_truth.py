@@ -1,0 +1,130 @@
+"""Per-site-day truth on the session world, where one run materialized the three image assets over 2 sites x 3
+days: each partition's materialization carries its own counts and its own data version, derived from its own
+inputs' versions; a changed landed site-day makes exactly its own partitions stale, downstream included; the
+step's time is accounted in full."""
+
+import os
+from collections import defaultdict
+
+import pyarrow.dataset as pads
+from dagster import AssetKey, AssetRecordsFilter, DagsterEventType
+from dagster._core.definitions.data_version import (CachingStaleStatusResolver, StaleStatus,
+                                                    compute_logical_data_version, DataVersion)
+from dagster._core.loader import LoadingContextForTest
+
+from imaging.catalogue import LEDGER, LINKED, RAW_IMAGE_INDEX
+
+from conftest import DATES, ROOT, SITES, observe_landing
+
+ASSETS = ("raw_image_index", "linked_patient_metadata", "anonymized_images")
+TABLES = {"raw_image_index": RAW_IMAGE_INDEX, "linked_patient_metadata": LINKED, "anonymized_images": LEDGER}
+PARTITIONS = [f"{d}|{s}" for d in DATES for s in SITES]
+
+
+def latest(instance, asset: str, partition: str):
+    records = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[partition]), limit=1).records
+    return records[0]
+
+
+def rows_by_partition(defs, table) -> dict[str, int]:
+    path = defs.resources["warehouse"].url(table)
+    rows = pads.dataset(path, format="parquet", partitioning="hive").to_table(columns=["date", "site"]).to_pylist()
+    counts = defaultdict(int)
+    for row in rows:
+        counts[f"{row['date']}|{row['site']}"] += 1
+    return counts
+
+
+def test_each_partition_carries_its_own_counts(warehouse, instance, defs):
+    for asset in ASSETS:
+        truth = rows_by_partition(defs, TABLES[asset])
+        metadata = {p: {k: v.value for k, v in latest(instance, asset, p).asset_materialization.metadata.items()}
+                    for p in PARTITIONS}
+        for p, m in metadata.items():
+            assert m["dagster/row_count"] == truth[p], (asset, p, m["dagster/row_count"], truth[p])
+            assert "partitions" not in m and m["run/partitions"] >= 1
+        # The world's run covered every site-day: its total is the sum of the partitions', never one of them.
+        run = [m for m in metadata.values() if m["run/partitions"] == len(PARTITIONS)]
+        assert len(run) == len(PARTITIONS), f"{asset}: the world's run did not materialize every partition"
+        assert run[0]["run/row_count"] == sum(m["dagster/row_count"] for m in run) > max(m["dagster/row_count"] for m in run)
+        assert sum(m["files_in"] for m in run) == run[0]["run/files_in"]
+        assert sum(m["quarantined"] for m in run) == run[0]["run/quarantined"]
+
+
+def test_each_partition_has_its_own_data_version_from_its_own_inputs(warehouse, instance, defs):
+    graph = defs.resolve_asset_graph()
+    for asset in ASSETS:
+        deps = sorted(k.to_user_string() for k in graph.get(AssetKey(asset)).parent_keys)
+        assert ("landing_zone" in deps) and (asset == "raw_image_index" or len(deps) == 2), deps
+        versions = set()
+        for p in PARTITIONS:
+            tags = latest(instance, asset, p).asset_materialization.tags
+            inputs = {}
+            for dep in deps:
+                observed = instance.get_latest_data_version_record(AssetKey(dep), dep == "landing_zone", p)
+                want = observed.asset_observation if dep == "landing_zone" else observed.asset_materialization
+                version = want.tags["dagster/data_version"]
+                assert tags[f"dagster/input_data_version/{dep}"] == version, (asset, p, dep)
+                assert version != "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  # sha256 of nothing
+                inputs[AssetKey(dep)] = DataVersion(version)
+            expected = compute_logical_data_version(tags["dagster/code_version"], inputs).value
+            assert tags["dagster/data_version"] == expected
+            assert tags["dagster/code_version"] == graph.get(AssetKey(asset)).code_version
+            assert (tags["dagster/partition/date"], tags["dagster/partition/site"]) == tuple(p.split("|"))
+            versions.add(expected)
+        assert len(versions) == len(PARTITIONS), f"{asset}: partitions share a data version"
+
+
+def _stale(instance, defs) -> dict[str, set[str]]:
+    resolver = CachingStaleStatusResolver(instance, defs.resolve_asset_graph(), LoadingContextForTest(instance))
+    return {asset: {p for p in PARTITIONS if resolver.get_status(AssetKey(asset), p) == StaleStatus.STALE}
+            for asset in ASSETS}
+
+
+def test_a_changed_landed_site_day_makes_exactly_its_partitions_stale(warehouse, instance, defs):
+    assert _stale(instance, defs) == {a: set() for a in ASSETS}, "fresh after the world's run"
+    date, site = DATES[1], SITES[0]
+    victim = next(p for p in sorted((ROOT / "landing" / "images" / site / date).rglob("*")) if p.is_file())
+    before = victim.stat()
+    try:
+        os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))  # touched: a new listing
+        observe_landing(defs, instance)
+        assert _stale(instance, defs) == {a: {f"{date}|{site}"} for a in ASSETS}
+    finally:
+        os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns))
+        observe_landing(defs, instance)
+    assert _stale(instance, defs) == {a: set() for a in ASSETS}, "back to the version the partitions were made from"
+
+
+def test_the_step_time_is_accounted_in_full(warehouse, instance):
+    for asset in ASSETS:
+        record = latest(instance, asset, PARTITIONS[0])
+        m = {k: v.value for k, v in record.asset_materialization.metadata.items()}
+        stages = {k: v for k, v in m.items() if k.startswith("run/seconds/")}
+        assert {"run/seconds/spark_start", "run/seconds/checks", "run/seconds/count", "run/seconds/other"} <= set(stages)
+        assert abs(sum(stages.values()) - m["run/seconds"]) < 0.01
+        events = {e.event_log_entry.dagster_event.event_type: e.event_log_entry.timestamp
+                  for e in instance.get_records_for_run(record.run_id).records
+                  if e.event_log_entry.step_key == asset and e.event_log_entry.dagster_event is not None}
+        step = events[DagsterEventType.STEP_SUCCESS] - events[DagsterEventType.STEP_START]
+        assert abs(step - m["run/seconds"]) < 1.0, (asset, step, m["run/seconds"])
+
+
+def test_releases_link_to_their_review_reports_and_held_releases(warehouse, instance):
+    """published_cohort's metadata links each held release (first run) and each published one (second run) to
+    its folder and its review report, as URLs the UI renders as links."""
+    records = instance.fetch_materializations(AssetKey("published_cohort"), limit=10).records
+    runs = [{k: v for k, v in r.asset_materialization.metadata.items()} for r in reversed(records)]
+    held = {k: v.value for k, v in runs[0].items() if k.startswith("held/")}
+    published = {k: v.value for k, v in runs[-1].items() if k.startswith("release/")}
+    reviews = {k: v.value for k, v in runs[-1].items() if k.startswith("review/")}
+    assert held and published and len(reviews) == len(published)
+    for url in [*published.values(), *reviews.values()]:
+        assert url.startswith("file://") and os.path.exists(url[len("file://"):]), url
+    # The held copies were published (and removed from held/) by the second run: the same content, by release id.
+    assert all(url.startswith("file://") and "/identifiable/held/" in url for url in held.values())
+    assert {url.rsplit("/", 1)[1] for url in held.values()} == {
+        url.rsplit("-", 1)[1].removesuffix(".html") for url in reviews.values()}
+    report = open(next(iter(reviews.values()))[len("file://"):]).read()
+    assert "<html" in report.lower() and "published" in report
