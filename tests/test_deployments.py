@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from compare import collect, rewritten
+from compare import collect, rewritten, versions_masked
 from conftest import build_once
 from services import gcs, spark_cluster, spark_connect  # noqa: F401 - pytest fixtures
 
@@ -89,14 +89,25 @@ def assert_equal_to_local(run: PipelineRun, local: PipelineRun) -> None:
     got = collect(run.warehouse, PAIRS, cohorts=True, tables_root=run.tables)
     if run.tables != run.warehouse:
         got.update(collect(run.tables, PAIRS))
-    if run.landing != local.landing:  # the identifiable tables record where each source file was
-        got = {name: rewritten(output, {run.landing: local.landing}) for name, output in got.items()}
     want = collect(local.warehouse, PAIRS, cohorts=True)
+    if run.landing != local.landing:  # the identifiable tables record where each source file was
+        got = {name: versions_masked(rewritten(output, {run.landing: local.landing})) for name, output in got.items()}
+        want = {name: versions_masked(output) for name, output in want.items()}
     assert sorted(got) == sorted(want), sorted(set(got) ^ set(want))[:10]
-    assert [name for name in got if got[name] != want[name]] == []
+    differing = [name for name in got if got[name] != want[name]]
+    assert differing == [], _first_difference(got[differing[0]], want[differing[0]])
     assert any(k.endswith(".dcm") and "files" in k.split("/") for k in got), "no de-identified image"
     assert any(k.endswith("SHA256SUMS") for k in got), "no cohort release"
     assert any(o.kind == "rows" and o.value for o in got.values()), "no table rows"
+
+
+def _first_difference(got, want) -> str:
+    """Where two outputs first differ (a text's lines, else the values)."""
+    if got.kind == want.kind == "text":
+        import difflib
+
+        return "\n".join(list(difflib.unified_diff(want.value.splitlines(), got.value.splitlines(), lineterm=""))[:30])
+    return f"{str(got)[:500]} != {str(want)[:500]}"
 
 
 @pytest.mark.xdist_group("deployments-standalone")

@@ -109,33 +109,30 @@ def run(tmp_path_factory):
     job = AnonymizeJob(KEY, RESEARCH_DEFAULT, policy, IssuerPolicy.from_dict(read_yaml("issuers.yaml")),
                        load_pixel_text_settings(read_yaml("pixel_text.yaml")), str(staging))
     before = _files(root)
-    publish = job()
+    publish = job()  # its OCR detector is the process's own (shared_detector): nothing to close
     outcomes = []
     first_day = dt.date(2024, 3, 1).toordinal()
-    try:
-        for number, mutant in enumerate(corpus):
-            # All mutants of one source share its SOP Instance UID; the pipeline would keep one per
-            # site-day (imaging.steps.index.DUPLICATES). Each file gets its own day (so its own batch folder)
-            # and every one is tried.
-            date = dt.date.fromordinal(first_day + number).isoformat()
-            path = folder / mutant.name
-            outcome = Outcome(mutant)
-            peak = _peak()
-            try:
-                with quiet():  # as on an executor (records.BatchStep): pydicom's warnings quote values
-                    outcome.indexed = _timed(outcome, "index", lambda: index_file(
-                        ListedFile(date, SITE, str(path), path.stat().st_size)))
-                    if isinstance(outcome.indexed, IndexedImage):
-                        image = _linked(outcome.indexed)
-                        outcome.published = _timed(outcome, "publish", lambda: publish(image))
-            except Hang:
-                outcome.error = "hang"
-            except Exception as error:  # noqa: BLE001 - reported by the tests below
-                outcome.error = f"{type(error).__name__}: {error}"[:300]
-            outcome.memory = _peak() - peak
-            outcomes.append(outcome)
-    finally:
-        publish.close()
+    for number, mutant in enumerate(corpus):
+        # All mutants of one source share its SOP Instance UID; the pipeline would keep one per
+        # site-day (imaging.steps.index.DUPLICATES). Each file gets its own day (so its own batch folder)
+        # and every one is tried.
+        date = dt.date.fromordinal(first_day + number).isoformat()
+        path = folder / mutant.name
+        outcome = Outcome(mutant)
+        peak = _peak()
+        try:
+            with quiet():  # as on an executor (records.BatchStep): pydicom's warnings quote values
+                outcome.indexed = _timed(outcome, "index", lambda: index_file(
+                    ListedFile(date, SITE, str(path), path.stat().st_size)))
+                if isinstance(outcome.indexed, IndexedImage):
+                    image = _linked(outcome.indexed)
+                    outcome.published = _timed(outcome, "publish", lambda: publish(image))
+        except Hang:
+            outcome.error = "hang"
+        except Exception as error:  # noqa: BLE001 - reported by the tests below
+            outcome.error = f"{type(error).__name__}: {error}"[:300]
+        outcome.memory = _peak() - peak
+        outcomes.append(outcome)
     return {"root": root, "staging": staging, "before": before, "after": _files(root), "outcomes": outcomes,
             "corpus": corpus}
 
