@@ -265,14 +265,11 @@ def platform_loop(t: Tree, scratch: Path) -> float:
 
     def work():
         anonymizer = job()
-        try:
-            for path in t.files:
-                record = index_file(ListedFile(DAY, SITE, str(path), path.stat().st_size))
-                if isinstance(record, IndexedImage):
-                    fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(IndexedImage)}
-                    anonymizer(LinkedImage(**fields))
-        finally:
-            anonymizer.close()
+        for path in t.files:
+            record = index_file(ListedFile(DAY, SITE, str(path), path.stat().st_size))
+            if isinstance(record, IndexedImage):
+                fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(IndexedImage)}
+                anonymizer(LinkedImage(**fields))
 
     PixelTextDetector.check = timed_check
     try:
