@@ -17,8 +17,9 @@ from typing import Mapping
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from imaging.quality.expectations import (COUNTS_DDL, SCHEMA_WISE, ExpectationResult, Totals, count_batches,
+from imaging.quality.expectations import (COUNTS, SCHEMA_WISE, ExpectationResult, Totals, count_batches,
                                           row_result, type_result)
+from resources.spark import spark_schema
 
 __all__ = ["ExpectationResult", "validate_suite"]
 
@@ -30,7 +31,7 @@ def validate_suite(df: DataFrame, spec: Mapping) -> list[ExpectationResult]:
     rows = [(position, item) for position, item in enumerate(items) if item["type"] not in SCHEMA_WISE]
     totals: dict[int, Totals] = {}
     if rows:
-        summed = (df.mapInArrow(partial(count_batches, json.dumps(rows)), COUNTS_DDL)
+        summed = (df.mapInArrow(partial(count_batches, json.dumps(rows)), spark_schema(COUNTS))
                   .groupBy("position")
                   .agg(F.sum("element").alias("element"), F.sum("missing").alias("missing"),
                        F.sum("unexpected").alias("unexpected"), F.max("raised").alias("raised"))

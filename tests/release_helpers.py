@@ -166,3 +166,16 @@ def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | N
         lineage=tuple(lineage), data_digest="", key_fingerprint=key_fingerprint(key))
     entries = sorted((ManifestEntry(p, h) for p, h in known.items()), key=lambda e: e.path.encode())
     return finish_release(str(target), card, images=lambda: iter(entries))
+
+
+def review_cli(argv, monkeypatch, capsys, warehouse=None):
+    """`imaging-review ARGV` in this process, with IMAGING_WAREHOUSE set to `warehouse` (or unset): exit code,
+    standard output, standard error."""
+    from imaging.governance.review import main
+
+    monkeypatch.delenv("IMAGING_WAREHOUSE", raising=False)
+    if warehouse:
+        monkeypatch.setenv("IMAGING_WAREHOUSE", warehouse)
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err

@@ -12,10 +12,10 @@ import pytest
 from imaging.governance import approval as gate
 from imaging.governance.bundle import APPROVAL, content_key_of, verify_bundle
 from imaging.governance.cohort import CohortDefinition
-from imaging.governance.review import main, review
+from imaging.governance.review import review
 from imaging.governance.review_html import render_html
 from approvers import approve_all, session_keys
-from release_helpers import DATES, RUN_IDS, SITE, SMALL_TEST, begin_commit, build_release, make_hospital
+from release_helpers import DATES, RUN_IDS, SITE, SMALL_TEST, begin_commit, build_release, make_hospital, review_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,18 +52,9 @@ def _flip_last_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def _cli(argv, monkeypatch, capsys, warehouse=None):
-    monkeypatch.delenv("IMAGING_WAREHOUSE", raising=False)
-    if warehouse:
-        monkeypatch.setenv("IMAGING_WAREHOUSE", warehouse)
-    code = main(argv)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_hold_approve_publish(flow, monkeypatch, capsys):
     hospital, warehouse, built, held = flow
-    code, out, _ = _cli(["pending"], monkeypatch, capsys, warehouse)
+    code, out, _ = review_cli(["pending"], monkeypatch, capsys, warehouse)
     assert code == 0
     lines = out.splitlines()
     assert len(lines) == 1
@@ -75,7 +66,7 @@ def test_hold_approve_publish(flow, monkeypatch, capsys):
     assert not Path(gate.published_path(warehouse, "small-test", 1)).exists()
 
     first, second = session_keys()
-    code, out, _ = _cli(["approve", path, "--key", first, "--note", "IG-42"], monkeypatch, capsys)
+    code, out, _ = review_cli(["approve", path, "--key", first, "--note", "IG-42"], monkeypatch, capsys)
     assert code == 0 and built.release_id in out and "1 of 2 signed approvals" in out
     standing = gate.load_standing(warehouse, built.release_id, policy)
     (approval,) = standing.approvals
@@ -83,9 +74,9 @@ def test_hold_approve_publish(flow, monkeypatch, capsys):
         ("reviewer-a@test", "IG-42", "small-test", 1)
     assert not standing.approved and gate.list_held(warehouse)[0].status == "awaiting approval (1 of 2)"
     # One approval per principal: the same key again is refused and nothing changes.
-    code, _, err = _cli(["approve", path, "--key", first], monkeypatch, capsys)
+    code, _, err = review_cli(["approve", path, "--key", first], monkeypatch, capsys)
     assert code == 1 and "already signed" in err
-    code, out, _ = _cli(["approve", path, "--key", second], monkeypatch, capsys)
+    code, out, _ = review_cli(["approve", path, "--key", second], monkeypatch, capsys)
     assert code == 0 and "2 of 2 signed approvals" in out
     standing = gate.load_standing(warehouse, built.release_id, policy)
     assert standing.approved
@@ -101,7 +92,7 @@ def test_hold_approve_publish(flow, monkeypatch, capsys):
     assert target == gate.published_path(warehouse, "small-test", 1)
     assert verify_bundle(target).ok and verify_bundle(target).release_id == built.release_id
     assert len(gate.approval_copy(target)) == 2
-    assert _cli(["pending"], monkeypatch, capsys, warehouse)[1] == ""
+    assert review_cli(["pending"], monkeypatch, capsys, warehouse)[1] == ""
     # Published: the same content again is unchanged; other content is a conflict.
     published = gate.ReleaseKey(gate.manifest_id(target), content_key_of(target))
     assert gate.decide(_key(built), published=published, k_passed=True).action == gate.UNCHANGED
@@ -146,7 +137,7 @@ def test_review_traces_a_published_image_to_its_landing_file_and_run(flow, publi
     image = sorted(published.rglob("*.dcm"))[0]
     inner = str(image.relative_to(published))
     record = next(r for r in hospital.ledger if r.output_path.endswith("/" + image.name))
-    code, out, _ = _cli([str(image)], monkeypatch, capsys, warehouse)
+    code, out, _ = review_cli([str(image)], monkeypatch, capsys, warehouse)
     assert code == 0, out
     assert f"File      {inner}" in out and built.release_id in out
     assert f"landing  {record.source_path}  sha256 {record.source_sha256} (verified)" in out
@@ -161,7 +152,7 @@ def test_review_traces_a_published_image_to_its_landing_file_and_run(flow, publi
 
 def test_review_without_the_warehouse_shows_what_the_release_proves(flow, published, monkeypatch, capsys):
     hospital, *_ = flow
-    code, out, _ = _cli([str(published)], monkeypatch, capsys)
+    code, out, _ = review_cli([str(published)], monkeypatch, capsys)
     assert code == 0, out
     assert "IMAGING_WAREHOUSE not set" in out and "Approvals 2 of 2 required" in out
     assert "(read from APPROVAL.json)" in out
@@ -174,11 +165,11 @@ def test_review_fails_on_a_tampered_file_and_a_missing_approval(published, tmp_p
     shutil.copytree(published, copy)
     image = sorted(copy.rglob("*.dcm"))[0]
     _flip_last_byte(image)
-    code, out, _ = _cli([str(image)], monkeypatch, capsys)
+    code, out, _ = review_cli([str(image)], monkeypatch, capsys)
     assert code == 1 and "problem: checksum differs: images/" in out and "Result    FAILED" in out
     shutil.copyfile(sorted(published.rglob("*.dcm"))[0], image)
     (copy / APPROVAL).unlink()
-    code, out, _ = _cli([str(copy)], monkeypatch, capsys)
+    code, out, _ = review_cli([str(copy)], monkeypatch, capsys)
     assert code == 1 and "published without its signed approvals: 0 of 2" in out
 
 

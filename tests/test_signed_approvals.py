@@ -37,7 +37,7 @@ from imaging.governance.review import AWAITING, FAILED, REJECTED, VERIFIED, main
 from imaging.governance.review_html import render_html
 from imaging.governance.signing import DEMO_FINGERPRINTS, load_allowed_signers, sign, write_demo_keys
 from imaging.pseudonym import DEMO_KEY
-from release_helpers import SMALL_TEST, begin_commit, build_release, make_hospital
+from release_helpers import SMALL_TEST, begin_commit, build_release, make_hospital, review_cli
 
 SSH_KEYGEN = shutil.which("ssh-keygen")
 OPT_ONLY = CohortDefinition.from_dict({"name": "small-oct", "version": 1, "description": "OCT only",
@@ -83,15 +83,6 @@ def materialize(world: World, cohort: CohortDefinition = SMALL_TEST, policy=None
     return gate.carry_out([plan], commit, world.warehouse, policy)[cohort.name]
 
 
-def cli(argv, monkeypatch, capsys, warehouse=None):
-    monkeypatch.delenv("IMAGING_WAREHOUSE", raising=False)
-    if warehouse:
-        monkeypatch.setenv("IMAGING_WAREHOUSE", warehouse)
-    code = main(argv)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 @pytest.fixture(scope="module")
 def published(world) -> Path:
     """small-test, held, approved by the session's two approvers, published."""
@@ -112,29 +103,29 @@ def test_a_release_needs_two_different_listed_keys(world, tmp_path, monkeypatch,
     first, second = session_keys()
     write_key(tmp_path / "stranger")
 
-    code, _, err = cli(["approve", held, "--key", str(tmp_path / "stranger")], monkeypatch, capsys)
+    code, _, err = review_cli(["approve", held, "--key", str(tmp_path / "stranger")], monkeypatch, capsys)
     assert code == 1 and "is not listed in the allowed signers" in err
     assert gate.load_decisions(world.warehouse, rid) == []
 
-    code, out, _ = cli(["approve", held, "--key", first, "--note", "IG-42"], monkeypatch, capsys)
+    code, out, _ = review_cli(["approve", held, "--key", first, "--note", "IG-42"], monkeypatch, capsys)
     assert code == 0 and "1 of 2 signed approvals" in out and "not published until 2" in out
     assert materialize(world).action == gate.HOLD  # one approval is not enough
-    code, _, err = cli(["approve", held, "--key", first], monkeypatch, capsys)
+    code, _, err = review_cli(["approve", held, "--key", first], monkeypatch, capsys)
     assert code == 1 and "already signed" in err  # the same person cannot approve twice
     assert len(gate.load_decisions(world.warehouse, rid)) == 1
     # Reviewing the held release: passes, but not VERIFIED until two have signed.
-    code, out, _ = cli([held], monkeypatch, capsys)
+    code, out, _ = review_cli([held], monkeypatch, capsys)
     assert code == 1 and f"Result    {AWAITING}" in out and "Approvals 1 of 2 required" in out
     seen = out.rsplit("Review report sha256 ", 1)[1].split()[0]  # what the reviewer read, and will sign
 
-    code, _, err = cli(["approve", held, "--key", second, "--report-sha256", "0" * 64], monkeypatch, capsys)
+    code, _, err = review_cli(["approve", held, "--key", second, "--report-sha256", "0" * 64], monkeypatch, capsys)
     assert code == 1 and "not the one you read" in err  # the review changed since (here: never that report)
-    code, out, _ = cli(["approve", held, "--key", second, "--report-sha256", seen], monkeypatch, capsys)
+    code, out, _ = review_cli(["approve", held, "--key", second, "--report-sha256", seen], monkeypatch, capsys)
     assert code == 0 and "2 of 2 signed approvals" in out and "the next materialization" in out
     outcome = materialize(world)
     assert outcome.action == gate.PUBLISH and outcome.release_id == rid
     for warehouse in (world.warehouse, None):
-        code, out, _ = cli([outcome.path], monkeypatch, capsys, warehouse)
+        code, out, _ = review_cli([outcome.path], monkeypatch, capsys, warehouse)
         assert code == 0 and f"Result    {VERIFIED}" in out and "Approvals 2 of 2 required" in out
         assert "reviewer-a@test" in out and "reviewer-b@test" in out and "IG-42" in out
 
@@ -197,24 +188,24 @@ def test_a_failing_review_is_refused_and_a_rejected_release_is_never_published(w
     shutil.copytree(held, broken)
     image = sorted(broken.rglob("*.dcm"))[0]
     image.write_bytes(image.read_bytes()[:-1] + bytes([image.read_bytes()[-1] ^ 0xFF]))
-    code, _, err = cli(["approve", str(broken), "--key", first], monkeypatch, capsys)
+    code, _, err = review_cli(["approve", str(broken), "--key", first], monkeypatch, capsys)
     assert code == 1 and "the review fails" in err and "nothing approved" in err
     shutil.rmtree(broken.parent)
 
     with pytest.raises(SystemExit):  # a rejection needs its reason (a usage error, exit 2)
-        cli(["reject", held, "--key", second], monkeypatch, capsys)
+        review_cli(["reject", held, "--key", second], monkeypatch, capsys)
     assert "--reason" in capsys.readouterr().err
-    code, out, _ = cli(["reject", held, "--key", second, "--reason", "consent scope does not cover OCT"],
+    code, out, _ = review_cli(["reject", held, "--key", second, "--reason", "consent scope does not cover OCT"],
                        monkeypatch, capsys)
     assert code == 0 and "never published" in out
-    code, _, err = cli(["approve", held, "--key", first], monkeypatch, capsys)
+    code, _, err = review_cli(["approve", held, "--key", first], monkeypatch, capsys)
     assert code == 1 and "rejected" in err
     (entry,) = gate.list_held(world.warehouse, cohort.name)
     assert entry.status == "rejected: never published"
     outcome = materialize(world, cohort)
     assert outcome.action == gate.REJECTED and "consent scope" in outcome.reason
     assert not Path(gate.published_path(world.warehouse, cohort.name, 1)).exists()
-    code, out, _ = cli([held], monkeypatch, capsys)
+    code, out, _ = review_cli([held], monkeypatch, capsys)
     assert code == 1 and f"Result    {REJECTED}" in out
     assert [e.event for e in audit.read_events(world.warehouse, rid).events] == ["hold", "reject"]
 
@@ -380,7 +371,7 @@ def test_diff_between_two_versions_of_a_cohort(world, tmp_path, monkeypatch, cap
     v1 = build_release(world.hospital, tmp_path / "v1")
     v2 = build_release(world.hospital, tmp_path / "v2", CohortDefinition.from_dict(
         {"name": "small-test", "version": 2, "description": "OCT only", "modalities": ["OPT"]}))
-    code, out, _ = cli(["diff", v1.root, v2.root], monkeypatch, capsys)
+    code, out, _ = review_cli(["diff", v1.root, v2.root], monkeypatch, capsys)
     rows = pq.read_table(Path(v1.root) / "metadata.parquet").num_rows
     fewer = pq.read_table(Path(v2.root) / "metadata.parquet").num_rows
     assert code == 0 and f"Rows      {rows} -> {fewer} ({fewer - rows:+d})" in out

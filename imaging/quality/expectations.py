@@ -28,6 +28,8 @@ import threading
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
+import pyarrow as pa
+
 ROW_WISE = frozenset({
     "expect_column_values_to_not_be_null", "expect_column_values_to_be_null",
     "expect_column_values_to_match_regex", "expect_column_values_to_not_match_regex",
@@ -42,8 +44,9 @@ ROW_WISE = frozenset({
 })
 SCHEMA_WISE = frozenset({"expect_column_values_to_be_of_type", "expect_column_values_to_be_in_type_list"})
 
-# The Spark schema of `count_batches`' output (DDL), one row per expectation and GX call.
-COUNTS_DDL = "position int, element long, missing long, unexpected long, raised string"
+# What `count_batches` yields: one row per expectation and GX call.
+COUNTS = pa.schema([("position", pa.int32()), ("element", pa.int64()), ("missing", pa.int64()),
+                    ("unexpected", pa.int64()), ("raised", pa.string())])
 # Rows handed to GX in one call: large enough that GX's fixed cost (its metric graph, ~0.05 s) is
 # amortised, small enough that a call's pandas frame stays a few MB.
 ROWS_PER_CALL = 50_000
@@ -148,7 +151,7 @@ def _suite(context, rows: list[tuple[int, Mapping]]):
 
 
 def validate_frame(frame, rows: list[tuple[int, Mapping]]) -> list[dict]:
-    """Counts of each row-wise expectation on one pandas frame: one dict per expectation (COUNTS_DDL)."""
+    """Counts of each row-wise expectation on one pandas frame: one dict per expectation (COUNTS)."""
     with _LOCK:  # one GX context per process; Python workers run one task at a time, tests may not
         context, whole = _context()
         outcome = whole.get_batch(batch_parameters={"dataframe": frame}).validate(
@@ -181,15 +184,13 @@ def _failure(info) -> str:
 
 def count_batches(rows_json: str, batches: Iterable) -> Iterator:
     """`mapInArrow` body: the suite's row-wise expectations (JSON of `[position, item]` pairs) on the
-    task's Arrow batches, `ROWS_PER_CALL` rows per GX call; yields record batches of COUNTS_DDL."""
-    import pyarrow as pa
-
+    task's Arrow batches, `ROWS_PER_CALL` rows per GX call; yields record batches of COUNTS."""
     rows = [(int(p), item) for p, item in json.loads(rows_json)]
     pending, size = [], 0
 
     def flush():
         frame = pa.Table.from_batches(pending).to_pandas()
-        return pa.RecordBatch.from_pylist(validate_frame(frame, rows), schema=_COUNTS_SCHEMA())
+        return pa.RecordBatch.from_pylist(validate_frame(frame, rows), schema=COUNTS)
 
     for batch in batches:
         if batch.num_rows == 0:
@@ -202,9 +203,3 @@ def count_batches(rows_json: str, batches: Iterable) -> Iterator:
     if pending:
         yield flush()
 
-
-def _COUNTS_SCHEMA():  # noqa: N802 - a constant made lazily (pyarrow is imported where it runs)
-    import pyarrow as pa
-
-    return pa.schema([("position", pa.int32()), ("element", pa.int64()), ("missing", pa.int64()),
-                      ("unexpected", pa.int64()), ("raised", pa.string())])
