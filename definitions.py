@@ -22,14 +22,17 @@ from assets.governance import CODE_VERSIONS, OWNERS, code_references, tags
 from imaging.catalogue import markdown_safe
 from assets.landing_zone import landing_zone
 from assets.linked_patient_metadata import linked_patient_metadata
+from assets.pacs_landing import pacs_landing
 from assets.partitions import SETTINGS
 from assets.published_cohort import published_cohort
 from assets.raw_image_index import raw_image_index
 from automation.downstream import CATCH_UP, DOWNSTREAM, downstream_automation
 from automation.jobs import JOBS
 from automation.landing_sensor import landing_sensor
+from automation.pacs_sensor import pacs_sensor
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
+from resources.pacs import PacsServers
 from resources.progress import SparkProgress
 from resources.spark import SparkResource, spark_config
 from resources.warehouse import Warehouse
@@ -55,23 +58,27 @@ def policies(spec: AssetSpec) -> AssetSpec:
         description=markdown_safe(spec.description or ""),
         group_name="release" if name == "published_cohort" else "imaging",
         automation_condition=CATCH_UP if name in DOWNSTREAM else spec.automation_condition,
-        freshness_policy=None if name == "published_cohort" else SITE_DAY_FRESHNESS,
+        # pacs_landing runs for PACS sites only (and from its sensor): no daily cadence to hold it to.
+        freshness_policy=None if name in ("published_cohort", "pacs_landing") else SITE_DAY_FRESHNESS,
         # Each asset links to its module (and an image step to its declaration and runner) in the UI.
         metadata={**spec.metadata, "dagster/code_references": code_references(name)})
 
 
 defs = Definitions(
     # landing_zone is observed, not materialized: it has no policy to apply.
-    assets=[landing_zone, *map_asset_specs(policies, [raw_image_index, linked_patient_metadata,
+    assets=[landing_zone, *map_asset_specs(policies, [pacs_landing, raw_image_index, linked_patient_metadata,
                                                                anonymized_images, published_cohort])],
     asset_checks=TABLE_CHECKS,
     # The named jobs an operator launches (docs/ui.md): the site-day pipeline, and publishing.
     jobs=JOBS,
     # Both off by default; docs/ui.md says what they do and how to turn them on.
-    sensors=[landing_sensor, downstream_automation],
+    sensors=[landing_sensor, pacs_sensor, downstream_automation],
     resources={
         "spark": SparkResource(spark_config=spark_config(SETTINGS.spark_master)),
-        "landing": LandingZone(root=SETTINGS.landing, files_per_task=SETTINGS.files_per_task),
+        # PACS sites' images are read from the platform's own PACS landing (assets/pacs_landing.py).
+        "landing": LandingZone(root=SETTINGS.landing, files_per_task=SETTINGS.files_per_task,
+                               pacs_root=SETTINGS.pacs_landing, pacs_sites=list(SETTINGS.pacs_sites)),
+        "pacs": PacsServers.from_settings(SETTINGS.pacs, SETTINGS.pacs_landing),
         "warehouse": Warehouse(root=SETTINGS.warehouse, tables=SETTINGS.tables),
         "deid": Deidentifier(pseudonym_key=EnvVar("IMAGING_PSEUDONYM_KEY"), options=list(SETTINGS.deid_options),
                              issuers=SETTINGS.issuers, pixel_text=SETTINGS.pixel_text),

@@ -16,7 +16,7 @@ from dagster import (AssetKey, CodeReferencesMetadataValue, LocalFileCodeReferen
                      TableColumnLineage, TableSchema)
 
 from assets.partitions import SETTINGS
-from imaging.catalogue import (DEIDENTIFIED, LINKED, RAW_IMAGE_INDEX, Table, column_privacy, describe_column,
+from imaging.catalogue import (DEIDENTIFIED, IDENTIFIABLE, LINKED, PACS_INSTANCES, RAW_IMAGE_INDEX, Table, column_privacy, describe_column,
                                manifest, markdown_safe)
 from imaging.driver.config import read_yaml
 from imaging.governance.code_version import code_version, module_files
@@ -39,6 +39,7 @@ _MODULES = {
     "anonymized_images": ("assets.anonymized_images", "imaging.steps.anonymize", "imaging.header",
                           "imaging.deid", "imaging.steps.clinical", "imaging.pseudonym", "imaging.provenance",
                           *_STEP),
+    "pacs_landing": ("assets.pacs_landing", "imaging.pacs", "imaging.driver.pacs", *_COMMON),
     "published_cohort": ("assets.published_cohort", "imaging.steps.release", "imaging.governance.release_bundle",
                          "imaging.governance.bundle", "imaging.governance.datacard", "imaging.governance.disclosure",
                          "imaging.governance.lineage", "imaging.governance.lineage_events",
@@ -47,6 +48,7 @@ _MODULES = {
 # What besides code decides each asset's output.
 _DECIDED_BY = {
     "raw_image_index": ((), None),
+    "pacs_landing": ((), None),
     "linked_patient_metadata": ((), POLICY_SPEC),
     "anonymized_images": (SETTINGS.deid_options, POLICY_SPEC),
     "published_cohort": (SETTINGS.deid_options, {**POLICY_SPEC, "min_k": DISCLOSURE.min_k}),
@@ -56,7 +58,7 @@ CODE_VERSIONS = {asset: code_version(module_files(*modules), *_DECIDED_BY[asset]
 
 
 # The zone each asset's output lies in (the image steps declare theirs), shown as a tag.
-ZONES = {**{s.asset: s.zone for s in IMAGE_STEPS}, "published_cohort": DEIDENTIFIED}
+ZONES = {**{s.asset: s.zone for s in IMAGE_STEPS}, "published_cohort": DEIDENTIFIED, "pacs_landing": IDENTIFIABLE}
 
 
 def tags(asset: str) -> dict[str, str]:
@@ -106,6 +108,7 @@ def column_lineage(table: str) -> TableColumnLineage:
 
 SCHEMAS = {
     "raw_image_index": table_schema(RAW_IMAGE_INDEX),
+    "pacs_landing": table_schema(PACS_INSTANCES),
     "linked_patient_metadata": table_schema(LINKED),
     "anonymized_images": table_schema(manifest(POLICY)),
     "published_cohort": release_schema(),

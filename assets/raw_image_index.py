@@ -16,7 +16,7 @@ from resources.spark import frame_of, map_batches
 
 
 def folders(run: StepRun) -> list[SiteDayFolder]:
-    return [SiteDayFolder(k.date, k.site, site_day_url(run.landing.root, k.site, k.date)) for k in run.keys]
+    return [SiteDayFolder(k.date, k.site, site_day_url(run.landing.images_root(k.site), k.site, k.date)) for k in run.keys]
 
 
 def nothing_landed(run: StepRun) -> bool:

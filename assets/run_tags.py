@@ -11,7 +11,8 @@ LAUNCHED_BY = "imaging/launched_by"  # who (or what) launched the run
 REASON = "imaging/reason"            # why
 
 # The default reason of each named job (automation/jobs.py tags its runs with it).
-JOB_REASONS = {"site_day_pipeline": "run the site-day pipeline", "publish": "build or publish the cohort releases"}
+JOB_REASONS = {"site_day_pipeline": "run the site-day pipeline", "publish": "build or publish the cohort releases",
+               "pacs_site_day_pipeline": "fetch from the PACS and run the site-day pipeline"}
 
 
 def launcher(tags: dict[str, str]) -> str:

@@ -42,4 +42,16 @@ publish = define_asset_job(
     run_tags={REASON: JOB_REASONS["publish"]},
 )
 
-JOBS = [site_day_pipeline, publish]
+# A PACS site's site-days: the retrieval first, then the same three assets, in one run (pacs_sensor's job).
+PACS_PIPELINE = ("pacs_landing", *PIPELINE)
+
+pacs_site_day_pipeline = define_asset_job(
+    "pacs_site_day_pipeline",
+    selection=AssetSelection.assets(*PACS_PIPELINE),
+    partitions_def=PARTITIONS,
+    description="A PACS site's site-days, PACS to de-identified images: `pacs_landing` (DICOMweb retrieval), then "
+                "`raw_image_index`, `linked_patient_metadata`, `anonymized_images`, in one run per selection.",
+    run_tags={REASON: JOB_REASONS["pacs_site_day_pipeline"]},
+)
+
+JOBS = [site_day_pipeline, pacs_site_day_pipeline, publish]

@@ -18,7 +18,7 @@ from typing import Mapping
 import pyarrow as pa
 
 from imaging.provenance import RUN_COLUMNS
-from imaging.records import (IndexedImage, LinkedImage, PublishedImage, Quarantined, fields_of)
+from imaging.records import (IndexedImage, LinkedImage, PacsOutcome, PublishedImage, Quarantined, fields_of)
 
 IDENTIFIABLE = "identifiable"
 DEIDENTIFIED = "deidentified"
@@ -120,6 +120,14 @@ APPROVALS = Folder(IDENTIFIABLE, "approvals",
                    "with the review report each signer saw (write once)")
 AUDIT = Folder(IDENTIFIABLE, "audit", "the release audit log: one write-once, chained JSON file per hold, approval, "
                                       "rejection and publication")
+# Images retrieved from a site's PACS (assets/pacs_landing.py), in the landing layout: the platform's own
+# landing root for PACS sites (the hospital's landing folder stays read-only), committed per site-day.
+PACS_LANDING = Folder(IDENTIFIABLE, "pacs_landing",
+                      "DICOM Part 10 files retrieved from the sites' PACS, images/<site>/<date>/<digest of UIDs>.dcm")
+PACS_INSTANCES = Table(
+    IDENTIFIABLE, "pacs_instances", PacsOutcome, SITE_DAY, ("file_name",),
+    "every instance a site's PACS listed for a site-day and what became of it: fetched, unchanged (kept) or "
+    "failed with the reason; sha256 of each landed file")
 REVIEWS = Folder(IDENTIFIABLE, "reviews", "review reports of releases (imaging-review's HTML), <cohort>-<release id>.html")
 
 _MANIFEST_FIELDS = (
@@ -202,6 +210,10 @@ COLUMN_DESCRIPTIONS = {
     "code_version": "the asset's code version that wrote the row",
     "deid_profile": "the de-identification profile",
     "deid_options": "the de-identification options",
+    "marker": "the PACS listing's change marker of the instance (a digest of its QIDO-RS attributes)",
+    "file_name": "the landed file's name under pacs_landing/images/<site>/<date>/ (a digest of its UIDs)",
+    "outcome": "fetched, unchanged (the last run's copy kept) or failed",
+    "attempts": "requests the retrieval took (retries of transient errors included)",
 }
 
 

@@ -381,6 +381,27 @@ class SparkFile(RootModel[dict[Annotated[str, StringConstraints(pattern=r"^spark
     model_config = ConfigDict(strict=True, frozen=True)
 
 
+# --- pacs.yaml --------------------------------------------------------------------------------------------
+
+PACS_AUTH = ("basic", "token", "none")
+
+
+class PacsServerFile(_Model):
+    url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$")]
+    auth: Literal[PACS_AUTH] = "basic"  # type: ignore[valid-type]
+    max_connections: PositiveInt | None = None
+
+
+class PacsFile(_Model):
+    servers: dict[SiteKey, PacsServerFile] = {}
+    max_connections: PositiveInt
+    retries: Annotated[int, Field(ge=0, le=20)]
+    backoff_seconds: Annotated[float, Field(ge=0, le=600)]
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)]
+    sensor_days: Annotated[int, Field(ge=1, le=366)]
+    sensor_seconds: PositiveInt
+
+
 # --- the loader -------------------------------------------------------------------------------------------
 
 FILES: dict[str, type[BaseModel]] = {
@@ -390,6 +411,7 @@ FILES: dict[str, type[BaseModel]] = {
     "quality.yaml": QualityFile,
     "clinical_policy.yaml": ClinicalPolicyFile,
     "spark.yaml": SparkFile,
+    "pacs.yaml": PacsFile,
 }
 
 

@@ -200,6 +200,10 @@ def _same_store(a: fsspec.AbstractFileSystem, b: fsspec.AbstractFileSystem) -> b
     return protocol(a) == protocol(b)
 
 
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return _is_local(fs)
+
+
 def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     return protocol in ("file", "local")

@@ -299,3 +299,41 @@ class ReleaseFile:
 
     path: str
     sha256: str
+
+
+@dataclass(frozen=True)
+class PacsInstance:
+    """One instance of a site-day as its PACS lists it (QIDO-RS), planned for retrieval: the driver's listing,
+    joined to what the last run landed (`previous_*`, null when it landed nothing for this instance).
+
+    `marker` is the listing's change marker (a digest of the instance's QIDO attributes, imaging/pacs.py);
+    `file_name` the landed file's name, a digest of its UIDs (no value from the server names a file)."""
+
+    date: str
+    site: str
+    study_instance_uid: str
+    series_instance_uid: str
+    sop_instance_uid: str
+    marker: str
+    file_name: str
+    previous_marker: str | None = None
+    previous_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class PacsOutcome:
+    """What became of one listed instance: `fetched` (retrieved now), `unchanged` (the last run's file, same
+    listing marker and sha256, kept) or `failed` (nothing landed; `reason` says why, a fixed phrase)."""
+
+    date: str
+    site: str
+    study_instance_uid: str
+    series_instance_uid: str
+    sop_instance_uid: str
+    marker: str
+    file_name: str
+    outcome: str
+    size_bytes: int | None = None
+    sha256: str | None = None
+    attempts: int = 0
+    reason: str | None = None

@@ -13,6 +13,15 @@ class LandingZone(ConfigurableResource):
 
     root: str
     files_per_task: int
+    # Sites whose images come from their PACS (assets/pacs_landing.py): their images are read below
+    # `pacs_root`, in the same layout; their clinical extracts still below `root`.
+    pacs_root: str | None = None
+    pacs_sites: list[str] = []
+
+    def images_root(self, site: str) -> str:
+        """The root whose `images/<site>/<date>/` holds a site's images: the platform's PACS landing for a PACS
+        site, else the landing zone."""
+        return self.pacs_root if site in self.pacs_sites and self.pacs_root else self.root
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         check_buckets([self.root])

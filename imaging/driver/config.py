@@ -18,6 +18,9 @@ Environment variables (all optional but the key; defaults in brackets):
                          master and workers must be started with the same secret [none]
   IMAGING_LANDING_SENSOR_SECONDS  seconds between landing_sensor ticks [platform/platform.yaml]
   IMAGING_MIN_K          minimum k-anonymity of a release [platform/clinical_policy.yaml: disclosure.min_k]
+  IMAGING_PACS_<SITE>_URL  the site's DICOMweb root: its images come from its PACS [platform/pacs.yaml: servers]
+  IMAGING_PACS_<SITE>_TOKEN, or _USER and _PASSWORD  the PACS credentials (bearer token, or HTTP basic);
+                         read when a run or the sensor contacts the server, never stored in configuration
 
 Every other setting lives in `platform/` and nowhere else (`platform.yaml`, `issuers.yaml`,
 `pixel_text.yaml`): code reads it from `Settings`, never restates a default. Each file is read
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from imaging.driver.pacs import PacsSettings, load_pacs
 from imaging.config_files import PLATFORM_DIR, REPO_ROOT, SITE_KEY, ConfigError, load_file, read_raw
 
 __all__ = ["PLATFORM_DIR", "REPO_ROOT", "ConfigError", "Settings", "load_settings", "read_yaml"]
@@ -70,6 +74,16 @@ class Settings:
     tables: str = ""
     min_k: int | None = None  # overrides the clinical policy's disclosure.min_k when set
     end_date: str | None = None  # the last date partition; None: the partitions grow by one each day
+    pacs: "PacsSettings | None" = None  # platform/pacs.yaml + IMAGING_PACS_<SITE>_URL: the PACS sites
+
+    @property
+    def pacs_sites(self) -> tuple[str, ...]:
+        return tuple(self.pacs.endpoints) if self.pacs else ()
+
+    @property
+    def pacs_landing(self) -> str:
+        """Where PACS retrievals land (the landing layout below it): the warehouse's identifiable zone."""
+        return f"{self.warehouse}/identifiable/pacs_landing"
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -108,6 +122,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         issuers=_issuers(sites),
         pixel_text=_pixel_text(),
         min_k=_min_k(env.get("IMAGING_MIN_K", "").strip()),
+        pacs=load_pacs(sites, env),
     )
 
 
