@@ -34,6 +34,8 @@ from imaging import fs as fsx
 from imaging.records import BatchStep, PacsInstance, PacsOutcome, schema_of
 
 logging.getLogger("dicomweb_client").setLevel(logging.WARNING)
+# `retrying` (dicomweb-client's retry library) logs each failed attempt with its exception, whose text holds the URL.
+logging.getLogger("retrying").setLevel(logging.CRITICAL)
 
 FETCHED, UNCHANGED, FAILED = "fetched", "unchanged", "failed"
 OUTCOMES = (FETCHED, UNCHANGED, FAILED)
@@ -220,10 +222,11 @@ def check_part10(data: bytes, sop: str) -> None:
     """The bytes are one Part 10 file of instance `sop` (its file meta says so)."""
     if len(data) < 132 or data[128:132] != b"DICM":
         raise InstanceFailed(NOT_PART10)
-    from pydicom.filereader import read_file_meta_info
+    import pydicom
 
     try:
-        meta = read_file_meta_info(io.BytesIO(data))
+        # The file meta is read whole; of the data set only one early tag (cheap: the header's start).
+        meta = pydicom.dcmread(io.BytesIO(data), specific_tags=["SOPClassUID"], stop_before_pixels=True).file_meta
     except Exception:  # noqa: BLE001 - any unreadable meta is the same fault
         raise InstanceFailed(NOT_PART10) from None
     if str(meta.get("MediaStorageSOPInstanceUID", "")).rstrip("\0 ") != sop:

@@ -437,6 +437,81 @@ def postgres_server(database: str = "dagster", timeout: float = 60) -> Iterator[
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+# --- Orthanc (a PACS with its DICOMweb plugin) ------------------------------------------------
+
+
+ORTHANC = "/usr/sbin/Orthanc"
+DICOMWEB_PLUGIN = "/usr/share/orthanc/plugins/libOrthancDicomWeb.so"
+
+
+@dataclass
+class OrthancServer:
+    """A running Orthanc: its DICOMweb root, its REST root and the test user (the password: `password`).
+    `kill()` stops it as a crash would (SIGKILL), `restart()` starts it again on the same port and storage."""
+
+    port: int
+    user: str
+    password: str
+    workdir: Path
+    procs: list
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.procs[-1].pid, signal.SIGKILL)
+        self.procs[-1].wait(10)
+
+    def restart(self) -> None:
+        self.procs.append(start_orthanc(self.workdir, self.port, self.user, self.password))
+
+    def __repr__(self) -> str:  # never show the password
+        return f"OrthancServer(port={self.port})"
+
+    @property
+    def rest(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def dicomweb(self) -> str:
+        return f"{self.rest}/dicom-web"
+
+
+def orthanc_available() -> bool:
+    return Path(ORTHANC).exists() and Path(DICOMWEB_PLUGIN).exists()
+
+
+def orthanc_config(workdir: Path, port: int, user: str, password: str) -> Path:
+    """Loopback only (`RemoteAccessAllowed` false), a login, no DICOM port, files stored as sent."""
+    config = workdir / "orthanc.json"
+    storage = workdir / "storage"
+    storage.mkdir(exist_ok=True)
+    config.write_text(json.dumps({
+        "Name": "imaging-test-pacs", "StorageDirectory": str(storage), "IndexDirectory": str(storage),
+        "HttpPort": port, "DicomServerEnabled": False, "RemoteAccessAllowed": False,
+        "AuthenticationEnabled": True, "RegisteredUsers": {user: password},
+        "Plugins": [DICOMWEB_PLUGIN], "DicomWeb": {"Enable": True, "Root": "/dicom-web/"},
+        "StorageCompression": False, "OverwriteInstances": True, "HttpDescribeErrors": False,
+    }))
+    os.chmod(config, 0o600)
+    return config
+
+
+def start_orthanc(workdir: Path, port: int, user: str, password: str, timeout: float = 30) -> subprocess.Popen:
+    """`Orthanc <config>` (again, on the same storage, after a stop) until its REST API answers."""
+    config = orthanc_config(workdir, port, user, password)
+    proc = start_process([ORTHANC, str(config)], workdir / "orthanc.log", cwd=workdir)
+    wait_until(lambda: port_open(port), "Orthanc", timeout, [workdir / "orthanc.log"],
+               alive=lambda: proc.poll() is None)
+    return proc
+
+
+@contextlib.contextmanager
+def orthanc_server(timeout: float = 30) -> Iterator[OrthancServer]:
+    port, user, password = free_port(), "pacs-test", secrets.token_urlsafe(12)
+    with owned_processes("orthanc-") as (workdir, procs):
+        procs.append(start_orthanc(workdir, port, user, password, timeout))
+        yield OrthancServer(port, user, password, workdir, procs)
+
+
 # --- pytest fixtures (import them into a test module: `from services import postgres, ...`) ----
 # Module-scoped: a server stops when the tests of the module that needed it are done, rather than idling
 # until the end of the run (the suite runs in parallel workers, with two cores between them).
@@ -466,6 +541,13 @@ def gcs():
     _skip_unless(gcs_emulator_program() is not None, "gcp-storage-emulator is not installed")
     with gcs_emulator() as emulator:
         yield emulator
+
+
+@pytest.fixture(scope="module")
+def orthanc():
+    _skip_unless(orthanc_available(), "Orthanc and its DICOMweb plugin are not installed (orthanc, orthanc-dicomweb)")
+    with orthanc_server() as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,278 @@
+"""The PACS ingest against a real Orthanc with its DICOMweb plugin (Debian's `orthanc`, `orthanc-dicomweb`).
+
+One Orthanc for the module (loopback, a login), a small synthetic hospital uploaded to it; site-b is the PACS
+site. The same files Orthanc accepted are also "landed by hand" in a file landing, so the pipeline's outputs
+from the two can be compared. Tests build on each other in file order (one module world, one xdist group).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import os
+import shutil
+import threading
+import urllib.parse
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import requests
+
+from compare import collect, rewritten
+from conftest import ROOT
+from services import orthanc  # noqa: F401 - the module's Orthanc
+
+SITE = "site-b"
+DATES = ("2024-03-01", "2024-03-02")
+RANGE = (f"{DATES[0]}|{SITE}", f"{DATES[-1]}|{SITE}")
+PAIRS = [(d, SITE) for d in DATES]
+PIPELINE = ["raw_image_index", "linked_patient_metadata", "anonymized_images"]
+BASE = ROOT / "pacs"
+
+
+@pytest.fixture(scope="module")
+def credentials(orthanc):
+    """The site's credentials in its environment variables, as a deployment gives them."""
+    names = {"IMAGING_PACS_SITE_B_USER": orthanc.user, "IMAGING_PACS_SITE_B_PASSWORD": orthanc.password}
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ.update(names)
+    yield names
+    for key, value in saved.items():
+        os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+
+
+@pytest.fixture(scope="module")
+def uploaded(orthanc):
+    """A small hospital for site-b, uploaded to Orthanc; the files it refused (the generator's broken ones)
+    are removed from the hand landing, so both hold the same instances. Returns {sha256: hand path}."""
+    from synth import generate_hospital
+
+    hand = BASE / "hand-landing"
+    generate_hospital(hand, seed=5, sites=(SITE,), dates=DATES, patients_per_site=3)
+    accepted = {}
+    with requests.Session() as session:
+        session.auth = (orthanc.user, orthanc.password)
+        for path in sorted(p for p in (hand / "images").rglob("*") if p.is_file()):
+            data = path.read_bytes()
+            if session.post(f"{orthanc.rest}/instances", data=data).status_code == 200:
+                accepted[hashlib.sha256(data).hexdigest()] = path
+            else:
+                path.unlink()
+    assert len(accepted) >= 6, "too few instances for the tests"
+    return accepted
+
+
+def pacs_defs(defs, warehouse: Path, url: str):
+    """The code location's definitions with this module's landing, warehouse and PACS (site-b) as resources."""
+    from dagster import Definitions
+
+    from resources.landing import LandingZone
+    from resources.pacs import PacsServers
+    from resources.warehouse import Warehouse
+
+    landing = pacs_landing_root()
+    root = f"{warehouse}/identifiable/pacs_landing"
+    resources = {**defs.resources,
+                 "landing": LandingZone(root=str(landing), files_per_task=64, pacs_root=root, pacs_sites=[SITE]),
+                 "warehouse": Warehouse(root=str(warehouse)),
+                 "pacs": PacsServers(urls={SITE: url}, auth={SITE: "basic"}, max_connections={SITE: 2}, retries=1,
+                                     backoff_seconds=0.05, timeout_seconds=10, sensor_days=7, landing=root)}
+    return Definitions(assets=defs.assets, asset_checks=defs.asset_checks, resources=resources, executor=defs.executor)
+
+
+def pacs_landing_root() -> Path:
+    """The file landing of the PACS deployment: the clinical extracts only (images come from the PACS)."""
+    root = BASE / "pacs-file-landing"
+    if not root.exists():
+        shutil.copytree(BASE / "hand-landing" / "clinical", root / "clinical")
+    return root
+
+
+def materialize(defs, selection, instance=None):
+    """One run over both site-days; the result, whether it succeeded or not."""
+    from dagster import AssetSelection, DagsterInstance, define_asset_job
+
+    job = define_asset_job("pacs_test", selection=AssetSelection.assets(*selection))
+    resolved = type(defs)(assets=defs.assets, asset_checks=defs.asset_checks, resources=defs.resources, jobs=[job],
+                          executor=defs.executor)
+    return resolved.resolve_job_def("pacs_test").execute_in_process(
+        instance=instance or DagsterInstance.ephemeral(), raise_on_error=False,
+        tags={"dagster/asset_partition_range_start": RANGE[0], "dagster/asset_partition_range_end": RANGE[1]})
+
+
+def failure(result) -> str:
+    errors = [e.event_specific_data.error for e in result.all_events if e.is_step_failure]
+    assert errors, "the run did not fail"
+    error = errors[0]
+    text = error.message
+    while error.cause is not None:
+        error = error.cause
+        text += "\n" + error.message
+    return text
+
+
+def outcomes(warehouse: Path) -> list[dict]:
+    table = warehouse / "identifiable" / "pacs_instances"
+    return pq.read_table(table).to_pylist() if table.exists() else []
+
+
+def landed(warehouse: Path) -> dict[str, Path]:
+    """Every landed file of the PACS landing, by sha256."""
+    root = warehouse / "identifiable" / "pacs_landing"
+    return {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in root.rglob("*") if p.is_file()}
+
+
+def materializations(result) -> dict[str, dict]:
+    found = {}
+    for event in result.all_events:
+        if event.is_step_materialization:
+            m = event.step_materialization_data.materialization
+            if m.asset_key.to_user_string() == "pacs_landing":
+                found[m.partition] = {**{k: v.value for k, v in m.metadata.items()},
+                                      "data_version": m.tags.get("dagster/data_version")}
+    return found
+
+
+# --- the tests ----------------------------------------------------------------------------------
+
+
+def test_retrieved_files_are_byte_identical_to_the_uploaded_ones(defs, orthanc, credentials, uploaded):
+    warehouse = BASE / "warehouse"
+    result = materialize(pacs_defs(defs, warehouse, orthanc.dicomweb), ["pacs_landing"])
+    assert result.success
+    files = landed(warehouse)
+    assert set(files) == set(uploaded)  # sha256 of every landed file = sha256 of an uploaded one, and all landed
+    for sha, path in files.items():  # in the landing layout, each under its own site-day
+        assert path.relative_to(warehouse / "identifiable" / "pacs_landing").parts[:3] == \
+            ("images", SITE, uploaded[sha].relative_to(BASE / "hand-landing" / "images" / SITE).parts[0])
+    rows = outcomes(warehouse)
+    assert {r["outcome"] for r in rows} == {"fetched"} and len(rows) == len(uploaded)
+    facts = materializations(result)
+    assert sorted(facts) == sorted(f"{d}|{SITE}" for d in DATES)
+    for fact in facts.values():  # per site-day: listed = fetched + unchanged + failed
+        assert fact["listed"] == fact["fetched"] + fact["unchanged"] + fact["failed"] > 0
+        assert fact["failed"] == 0 and fact["pacs_site"] is True
+    # Nothing identifying in the metadata: no UID, user or password, only counts, a digest and a relative path.
+    shown = repr(facts)
+    assert orthanc.password not in shown and orthanc.user not in shown
+    assert not any(r["sop_instance_uid"] in shown for r in rows)
+
+
+def test_a_rerun_keeps_what_is_unchanged_and_has_the_same_data_versions(defs, orthanc, credentials, uploaded):
+    warehouse = BASE / "warehouse"
+    before = {sha: p.stat().st_ino for sha, p in landed(warehouse).items()}
+    first = {r["sop_instance_uid"]: r["sha256"] for r in outcomes(warehouse)}
+    result = materialize(pacs_defs(defs, warehouse, orthanc.dicomweb), ["pacs_landing"])
+    assert result.success
+    rows = outcomes(warehouse)
+    assert {r["outcome"] for r in rows} == {"unchanged"}
+    assert {r["sop_instance_uid"]: r["sha256"] for r in rows} == first
+    assert {sha: p.stat().st_ino for sha, p in landed(warehouse).items()} == before  # kept, not fetched again
+    versions = {p: f["data_version"] for p, f in materializations(result).items()}
+    assert len(set(versions.values())) == 2 and all(len(v) == 32 for v in versions.values())
+
+
+def test_pipeline_outputs_equal_those_of_the_same_files_landed_by_hand(defs, orthanc, credentials, uploaded):
+    warehouse, hand = BASE / "warehouse", BASE / "hand-warehouse"
+    assert materialize(pacs_defs(defs, warehouse, orthanc.dicomweb), PIPELINE).success
+    assert materialize(hand_defs(defs, hand), PIPELINE).success
+    # The identifiable tables name each source file: map each PACS-landed file to the hand-landed one.
+    rewrite = {str(path): str(uploaded[sha]) for sha, path in landed(warehouse).items()}
+    got = {k: rewritten(v, rewrite) for k, v in collect(str(warehouse), PAIRS).items() if "pacs_" not in k}
+    want = collect(str(hand), PAIRS)
+    assert sorted(got) == sorted(want)
+    assert any("anonymized_images/files" in k for k in got) and any(k.startswith("identifiable/raw_image_index") for k in got)
+    assert [k for k in got if got[k] != want[k]] == []
+
+
+def hand_defs(defs, warehouse: Path):
+    """The same definitions on the hand landing: no PACS site."""
+    from dagster import Definitions
+
+    from resources.landing import LandingZone
+    from resources.warehouse import Warehouse
+
+    resources = {**defs.resources, "landing": LandingZone(root=str(BASE / "hand-landing"), files_per_task=64),
+                 "warehouse": Warehouse(root=str(warehouse))}
+    return Definitions(assets=defs.assets, asset_checks=defs.asset_checks, resources=resources, executor=defs.executor)
+
+
+def test_a_wrong_password_is_a_clear_error_and_lands_nothing(defs, orthanc, credentials, uploaded):
+    warehouse = BASE / "warehouse-wrong-password"
+    os.environ["IMAGING_PACS_SITE_B_PASSWORD"] = "not-the-password"
+    try:
+        result = materialize(pacs_defs(defs, warehouse, orthanc.dicomweb), ["pacs_landing"])
+    finally:
+        os.environ["IMAGING_PACS_SITE_B_PASSWORD"] = orthanc.password
+    assert not result.success
+    message = failure(result)
+    assert "PACS of site site-b refused the credentials (HTTP 401)" in message
+    assert "not-the-password" not in message and orthanc.password not in message
+    assert landed(warehouse) == {} and outcomes(warehouse) == []
+    assert not list(warehouse.rglob("*.dcm"))  # nothing staged either
+
+
+class StoppingProxy(http.server.ThreadingHTTPServer):
+    """A loopback HTTP proxy before Orthanc that kills Orthanc (SIGKILL) once `after` retrievals have passed:
+    a server that stops in the middle of a transfer."""
+
+    def __init__(self, orthanc, after: int):
+        self.orthanc, self.after, self.retrievals, self.lock = orthanc, after, 0, threading.Lock()
+        super().__init__(("127.0.0.1", 0), _Forward)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/dicom-web"
+
+
+class _Forward(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the client's session expects of a server
+
+    def do_GET(self):  # noqa: N802 - the handler's protocol
+        proxy: StoppingProxy = self.server
+        retrieval = "/instances/" in self.path and "application/dicom" in self.headers.get("Accept", "")
+        if retrieval:
+            with proxy.lock:
+                proxy.retrievals += 1
+                if proxy.retrievals == proxy.after + 1:
+                    proxy.orthanc.kill()
+        try:
+            upstream = requests.get(urllib.parse.urljoin(proxy.orthanc.rest, self.path), timeout=10,
+                                    headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+        except requests.ConnectionError:
+            self.send_error(502)
+            return
+        self.send_response(upstream.status_code)
+        for key, value in upstream.headers.items():
+            if key.lower() not in ("transfer-encoding", "connection", "content-length", "content-encoding"):
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(upstream.content)))
+        self.end_headers()
+        self.wfile.write(upstream.content)
+
+    def log_message(self, *args):  # quiet
+        pass
+
+
+def test_a_server_stopped_mid_transfer_leaves_nothing_and_the_next_run_recovers(defs, orthanc, credentials, uploaded):
+    warehouse = BASE / "warehouse-stopped"
+    proxy = StoppingProxy(orthanc, after=2)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        result = materialize(pacs_defs(defs, warehouse, proxy.url), ["pacs_landing"])
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    assert proxy.retrievals > 2  # it did stop in the middle: some retrievals had passed
+    assert not result.success
+    assert "PACS of site site-b unavailable" in failure(result)
+    assert landed(warehouse) == {} and outcomes(warehouse) == []  # nothing committed for either site-day
+    orthanc.restart()
+    again = materialize(pacs_defs(defs, warehouse, orthanc.dicomweb), ["pacs_landing"])
+    assert again.success
+    assert set(landed(warehouse)) == set(uploaded)
+    rows = outcomes(warehouse)
+    assert len(rows) == len(uploaded) and {r["outcome"] for r in rows} == {"fetched"}
+    assert not (warehouse / "identifiable" / "_staging").exists() or not any((warehouse / "identifiable" / "_staging").iterdir())
