@@ -20,6 +20,7 @@ import pytest
 import requests
 
 from compare import collect, rewritten
+from imaging.catalogue import PACS_INSTANCES, PACS_LANDING, RAW_IMAGE_INDEX
 from conftest import ROOT
 from services import orthanc  # noqa: F401 - the module's Orthanc
 
@@ -113,13 +114,13 @@ def failure(result) -> str:
 
 
 def outcomes(warehouse: Path) -> list[dict]:
-    table = warehouse / "identifiable" / "pacs_instances"
+    table = warehouse / PACS_INSTANCES.path
     return pq.read_table(table).to_pylist() if table.exists() else []
 
 
 def landed(warehouse: Path) -> dict[str, Path]:
     """Every landed file of the PACS landing, by sha256."""
-    root = warehouse / "identifiable" / "pacs_landing"
+    root = warehouse / PACS_LANDING.path
     return {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in root.rglob("*") if p.is_file()}
 
 
@@ -144,7 +145,7 @@ def test_retrieved_files_are_byte_identical_to_the_uploaded_ones(defs, orthanc, 
     files = landed(warehouse)
     assert set(files) == set(uploaded)  # sha256 of every landed file = sha256 of an uploaded one, and all landed
     for sha, path in files.items():  # in the landing layout, each under its own site-day
-        assert path.relative_to(warehouse / "identifiable" / "pacs_landing").parts[:3] == \
+        assert path.relative_to(warehouse / PACS_LANDING.path).parts[:3] == \
             ("images", SITE, uploaded[sha].relative_to(BASE / "hand-landing" / "images" / SITE).parts[0])
     rows = outcomes(warehouse)
     assert {r["outcome"] for r in rows} == {"fetched"} and len(rows) == len(uploaded)
@@ -182,7 +183,7 @@ def test_pipeline_outputs_equal_those_of_the_same_files_landed_by_hand(defs, ort
     got = {k: rewritten(v, rewrite) for k, v in collect(str(warehouse), PAIRS).items() if "pacs_" not in k}
     want = collect(str(hand), PAIRS)
     assert sorted(got) == sorted(want)
-    assert any("anonymized_images/files" in k for k in got) and any(k.startswith("identifiable/raw_image_index") for k in got)
+    assert any("anonymized_images/files" in k for k in got) and any(k.startswith(RAW_IMAGE_INDEX.path) for k in got)
     assert [k for k in got if got[k] != want[k]] == []
 
 
@@ -211,6 +212,78 @@ def test_a_wrong_password_is_a_clear_error_and_lands_nothing(defs, orthanc, cred
     assert "not-the-password" not in message and orthanc.password not in message
     assert landed(warehouse) == {} and outcomes(warehouse) == []
     assert not list(warehouse.rglob("*.dcm"))  # nothing staged either
+
+
+def sop_of(path: Path) -> str:
+    import pydicom
+
+    return str(pydicom.dcmread(path, stop_before_pixels=True).SOPInstanceUID)
+
+
+def delete_instance(orthanc, sop: str) -> None:
+    """Remove one instance from Orthanc (its REST API: look the UID up, delete what it names)."""
+    auth = (orthanc.user, orthanc.password)
+    found = requests.post(f"{orthanc.rest}/tools/lookup", data=sop, auth=auth).json()
+    (instance,) = [f["ID"] for f in found if f["Type"] == "Instance"]
+    requests.delete(f"{orthanc.rest}/instances/{instance}", auth=auth).raise_for_status()
+
+
+def test_an_instance_that_keeps_failing_is_recorded_with_its_reason_and_the_counts_add_up(
+        defs, orthanc, credentials, uploaded, monkeypatch):
+    from imaging.driver import pacs as pacs_driver
+
+    warehouse = BASE / "warehouse-failing"
+    sha, path = sorted(uploaded.items())[0]
+    # Listed, then gone from the server before its retrieval: WADO-RS answers 404 for it.
+    monkeypatch.setattr(pacs_driver, "on_listed", lambda site_days, instances: delete_instance(orthanc, sop_of(path)))
+    result = materialize(pacs_defs(defs, warehouse, orthanc.dicomweb), ["pacs_landing"])
+    assert result.success  # one instance's failure never fails the site-day
+    rows = outcomes(warehouse)
+    failed = [r for r in rows if r["outcome"] == "failed"]
+    assert [(r["sop_instance_uid"], r["reason"], r["sha256"]) for r in failed] == [
+        (sop_of(path), "HTTP 404 from the server", None)]
+    assert set(landed(warehouse)) == set(uploaded) - {sha}  # the rest of the site-days landed
+    facts = materializations(result)
+    assert sum(f["failed"] for f in facts.values()) == 1
+    for fact in facts.values():
+        assert fact["listed"] == fact["fetched"] + fact["unchanged"] + fact["failed"]
+    assert [f["failed/HTTP 404 from the server"] for f in facts.values() if f["failed"]] == [1]
+    # Back on the server: the next run fetches it, keeps the rest, and the site-day's version moves.
+    monkeypatch.undo()
+    requests.post(f"{orthanc.rest}/instances", data=path.read_bytes(), auth=(orthanc.user, orthanc.password))
+    again = materialize(pacs_defs(defs, warehouse, orthanc.dicomweb), ["pacs_landing"])
+    assert set(landed(warehouse)) == set(uploaded)
+    assert sorted(r["outcome"] for r in outcomes(warehouse)) == ["fetched"] + ["unchanged"] * (len(uploaded) - 1)
+    day = next(p for p, f in facts.items() if f["failed"])
+    assert materializations(again)[day]["data_version"] != facts[day]["data_version"]
+
+
+def test_the_sensor_requests_exactly_the_new_or_changed_site_days(defs, orthanc, credentials, uploaded):
+    from dagster import DagsterInstance, build_sensor_context
+
+    from automation.pacs_sensor import pacs_sensor
+    from resources.pacs import PacsServers
+
+    pacs = PacsServers(urls={SITE: orthanc.dicomweb}, auth={SITE: "basic"}, max_connections={SITE: 2}, retries=1,
+                       backoff_seconds=0.05, timeout_seconds=10, sensor_days=2000, landing="unused")
+    with DagsterInstance.ephemeral() as instance:
+        first = pacs_sensor(build_sensor_context(instance=instance, resources={"pacs": pacs}))
+        keys = sorted(r.run_key for r in first.run_requests)
+        assert [k.split("@")[0] for k in keys] == [f"{d}|{SITE}" for d in DATES]
+        assert all(r.job_name in (None, "pacs_site_day_pipeline") for r in first.run_requests)
+        again = pacs_sensor(build_sensor_context(instance=instance, resources={"pacs": pacs}, cursor=first.cursor))
+        assert again.run_requests == []
+        # One study's instance gone from the PACS: that site-day alone is requested, under a new run key.
+        sha, path = sorted(uploaded.items())[-1]
+        delete_instance(orthanc, sop_of(path))
+        try:
+            changed = pacs_sensor(build_sensor_context(instance=instance, resources={"pacs": pacs}, cursor=first.cursor))
+        finally:
+            requests.post(f"{orthanc.rest}/instances", data=path.read_bytes(), auth=(orthanc.user, orthanc.password))
+        day = uploaded[sha].relative_to(BASE / "hand-landing" / "images" / SITE).parts[0]
+        assert [r.run_key.split("@")[0] for r in changed.run_requests] == [f"{day}|{SITE}"]
+        assert changed.run_requests[0].run_key not in keys
+        assert orthanc.password not in repr(first) + repr(changed)
 
 
 class StoppingProxy(http.server.ThreadingHTTPServer):

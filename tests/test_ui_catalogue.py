@@ -65,5 +65,6 @@ def test_code_references_freshness_groups_and_jobs(defs, graph):
         assert (node.freshness_policy is None) == (asset == "published_cohort"), asset
         assert node.group_name == ("release" if asset == "published_cohort" else "imaging")
     jobs = {job.name: job for job in defs.jobs}
-    assert set(jobs) == {"site_day_pipeline", "publish"}
+    assert set(jobs) == {"site_day_pipeline", "pacs_site_day_pipeline", "publish"}
+    assert graph.get(AssetKey("pacs_landing")).freshness_policy is None  # PACS sites only: no daily cadence
     assert {k.to_user_string() for k in defs.resolve_job_def("site_day_pipeline").asset_layer.executable_asset_keys} == set(PIPELINE)
