@@ -166,6 +166,7 @@ GROUP_SECONDS = {
     "deployments-gcs": 50,
     "test_quality_checks": 50,
     "test_cli": 45,
+    "test_pacs": 60,
     "test_progress_spark": 45,
     "test_hostile": 35,
     "test_deid_sweep": 35,
