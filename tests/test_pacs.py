@@ -373,3 +373,43 @@ def test_a_server_stopped_mid_transfer_leaves_nothing_and_the_next_run_recovers(
     rows = outcomes(warehouse)
     assert len(rows) == len(uploaded) and {r["outcome"] for r in rows} == {"fetched"}
     assert not (warehouse / "identifiable" / "_staging").exists() or not any((warehouse / "identifiable" / "_staging").iterdir())
+
+
+def test_a_published_approved_release_goes_to_a_research_pacs_by_stow_rs_byte_for_byte(orthanc, tmp_path_factory):
+    """STOW-RS of a small release (built, held, approved by two signers and published without Spark, as the
+    signed-approval tests do) to Orthanc as the research PACS; a release not yet approved is refused."""
+    import pydicom
+
+    from approvers import approve_all
+    from imaging.governance import approval as gate
+    from imaging.governance.stow import StowRefused, release_images, stow
+    from imaging.pacs import Credentials, PacsServer, RetryPolicy
+    from release_helpers import SMALL_TEST, make_hospital
+    from test_signed_approvals import World, hold, materialize as publish
+
+    hospital = make_hospital(tmp_path_factory.mktemp("stow"))
+    world = World(hospital, str(hospital.warehouse))
+    research = PacsServer("research", orthanc.dicomweb, Credentials("basic", orthanc.user, orthanc.password))
+    policy = RetryPolicy(1, 0.05, 10)
+    auth = (orthanc.user, orthanc.password)
+    count = lambda: requests.get(f"{orthanc.rest}/statistics", auth=auth).json()["CountInstances"]  # noqa: E731
+
+    held = hold(world)
+    before = count()
+    with pytest.raises(StowRefused, match="held, AWAITING APPROVAL"):
+        stow(held, research, policy, warehouse=world.warehouse)
+    assert count() == before  # nothing sent
+    approve_all(held)
+    assert publish(world).action == gate.PUBLISH
+    release = gate.published_path(world.warehouse, SMALL_TEST.name, 1)
+    done = stow(release, research, policy, warehouse=world.warehouse, batch=3)
+    images = release_images(release)
+    assert (done.sent, done.stored, done.failed) == (len(images), len(images), 0) and images
+    assert count() == before + len(images)
+    from imaging.pacs import connect, retrieve_stored
+
+    client = connect(research, policy)
+    for path in images:  # the research PACS returns exactly the approved bytes
+        ds = pydicom.dcmread(path, stop_before_pixels=True)
+        data = retrieve_stored(client, ds.StudyInstanceUID, ds.SeriesInstanceUID, ds.SOPInstanceUID)
+        assert hashlib.sha256(data).hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()
