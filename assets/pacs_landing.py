@@ -41,6 +41,9 @@ from resources.spark import SparkResource, frame_of, map_batches
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
 
 KEY = "pacs_landing"
+# At least this many instances per retrieval task before another task (another client, another connection) is
+# opened: a task's set-up costs more than a few retrievals; `max_connections` bounds the tasks per server.
+INSTANCES_PER_TASK = 16
 
 
 def subfolder(key: SiteDay) -> str:
@@ -87,6 +90,7 @@ def pacs_landing(context: AssetExecutionContext, spark: SparkResource, pacs: Pac
     fetched_bytes: dict[str, int] = {p: 0 for p in tally}
     reasons: dict[str, dict[str, int]] = {p: {} for p in tally}
     fetch_started = time.monotonic()
+    slots = 0
     if listed:
         session = spark.spark_session
         instances = [i for k in ours for i in listing[k]]
@@ -97,10 +101,10 @@ def pacs_landing(context: AssetExecutionContext, spark: SparkResource, pacs: Pac
                             F.col("sha256").alias("previous_sha256")))
         planned = planned.join(previous, ["date", "site", "sop_instance_uid"], "left")
         # Concurrency per server: its instances spread over at most `max_connections` slots, one task each.
-        slots, offset, slot_of = 0, {}, {}
+        offset, slot_of = {}, {}
         for site, server in servers.items():
             count = sum(len(listing[k]) for k in ours if k.site == site)
-            slot_of[site] = max(1, min(server.max_connections, math.ceil(count / 16)))
+            slot_of[site] = max(1, min(server.max_connections, math.ceil(count / INSTANCES_PER_TASK)))
             offset[site] = slots
             slots += slot_of[site]
         slot = F.lit(0)
@@ -148,7 +152,7 @@ def pacs_landing(context: AssetExecutionContext, spark: SparkResource, pacs: Pac
         metadata = {"pacs_site": is_pacs, "listed": len(listing.get(key, [])), **counts,
                     "bytes_fetched": fetched_bytes[partition],
                     **{f"failed/{reason}": n for reason, n in sorted(reasons[partition].items())},
-                    "pacs_version": version, "run/seconds": round(seconds, 3),
+                    "pacs_version": version, "run/seconds": round(seconds, 3), "run/retrieval_tasks": slots,
                     "files": MetadataValue.path(warehouse.relative(f"{warehouse.url(PACS_LANDING)}/{subfolder(key)}"))}
         context.log_event(AssetMaterialization(asset_key=KEY, partition=partition, metadata=metadata, tags=tags))
     return MaterializeResult(metadata=EVENTS_LOGGED_BY_STEP)

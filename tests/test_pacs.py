@@ -12,6 +12,7 @@ import http.server
 import os
 import shutil
 import threading
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def uploaded(orthanc):
     return accepted
 
 
-def pacs_defs(defs, warehouse: Path, url: str):
+def pacs_defs(defs, warehouse: Path, url: str, max_connections: int = 2):
     """The code location's definitions with this module's landing, warehouse and PACS (site-b) as resources."""
     from dagster import Definitions
 
@@ -78,7 +79,7 @@ def pacs_defs(defs, warehouse: Path, url: str):
     resources = {**defs.resources,
                  "landing": LandingZone(root=str(landing), files_per_task=64, pacs_root=root, pacs_sites=[SITE]),
                  "warehouse": Warehouse(root=str(warehouse)),
-                 "pacs": PacsServers(urls={SITE: url}, auth={SITE: "basic"}, max_connections={SITE: 2}, retries=1,
+                 "pacs": PacsServers(urls={SITE: url}, auth={SITE: "basic"}, max_connections={SITE: max_connections}, retries=1,
                                      backoff_seconds=0.05, timeout_seconds=10, sensor_days=7, landing=root)}
     return Definitions(assets=defs.assets, asset_checks=defs.asset_checks, resources=resources, executor=defs.executor)
 
@@ -310,34 +311,50 @@ def test_the_sensor_requests_exactly_the_new_or_changed_site_days(defs, orthanc,
         assert orthanc.password not in repr(first) + repr(changed)
 
 
-class StoppingProxy(http.server.ThreadingHTTPServer):
-    """A loopback HTTP proxy before Orthanc that kills Orthanc (SIGKILL) once `after` retrievals have passed:
-    a server that stops in the middle of a transfer."""
+class Proxy(http.server.ThreadingHTTPServer):
+    """A loopback HTTP proxy before Orthanc that counts the retrievals in flight (their maximum at once) and, when
+    `stop_after` is set, kills Orthanc (SIGKILL) once that many retrievals have passed: a server that stops in
+    the middle of a transfer."""
 
-    def __init__(self, orthanc, after: int):
-        self.orthanc, self.after, self.retrievals, self.lock = orthanc, after, 0, threading.Lock()
+    def __init__(self, orthanc, stop_after: int | None = None):
+        self.orthanc, self.stop_after, self.lock = orthanc, stop_after, threading.Lock()
+        self.retrievals = self.in_flight = self.most_at_once = 0
         super().__init__(("127.0.0.1", 0), _Forward)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/dicom-web"
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
 
 
 class _Forward(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the client's session expects of a server
 
     def do_GET(self):  # noqa: N802 - the handler's protocol
-        proxy: StoppingProxy = self.server
+        proxy: Proxy = self.server
         retrieval = "/instances/" in self.path and "application/dicom" in self.headers.get("Accept", "")
-        if retrieval:
-            with proxy.lock:
+        with proxy.lock:
+            if retrieval:
                 proxy.retrievals += 1
-                if proxy.retrievals == proxy.after + 1:
+                proxy.in_flight += 1
+                proxy.most_at_once = max(proxy.most_at_once, proxy.in_flight)
+                if proxy.retrievals == (proxy.stop_after or 0) + 1 and proxy.stop_after is not None:
                     proxy.orthanc.kill()
         try:
             upstream = requests.get(urllib.parse.urljoin(proxy.orthanc.rest, self.path), timeout=10,
                                     headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
         except requests.ConnectionError:
+            upstream = None
+        finally:
+            if retrieval:
+                time.sleep(0.02)  # a retrieval that takes a moment, so overlapping ones overlap here too
+                with proxy.lock:
+                    proxy.in_flight -= 1
+        if upstream is None:
             self.send_error(502)
             return
         self.send_response(upstream.status_code)
@@ -352,16 +369,27 @@ class _Forward(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def test_retrievals_at_once_per_server_are_capped_by_configuration(defs, orthanc, credentials, uploaded, monkeypatch):
+    import assets.pacs_landing as asset_module
+
+    monkeypatch.setattr(asset_module, "INSTANCES_PER_TASK", 1)  # uncapped: a task per instance
+    proxy = Proxy(orthanc)
+    try:
+        result = materialize(pacs_defs(defs, BASE / "warehouse-capped", proxy.url, max_connections=2), ["pacs_landing"])
+    finally:
+        proxy.close()
+    assert result.success and proxy.retrievals == len(uploaded) > 2
+    assert {f["run/retrieval_tasks"] for f in materializations(result).values()} == {2}  # not one per instance
+    assert 1 <= proxy.most_at_once <= 2  # what the server saw at once
+
+
 def test_a_server_stopped_mid_transfer_leaves_nothing_and_the_next_run_recovers(defs, orthanc, credentials, uploaded):
     warehouse = BASE / "warehouse-stopped"
-    proxy = StoppingProxy(orthanc, after=2)
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
+    proxy = Proxy(orthanc, stop_after=2)
     try:
         result = materialize(pacs_defs(defs, warehouse, proxy.url), ["pacs_landing"])
     finally:
-        proxy.shutdown()
-        proxy.server_close()
+        proxy.close()
     assert proxy.retrievals > 2  # it did stop in the middle: some retrievals had passed
     assert not result.success
     assert "PACS of site site-b unavailable" in failure(result)
