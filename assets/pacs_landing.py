@@ -97,9 +97,10 @@ def pacs_landing(context: AssetExecutionContext, spark: SparkResource, pacs: Pac
         planned = frame_of(session, instances, schema_of(PacsInstance)).drop("previous_marker", "previous_sha256")
         # What the last run landed (a projection of the table, joined on the executors, never collected).
         previous = (warehouse.read(session, PACS_INSTANCES, ours).where(F.col("outcome") != FAILED)
-                    .select("date", "site", "sop_instance_uid", F.col("marker").alias("previous_marker"),
+                    .select("date", "site", "file_name", F.col("marker").alias("previous_marker"),
                             F.col("sha256").alias("previous_sha256")))
-        planned = planned.join(previous, ["date", "site", "sop_instance_uid"], "left")
+        # file_name is the digest of the instance's three UIDs: one row per listed instance on both sides.
+        planned = planned.join(previous, ["date", "site", "file_name"], "left")
         # Concurrency per server: its instances spread over at most `max_connections` slots, one task each.
         offset, slot_of = {}, {}
         for site, server in servers.items():
@@ -109,7 +110,8 @@ def pacs_landing(context: AssetExecutionContext, spark: SparkResource, pacs: Pac
             slots += slot_of[site]
         slot = F.lit(0)
         for site in servers:
-            slot = F.when(F.col("site") == site, F.lit(offset[site]) + F.abs(F.hash("file_name")) % slot_of[site]).otherwise(slot)
+            slot = F.when(F.col("site") == site,
+                          F.lit(offset[site]) + F.pmod(F.hash("file_name"), F.lit(slot_of[site]))).otherwise(slot)
         setup = FetchSetup(tuple(servers.values()), policy, landed_root=warehouse.url(PACS_LANDING),
                            staged_root=f"{commit.staging(warehouse.zone(IDENTIFIABLE))}/{PACS_LANDING.name}")
         outcomes = map_batches(planned.withColumn("slot", slot).repartitionByRange(slots, "slot").drop("slot"),
@@ -124,6 +126,9 @@ def pacs_landing(context: AssetExecutionContext, spark: SparkResource, pacs: Pac
                 fetched_bytes[partition] += row["bytes"] or 0
             if row["reason"]:
                 reasons[partition][row["reason"]] = reasons[partition].get(row["reason"], 0) + row["n"]
+        total = {o: sum(t[o] for t in tally.values()) for o in OUTCOMES}
+        if sum(total.values()) != listed:  # every listed instance has exactly one outcome, before anything is visible
+            raise RuntimeError(f"{KEY}: {listed} instances listed but {sum(total.values())} outcomes: nothing committed")
         warehouse.stage(commit, outcomes, PACS_INSTANCES, ours)
     else:
         warehouse.stage_empty(commit, PACS_INSTANCES, ours)
@@ -138,8 +143,6 @@ def pacs_landing(context: AssetExecutionContext, spark: SparkResource, pacs: Pac
     rate = f", {moved / MB / seconds:.1f} MB/s" if seconds > 0 else ""
     context.log.info(f"{KEY}: {listed} listed = {total[FETCHED]} fetched + {total[UNCHANGED]} unchanged + "
                      f"{total[FAILED]} failed; {moved / MB:.1f} MB fetched in {seconds:.1f} s{rate}")
-    if sum(total.values()) != listed:  # every listed instance has exactly one outcome
-        raise RuntimeError(f"{KEY}: {listed} instances listed but {sum(total.values())} outcomes")
 
     code_version = context.assets_def.specs_by_key[context.assets_def.key].code_version or context.run.run_id
     for key in keys:

@@ -93,7 +93,8 @@ def list_site_day(client, policy: RetryPolicy, site: str, date: str) -> list[Pac
             series, sop = first_value(record, SERIES_UID) or "", first_value(record, SOP_UID) or ""
             listed.append(PacsInstance(date, site, study_uid, series, sop, marker(record),
                                        file_name(study_uid, series, sop)))
-    return sorted(listed, key=lambda i: (i.file_name, i.sop_instance_uid))
+    # One row per instance (file_name digests its three UIDs), however often a server repeats it.
+    return sorted({i.file_name: i for i in listed}.values(), key=lambda i: i.file_name)
 
 
 def listing_version(instances: Iterable[PacsInstance], failed: int = 0) -> str:
