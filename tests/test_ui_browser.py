@@ -232,11 +232,11 @@ def test_asset_graph_shows_the_two_groups_and_their_assets(ui):
     # The global lineage: the site-day pipeline's group and the release group.
     assert ui.wait(lambda: graph_nodes({"imaging", "release"}), "the two asset groups") == {"imaging", "release"}
     ui.shot("asset-groups")
-    # The imaging group: the observed landing zone and the three image assets (and a link to published_cohort,
-    # downstream in the release group).
-    imaging = {"landing_zone", *PIPELINE, "published_cohort"}
+    # The imaging group: the observed landing zone, the PACS landing and the three image assets (and a link to
+    # published_cohort, downstream in the release group).
+    imaging = {"landing_zone", "pacs_landing", *PIPELINE, "published_cohort"}
     ui.open("/locations/imaging_platform/asset-groups/imaging")
-    assert ui.wait(lambda: graph_nodes(imaging), "the imaging group's four assets") == imaging
+    assert ui.wait(lambda: graph_nodes(imaging), "the imaging group's five assets") == imaging
     ui.shot("asset-graph-imaging-group")
     ui.open("/locations/imaging_platform/asset-groups/release")
     ui.wait(lambda: any(matches(label, "published_cohort") for label in {
