@@ -94,7 +94,8 @@ def pacs_landing(context: AssetExecutionContext, spark: SparkResource, pacs: Pac
     if listed:
         session = spark.spark_session
         instances = [i for k in ours for i in listing[k]]
-        planned = frame_of(session, instances, schema_of(PacsInstance)).drop("previous_marker", "previous_sha256")
+        planned = frame_of(session, instances, schema_of(PacsInstance)).drop("previous_marker", "previous_sha256",
+                                                                              "pixel_bytes")
         # What the last run landed (a projection of the table, joined on the executors, never collected).
         previous = (warehouse.read(session, PACS_INSTANCES, ours).where(F.col("outcome") != FAILED)
                     .select("date", "site", "file_name", F.col("marker").alias("previous_marker"),
@@ -116,7 +117,8 @@ def pacs_landing(context: AssetExecutionContext, spark: SparkResource, pacs: Pac
                            staged_root=f"{commit.staging(warehouse.zone(IDENTIFIABLE))}/{PACS_LANDING.name}")
         outcomes = map_batches(planned.withColumn("slot", slot).repartitionByRange(slots, "slot").drop("slot"),
                                fetch_step(setup)).persist()
-        with progress.track(context.log, session, label=KEY, files=listed, bytes=0):
+        estimate = sum(i.pixel_bytes or 0 for i in instances)  # MB/s and ETA before any byte has come
+        with progress.track(context.log, session, label=KEY, files=listed, bytes=estimate):
             outcomes.count()  # every retrieval exactly once; the table is written from the persisted rows
         for row in outcomes.groupBy("date", "site", "outcome", "reason").agg(
                 F.count(F.lit(1)).alias("n"), F.sum("size_bytes").alias("bytes")).collect():

@@ -318,6 +318,7 @@ class PacsInstance:
     file_name: str
     previous_marker: str | None = None
     previous_sha256: str | None = None
+    pixel_bytes: int | None = None  # Rows x Columns x frames x BitsAllocated / 8 from the listing: a progress estimate
 
 
 @dataclass(frozen=True)

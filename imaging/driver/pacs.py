@@ -19,6 +19,19 @@ from imaging.records import PacsInstance
 
 STUDY_UID, SERIES_UID, SOP_UID, STUDY_DATE = "0020000D", "0020000E", "00080018", "00080020"
 STUDY_INSTANCES, STUDY_SERIES = "00201208", "00201206"
+ROWS, COLUMNS, FRAMES, BITS = "00280010", "00280011", "00280008", "00280100"
+
+
+def pixel_bytes(record) -> int | None:
+    """The instance's pixel data size as its listing implies it (one sample per pixel): the run's progress
+    estimate of the bytes to come, before any is retrieved. None when the listing does not say."""
+    try:
+        rows, columns = int(first_value(record, ROWS)), int(first_value(record, COLUMNS))
+        bits = int(first_value(record, BITS) or 8)
+        frames = int(first_value(record, FRAMES) or 1)
+    except (TypeError, ValueError):
+        return None
+    return rows * columns * frames * bits // 8
 
 
 def on_listed(site_days: int, instances: int) -> None:
@@ -92,7 +105,7 @@ def list_site_day(client, policy: RetryPolicy, site: str, date: str) -> list[Pac
         for record in instances:
             series, sop = first_value(record, SERIES_UID) or "", first_value(record, SOP_UID) or ""
             listed.append(PacsInstance(date, site, study_uid, series, sop, marker(record),
-                                       file_name(study_uid, series, sop)))
+                                       file_name(study_uid, series, sop), pixel_bytes=pixel_bytes(record)))
     # One row per instance (file_name digests its three UIDs), however often a server repeats it.
     return sorted({i.file_name: i for i in listed}.values(), key=lambda i: i.file_name)
 
