@@ -200,8 +200,17 @@ def test_a_rerun_keeps_what_is_unchanged_and_has_the_same_data_versions(defs, or
 
 
 def test_pipeline_outputs_equal_those_of_the_same_files_landed_by_hand(defs, orthanc, credentials, uploaded):
+    from dagster import AssetKey, DagsterInstance
+
     warehouse, hand = BASE / "warehouse", BASE / "hand-warehouse"
-    assert materialize(pacs_defs(defs, warehouse, orthanc.dicomweb), PIPELINE).success
+    with DagsterInstance.ephemeral() as instance:  # as deployed: the PACS site-day pipeline, one instance
+        landing = materialize(pacs_defs(defs, warehouse, orthanc.dicomweb), ["pacs_landing"], instance)
+        assert materialize(pacs_defs(defs, warehouse, orthanc.dicomweb), PIPELINE, instance).success
+        # Each site-day of the index was made from its own PACS listing's version (its lineage names it).
+        for partition, fact in materializations(landing).items():
+            record = instance.get_latest_data_version_record(AssetKey("raw_image_index"), False, partition)
+            tags = record.asset_materialization.tags
+            assert tags["dagster/input_data_version/pacs_landing"] == fact["data_version"] == FIRST_VERSIONS[partition]
     assert materialize(hand_defs(defs, hand), PIPELINE).success
     # The identifiable tables name each source file: map each PACS-landed file to the hand-landed one.
     rewrite = {str(path): str(uploaded[sha]) for sha, path in landed(warehouse).items()}
