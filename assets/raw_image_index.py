@@ -1,10 +1,12 @@
 """raw_image_index: one row per DICOM instance in the landing zone, read from headers only (step: imaging/steps/declared.py INDEX)."""
 
+import dataclasses
 import math
 
 from pyspark.sql import Column, DataFrame, Window, functions as F
 
 from assets import quality as q
+from assets.partitions import SETTINGS
 from assets.runner import Body, StepOutput, StepRun, image_asset
 from imaging import fs as fsx
 from imaging.catalogue import INDEX_QUARANTINE, RAW_IMAGE_INDEX
@@ -81,5 +83,16 @@ FIGURES = {
     ("column_rules", "column_warnings"): lambda f: q.column_rules(f.committed(RAW_IMAGE_INDEX), INDEX.asset, f.ctx),
 }
 
-raw_image_index = image_asset(INDEX, Body(idle=nothing_landed, work=index, idle_metadata=lambda run: {"spark_tasks": 0}),
-                              FIGURES)
+PACS_LANDING = "pacs_landing"
+
+
+def index_asset(pacs_sites: bool):
+    """The asset; with PACS sites configured it also depends on `pacs_landing`, whose files it reads for them (the
+    lineage, and each site-day's data version names the PACS listing it was made from). Without any, the graph
+    stays as it was: a dependency on an asset never materialized would make the UI warn "upstream data missing"
+    at every launch of a file site's site-days."""
+    step = dataclasses.replace(INDEX, also_reads=(*INDEX.also_reads, PACS_LANDING)) if pacs_sites else INDEX
+    return image_asset(step, Body(idle=nothing_landed, work=index, idle_metadata=lambda run: {"spark_tasks": 0}), FIGURES)
+
+
+raw_image_index = index_asset(bool(SETTINGS.pacs_sites))

@@ -31,9 +31,8 @@ def test_dg_list_defs_shows_the_assets_and_resources(tmp_path):
     # The link step reads the index and the landing zone's extracts.
     assert sorted(assets["linked_patient_metadata"]["dependency_keys"]) == ["landing_zone", "raw_image_index"]
     assert {r["name"] for r in listing["resources"]} >= {"spark", "landing", "warehouse", "deid", "progress", "pacs"}
-    # The index reads the landing zone, and a PACS site's images from the platform's own PACS landing.
-    assert "landing_zone" in assets and sorted(assets["raw_image_index"]["dependency_keys"]) == ["landing_zone",
-                                                                                                 "pacs_landing"]
+    # No PACS site here: the index reads the landing zone only (tests/test_pacs.py has one that also reads pacs_landing).
+    assert "landing_zone" in assets and assets["raw_image_index"]["dependency_keys"] == ["landing_zone"]
     assert {s["name"] for s in listing["sensors"]} >= {"landing_sensor", "pacs_sensor", "downstream_automation"}
     assert {j["name"] for j in listing.get("jobs", [])} >= {"site_day_pipeline", "pacs_site_day_pipeline", "publish"}
     # The key is configured through an environment variable: its value never appears in a listing.

@@ -81,7 +81,20 @@ def pacs_defs(defs, warehouse: Path, url: str, max_connections: int = 2):
                  "warehouse": Warehouse(root=str(warehouse)),
                  "pacs": PacsServers(urls={SITE: url}, auth={SITE: "basic"}, max_connections={SITE: max_connections}, retries=1,
                                      backoff_seconds=0.05, timeout_seconds=10, sensor_days=7, landing=root)}
-    return Definitions(assets=defs.assets, asset_checks=defs.asset_checks, resources=resources, executor=defs.executor)
+    return Definitions(assets=pacs_assets(defs), asset_checks=defs.asset_checks, resources=resources,
+                       executor=defs.executor)
+
+
+def pacs_assets(defs) -> list:
+    """The code location's assets as a deployment with a PACS site has them: raw_image_index also depends on
+    pacs_landing (without PACS sites, as in this session's environment, it does not)."""
+    from dagster import AssetKey, map_asset_specs
+
+    from assets.raw_image_index import index_asset
+    from definitions import policies
+
+    kept = [a for a in defs.assets if getattr(a, "key", None) != AssetKey("raw_image_index")]
+    return kept + map_asset_specs(policies, [index_asset(pacs_sites=True)])
 
 
 def pacs_landing_root() -> Path:

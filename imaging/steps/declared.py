@@ -146,7 +146,6 @@ class ImageStep:
 INDEX = ImageStep(
     asset="raw_image_index", input="landing_zone", zone=IDENTIFIABLE, executor=IndexJob,
     output=RAW_IMAGE_INDEX, quarantine=INDEX_QUARANTINE, stages=("list", "index", "commit"), idle="nothing landed",
-    also_reads=("pacs_landing",),  # a PACS site's images: the platform's own landing of them
     known_reasons=(DUPLICATES.reason, ELSEWHERE.reason),
     checks=(per_key("scans_per_patient_site_day"), table_wide("scans_per_patient"), per_key("instances_per_series"),
             per_key("series_per_study"), table_wide("sop_instance_uid_in_one_partition"),
