@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, TypeVar
@@ -300,7 +301,10 @@ def keep(landed: str, staged: str, sha256: str) -> int | None:
         _, target = fsx.filesystem(staged)
         fs.makedirs(fs._parent(target), exist_ok=True)
         if fsx.is_local(fs):
-            os.link(source, target)
+            try:
+                os.link(source, target)
+            except OSError:  # a filesystem without hard links: a copy
+                shutil.copyfile(source, target)
         else:
             fs.copy(source, target)
         return int(fs.info(target)["size"])
