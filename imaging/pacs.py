@@ -168,8 +168,8 @@ class RetryPolicy:
                 return request(), attempt
             except requests.HTTPError as error:
                 status = error.response.status_code if error.response is not None else None
-            except (requests.ConnectionError, requests.Timeout):
-                status = None
+            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError):
+                status = None  # refused, reset, timed out, or cut in the middle of a response
             if status in (401, 403):
                 raise PacsAuthError(f"PACS of site {site} refused the credentials (HTTP {status}): check "
                                     f"{env_name(site, 'USER')}/{env_name(site, 'PASSWORD')} or "
