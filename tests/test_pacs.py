@@ -153,6 +153,33 @@ def materializations(result) -> dict[str, dict]:
 # --- the tests ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("failure, per_instance, raised, attempts", [
+    (401, True, "PacsAuthError", 1), (403, False, "PacsAuthError", 1),       # a wrong password: at once
+    (404, True, "InstanceFailed", 1), (404, False, "PacsUnavailable", 1),    # the instance's own, or the listing's
+    (500, True, "InstanceFailed", 3), (503, True, "PacsUnavailable", 3),     # retried, then the instance or the server
+    ("reset", True, "PacsUnavailable", 3), ("cut", True, "PacsUnavailable", 3),
+])
+def test_the_retry_policy_tells_transient_from_permanent(failure, per_instance, raised, attempts):
+    from imaging.pacs import RetryPolicy
+
+    calls = []
+
+    def request():
+        calls.append(1)
+        if failure == "reset":
+            raise requests.ConnectionError("reset")
+        if failure == "cut":
+            raise requests.exceptions.ChunkedEncodingError("cut")
+        response = requests.Response()
+        response.status_code = failure
+        raise requests.HTTPError(response=response)
+
+    with pytest.raises(Exception) as error:
+        RetryPolicy(retries=2, backoff_seconds=0.001, timeout_seconds=1).call("site-b", request, per_instance=per_instance)
+    assert type(error.value).__name__ == raised and len(calls) == attempts
+    assert "http" not in str(error.value).lower().replace("http ", "")  # a status, never a URL
+
+
 def test_configuration_keeps_credentials_out_of_urls_and_reprs():
     from imaging.driver.pacs import load_pacs
     from imaging.pacs import credentials_from_env, marker
