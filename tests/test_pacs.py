@@ -261,6 +261,40 @@ def test_pipeline_outputs_equal_those_of_the_same_files_landed_by_hand(defs, ort
     assert [k for k in got if got[k] != want[k]] == []
 
 
+def test_a_rerun_fetches_exactly_what_changed_in_the_pacs_or_on_disk(defs, orthanc, credentials, uploaded, tmp_path):
+    import pydicom
+
+    warehouse = BASE / "warehouse"
+    (first_sha, first), (second_sha, second) = sorted(uploaded.items())[:2]
+    # In the PACS: one instance replaced under the same UIDs with another InstanceNumber (a listed attribute).
+    ds = pydicom.dcmread(first)
+    ds.InstanceNumber = int(ds.get("InstanceNumber") or 0) + 100
+    ds.save_as(tmp_path / "changed.dcm")
+    changed = (tmp_path / "changed.dcm").read_bytes()
+    auth = (orthanc.user, orthanc.password)
+    requests.post(f"{orthanc.rest}/instances", data=changed, auth=auth).raise_for_status()
+    # On disk: another instance's landed copy damaged (the listing does not change).
+    damaged = landed(warehouse)[second_sha]
+    damaged.write_bytes(damaged.read_bytes()[:-10] + b"0123456789")
+    try:
+        result = materialize(pacs_defs(defs, warehouse, orthanc.dicomweb), ["pacs_landing"])
+    finally:
+        requests.post(f"{orthanc.rest}/instances", data=first.read_bytes(), auth=auth).raise_for_status()
+    assert result.success
+    by_sop = {r["sop_instance_uid"]: r for r in outcomes(warehouse)}
+    assert sorted(r["outcome"] for r in by_sop.values()) == ["fetched"] * 2 + ["unchanged"] * (len(uploaded) - 2)
+    assert by_sop[sop_of(first)]["outcome"] == by_sop[sop_of(second)]["outcome"] == "fetched"
+    assert by_sop[sop_of(first)]["sha256"] == hashlib.sha256(changed).hexdigest()
+    assert set(landed(warehouse)) == set(uploaded) - {first_sha} | {hashlib.sha256(changed).hexdigest()}
+    day = first.relative_to(BASE / "hand-landing" / "images" / SITE).parts[0]
+    versions = {p: f["data_version"] for p, f in materializations(result).items()}
+    assert versions[f"{day}|{SITE}"] != FIRST_VERSIONS[f"{day}|{SITE}"]  # the PACS changed that site-day
+    # And back: the original in the PACS again, fetched again; the site-day's version is the first one again.
+    again = materialize(pacs_defs(defs, warehouse, orthanc.dicomweb), ["pacs_landing"])
+    assert set(landed(warehouse)) == set(uploaded)
+    assert {p: f["data_version"] for p, f in materializations(again).items()} == FIRST_VERSIONS
+
+
 def hand_defs(defs, warehouse: Path):
     """The same definitions on the hand landing: no PACS site."""
     from dagster import Definitions
