@@ -399,8 +399,9 @@ class Proxy(http.server.ThreadingHTTPServer):
     `stop_after` is set, kills Orthanc (SIGKILL) once that many retrievals have passed: a server that stops in
     the middle of a transfer."""
 
-    def __init__(self, orthanc, stop_after: int | None = None):
-        self.orthanc, self.stop_after, self.lock = orthanc, stop_after, threading.Lock()
+    def __init__(self, orthanc, stop_after: int | None = None, token: str | None = None):
+        # `token`: the proxy asks for this bearer token (a gateway in front of a PACS) and logs in to Orthanc itself.
+        self.orthanc, self.stop_after, self.token, self.lock = orthanc, stop_after, token, threading.Lock()
         self.retrievals = self.in_flight = self.most_at_once = 0
         super().__init__(("127.0.0.1", 0), _Forward)
         threading.Thread(target=self.serve_forever, daemon=True).start()
@@ -419,6 +420,14 @@ class _Forward(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802 - the handler's protocol
         proxy: Proxy = self.server
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+        if proxy.token is not None:
+            if self.headers.get("Authorization") != f"Bearer {proxy.token}":
+                self.send_response(401)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            headers.pop("Authorization")
         retrieval = "/instances/" in self.path and "application/dicom" in self.headers.get("Accept", "")
         with proxy.lock:
             if retrieval:
@@ -428,8 +437,8 @@ class _Forward(http.server.BaseHTTPRequestHandler):
                 if proxy.retrievals == (proxy.stop_after or 0) + 1 and proxy.stop_after is not None:
                     proxy.orthanc.kill()
         try:
-            upstream = requests.get(urllib.parse.urljoin(proxy.orthanc.rest, self.path), timeout=10,
-                                    headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+            upstream = requests.get(urllib.parse.urljoin(proxy.orthanc.rest, self.path), timeout=10, headers=headers,
+                                    auth=(proxy.orthanc.user, proxy.orthanc.password) if proxy.token else None)
         except requests.ConnectionError:
             upstream = None
         finally:
@@ -464,6 +473,34 @@ def test_retrievals_at_once_per_server_are_capped_by_configuration(defs, orthanc
     assert result.success and proxy.retrievals == len(uploaded) > 2
     assert {f["run/retrieval_tasks"] for f in materializations(result).values()} == {2}  # not one per instance
     assert 1 <= proxy.most_at_once <= 2  # what the server saw at once
+
+
+def test_a_bearer_token_from_the_environment_reaches_the_server_and_a_wrong_one_is_refused(defs, orthanc, uploaded):
+    from dagster import Definitions
+
+    from resources.pacs import PacsServers
+
+    proxy = Proxy(orthanc, token="the-right-token")
+    saved = {k: os.environ.get(k) for k in ("IMAGING_PACS_SITE_B_TOKEN", "IMAGING_PACS_SITE_B_USER")}
+    os.environ.pop("IMAGING_PACS_SITE_B_USER", None)
+    try:
+        results = {}
+        for token in ("a-wrong-token", "the-right-token"):
+            os.environ["IMAGING_PACS_SITE_B_TOKEN"] = token
+            base = pacs_defs(defs, BASE / f"warehouse-{token}", proxy.url)
+            resources = {**base.resources, "pacs": PacsServers(
+                urls={SITE: proxy.url}, auth={SITE: "token"}, max_connections={SITE: 2}, retries=1, backoff_seconds=0.05,
+                timeout_seconds=10, sensor_days=7, landing=f"{BASE}/warehouse-{token}/{PACS_LANDING.path}")}
+            results[token] = materialize(Definitions(assets=base.assets, asset_checks=base.asset_checks,
+                                                     resources=resources, executor=base.executor), ["pacs_landing"])
+    finally:
+        proxy.close()
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+    assert "refused the credentials (HTTP 401)" in failure(results["a-wrong-token"])
+    assert "a-wrong-token" not in failure(results["a-wrong-token"])
+    assert results["the-right-token"].success
+    assert set(landed(BASE / "warehouse-the-right-token")) == set(uploaded)
 
 
 def test_a_server_stopped_mid_transfer_leaves_nothing_and_the_next_run_recovers(defs, orthanc, credentials, uploaded):
