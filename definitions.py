@@ -71,7 +71,7 @@ defs = Definitions(
     asset_checks=TABLE_CHECKS,
     # The named jobs an operator launches (docs/ui.md): the site-day pipeline, and publishing.
     jobs=JOBS,
-    # Both off by default; docs/ui.md says what they do and how to turn them on.
+    # All off by default; docs/ui.md says what they do and how to turn them on.
     sensors=[landing_sensor, pacs_sensor, downstream_automation],
     resources={
         "spark": SparkResource(spark_config=spark_config(SETTINGS.spark_master)),
