@@ -438,38 +438,32 @@ def postgres_server(database: str = "dagster", timeout: float = 60) -> Iterator[
 
 
 # --- pytest fixtures (import them into a test module: `from services import postgres, ...`) ----
+# (The Spark Connect server is shared by two modules: its fixture, `spark_connect`, is in conftest.py.)
 # Module-scoped: a server stops when the tests of the module that needed it are done, rather than idling
 # until the end of the run (the suite runs in parallel workers, with two cores between them).
 
 
-def _skip_unless(condition: bool, reason: str) -> None:
+def skip_unless(condition: bool, reason: str) -> None:
     if not condition:
         pytest.skip(reason + " (CI installs it: see .ci/run)")
 
 
 @pytest.fixture(scope="module")
 def spark_cluster():
-    _skip_unless(java_available(), "Java is not installed: no Spark standalone cluster")
+    skip_unless(java_available(), "Java is not installed: no Spark standalone cluster")
     with spark_standalone() as cluster:
         yield cluster
 
 
 @pytest.fixture(scope="module")
-def spark_connect():
-    _skip_unless(java_available(), "Java is not installed: no Spark Connect server")
-    with spark_connect_server() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def gcs():
-    _skip_unless(gcs_emulator_program() is not None, "gcp-storage-emulator is not installed")
+    skip_unless(gcs_emulator_program() is not None, "gcp-storage-emulator is not installed")
     with gcs_emulator() as emulator:
         yield emulator
 
 
 @pytest.fixture(scope="module")
 def postgres():
-    _skip_unless(postgres_bin_dir() is not None, "PostgreSQL server is not installed (apt-get install postgresql)")
+    skip_unless(postgres_bin_dir() is not None, "PostgreSQL server is not installed (apt-get install postgresql)")
     with postgres_server() as server:
         yield server
