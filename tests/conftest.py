@@ -85,6 +85,18 @@ def run_assets(defs, selection, partition_range=None, instance=None):
     return result
 
 
+def rooted(defs, landing, warehouse, checks: bool = True):
+    """`defs` on a test's own landing zone and warehouse, with the table-wide asset checks as deployed (a job
+    selecting their assets runs them) unless `checks` is false. Its partitions are the session's."""
+    from resources.landing import LandingZone
+    from resources.warehouse import Warehouse
+
+    resources = {**defs.resources, "warehouse": Warehouse(root=str(warehouse)),
+                 "landing": LandingZone(root=str(landing), files_per_task=defs.resources["landing"].files_per_task)}
+    return type(defs)(assets=defs.assets, asset_checks=defs.asset_checks if checks else None, resources=resources,
+                      executor=defs.executor)
+
+
 def publish_cohorts(defs, warehouse_root, instance=None):
     """published_cohort as an operator runs it: a run holds each release, every held one is approved
     by the session's two approvers (signed, as `imaging-review approve` records it), and the next run
@@ -157,17 +169,17 @@ WORLD_FIXTURES = {"hospital": SESSION_WORLD, "warehouse": SESSION_WORLD, "instan
 GROUP_SECONDS = {
     "test_crash_safety": 200,
     SESSION_WORLD: 180,
-    "test_quality_gate": 135,
+    "test_quality_gate": 90,
     "deployments-standalone": 130,
     "dagster-ui": 210,
     "test_ui_automation": 90,
-    "deployments-connect": 80,
+    "deployments-connect": 90,
     "test_leak_free": 70,
     "deployments-gcs": 50,
     "test_quality_checks": 50,
     "test_cli": 45,
     "test_pacs": 60,
-    "test_progress_spark": 45,
+    "test_progress_spark": 25,
     "test_hostile": 35,
     "test_deid_sweep": 35,
     "test_deid_dciodvfy": 30,
@@ -251,26 +263,43 @@ def build_once(tmp_path_factory, name: str, build: Callable[[Path], dict]) -> tu
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-# --- The UI tests' shared `dagster dev` -------------------------------------------------------------
+# --- Servers shared by a group of tests, stopped after its last test ---------------------------------
+#
+# A session fixture stays up until the run ends; these register how to stop them in STOP_AFTER_LAST, and
+# pytest_runtest_teardown stops each once the next test does not use it (its tests run one after the
+# other, in one xdist group), rather than leave it idling, and polling, until the end of the run.
 
-_SHARED_UI = []  # this process's SharedDagsterDev, once a test has asked for it
+STOP_AFTER_LAST: dict[str, Callable[[], None]] = {}  # fixture name -> stop
 
 
 @pytest.fixture(scope="session")
 def dagster_ui(tmp_path_factory):
     """One `dagster dev` for the browser steps (test_ui_browser) and the proxy (test_ui_proxy): started
-    by the first test that asks (`dagster_ui.get()`), stopped after the last (pytest_runtest_teardown)."""
+    by the first test that asks (`dagster_ui.get()`)."""
     from dagster_server import SharedDagsterDev
 
     shared = SharedDagsterDev(tmp_path_factory.mktemp("dagster-ui"))
-    _SHARED_UI.append(shared)
+    STOP_AFTER_LAST["dagster_ui"] = shared.stop
     yield shared
     shared.stop()
 
 
+@pytest.fixture(scope="session")
+def spark_connect():
+    """One Spark Connect server (tests/services.py) for the tests of xdist group "deployments-connect":
+    the pipeline on Connect (test_deployments) and Connect's progress lines (test_progress_spark)."""
+    import contextlib
+
+    from services import java_available, skip_unless, spark_connect_server
+
+    skip_unless(java_available(), "Java is not installed: no Spark Connect server")
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(spark_connect_server())
+        STOP_AFTER_LAST["spark_connect"] = stack.close
+        yield server
+
+
 def pytest_runtest_teardown(item, nextitem):
-    # Its tests run one after the other (one xdist group): stop the server once the next test does not use
-    # it, rather than leave its daemon polling until the end of the run.
-    if _SHARED_UI and "dagster_ui" in item.fixturenames and (
-            nextitem is None or "dagster_ui" not in nextitem.fixturenames):
-        _SHARED_UI[0].stop()
+    for name, stop in list(STOP_AFTER_LAST.items()):
+        if name in item.fixturenames and (nextitem is None or name not in nextitem.fixturenames):
+            stop()  # idempotent; `dagster_ui` starts again if a later test asks

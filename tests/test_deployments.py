@@ -1,14 +1,14 @@
 """The pipeline on other deployments, configured by environment only, equal to a local run.
 
-One tiny hospital (1 site x 1 day), run once locally (the reference) and once per backend, each in a
+One tiny hospital (1 site x 1 day), run once locally (the reference, in this process) and once per backend, each in a
 fresh process whose working directory is an empty folder: a Spark standalone cluster (master and
 worker from pyspark's `bin/spark-class`), a Spark Connect server (pyspark's `start-connect-server.sh`),
 and landing plus output files on a GCS emulator. Outputs are compared with the reference: files by
 bytes, tables by rows (tests/compare.py).
 
 The hospital and the local reference run are made once per test run (`build_once`, tests/conftest.py),
-so the backends can run on different workers; the reference is made by the first backend test to finish
-its own run, while the others still run theirs.
+so the backends can run on different workers; the reference is made in process (the session's partitions
+and key) by the first backend test to finish its own run, while the others still run theirs.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from compare import collect, rewritten, versions_masked
-from conftest import build_once
-from services import gcs, spark_cluster, spark_connect  # noqa: F401 - pytest fixtures
+from conftest import build_once, publish_cohorts, rooted, run_assets
+from services import gcs, spark_cluster  # noqa: F401 - pytest fixtures (spark_connect: conftest.py)
 
 REPO = Path(__file__).resolve().parents[1]
 RUNNER = Path(__file__).resolve().parent / "pipeline_runner.py"
@@ -76,11 +76,24 @@ def tiny_landing(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def local_run(tiny_landing, tmp_path_factory) -> PipelineRun:
-    """The reference: the same runner on a local session. A test asks for it after its own run
-    (`request.getfixturevalue`), so the backends' runs do not wait for it."""
-    _, facts = build_once(tmp_path_factory, "deployments-local-run",
-                          lambda folder: dataclasses.asdict(run_pipeline(folder, str(tiny_landing), "local[2]")))
+def local_run(tiny_landing, tmp_path_factory, defs) -> PipelineRun:
+    """The reference: the runner's runs (the image assets on the site-day, then the cohorts held, approved and
+    published) on this worker's local session, in process: what is under test is each backend's run in a
+    fresh process. A test asks for it after its own run (`request.getfixturevalue`), so the backends' runs
+    do not wait for it."""
+    def build(folder: Path) -> dict:
+        from dagster import DagsterInstance
+
+        warehouse = folder / "warehouse"
+        ours = rooted(defs, tiny_landing, warehouse)
+        with DagsterInstance.ephemeral() as instance:  # one instance: the cohort runs see the image runs' checks
+            run_assets(ours, ["raw_image_index", "linked_patient_metadata", "anonymized_images"],
+                       (f"{DATE}|{SITE}", f"{DATE}|{SITE}"), instance=instance)
+            publish_cohorts(ours, warehouse, instance=instance)
+        return dataclasses.asdict(PipelineRun(warehouse=str(warehouse), tables=str(warehouse), landing=str(tiny_landing),
+                                              executor_imaging="", security={}))
+
+    _, facts = build_once(tmp_path_factory, "deployments-local-run", build)
     return PipelineRun(**facts)
 
 
@@ -127,7 +140,7 @@ def test_standalone_cluster_equals_local(spark_cluster, tiny_landing, tmp_path, 
 
 
 @pytest.mark.xdist_group("deployments-connect")
-def test_spark_connect_equals_local(spark_connect, tiny_landing, tmp_path, request):  # noqa: F811
+def test_spark_connect_equals_local(spark_connect, tiny_landing, tmp_path, request):
     run = run_pipeline(tmp_path, str(tiny_landing), spark_connect.remote)
     assert ".zip" in run.executor_imaging, run.executor_imaging  # shipped with addArtifacts
     assert_equal_to_local(run, request.getfixturevalue("local_run"))

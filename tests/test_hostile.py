@@ -21,7 +21,7 @@ import pydicom
 import pytest
 from pydicom import config as dicom_config
 
-from conftest import DATES, SITES, publish_cohorts, run_assets
+from conftest import DATES, SITES, publish_cohorts, rooted, run_assets
 from imaging import fs as fsx
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_QUARANTINE, INDEX_QUARANTINE, LEDGER,
                                LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX, manifest)
@@ -80,9 +80,6 @@ def _rewrite(source: Path, target: Path, number: int, values: dict) -> None:
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory, defs):
-    from resources.landing import LandingZone
-    from resources.warehouse import Warehouse
-
     root = tmp_path_factory.mktemp("hostile")
     landing = root / "landing"
     summary = generate_hospital(landing, seed=5, sites=(SITE,), dates=(DAY, NEXT_DAY), patients_per_site=3,
@@ -105,10 +102,7 @@ def hostile(tmp_path_factory, defs):
         writer.writerows(rows + [{c: row.get(c, "") for c in rows[0]} for row in extra])
 
     before = _tree(root.parent)
-    resources = {**defs.resources, "landing": LandingZone(root=str(landing),
-                                                          files_per_task=defs.resources["landing"].files_per_task),
-                 "warehouse": Warehouse(root=str(root / "warehouse"))}
-    scoped = type(defs)(assets=defs.assets, resources=resources, executor=defs.executor)
+    scoped = rooted(defs, landing, root / "warehouse", checks=False)
     run_assets(scoped, ["raw_image_index", "linked_patient_metadata", "anonymized_images"],
                (f"{DAY}|{SITE}", f"{NEXT_DAY}|{SITE}"))
     publish_cohorts(scoped, root / "warehouse")

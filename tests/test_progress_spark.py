@@ -2,22 +2,17 @@
 and a Spark Connect session's progress handler (Connect has no SparkContext, so no status tracker).
 
 Each runs in its own process with its own small session, so the test session's shared Spark session
-(tests/conftest.py) keeps its configuration. The Connect server is pyspark's own, started in the
-foreground on a free loopback port and stopped with its process group.
+(tests/conftest.py) keeps its configuration. The Connect server is pyspark's own on a free loopback
+port, shared with test_deployments (fixture `spark_connect`, tests/conftest.py).
 """
 
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-
-from services import server_java_options
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,47 +81,9 @@ def test_progress_lines_from_the_status_tracker():
     assert "GROUP None" in out, "the job group is the tracker's only inside the block"
 
 
-@pytest.fixture(scope="module")
-def connect_server(tmp_path_factory):
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
-    script = home / "sbin" / "start-connect-server.sh"
-    if not script.exists() or not list((home / "jars").glob("spark-connect_*.jar")):
-        pytest.skip("this pyspark has no Spark Connect server")
-    logs = tmp_path_factory.mktemp("connect")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = dict(_env(), SPARK_HOME=str(home), SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(logs), SPARK_PID_DIR=str(logs))
-    server = subprocess.Popen([str(script), "--conf", f"spark.connect.grpc.binding.port={port}",
-                               "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-                               "--conf", "spark.master=local[2]", "--conf", "spark.ui.enabled=false",
-                               "--conf", f"spark.driver.extraJavaOptions={server_java_options()}"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            assert server.poll() is None, "the Connect server exited"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(1)
-        else:
-            pytest.fail("the Connect server did not listen within 180 s")
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(5)
-
-
-def test_progress_lines_on_spark_connect(connect_server):
-    result = subprocess.run([sys.executable, "-c", SCRIPT, connect_server], cwd=REPO, env=_env(), capture_output=True,
+@pytest.mark.xdist_group("deployments-connect")  # the Connect server of test_deployments, started once
+def test_progress_lines_on_spark_connect(spark_connect):
+    result = subprocess.run([sys.executable, "-c", SCRIPT, spark_connect.remote], cwd=REPO, env=_env(), capture_output=True,
                             text=True, timeout=300)
     out = _check_lines(result)
     assert "CONNECT True" in out

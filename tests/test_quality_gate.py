@@ -1,4 +1,6 @@
-"""Publication is held by failed ERROR checks, across runs, through the command line and a real instance."""
+"""Publication is held by failed ERROR checks, across runs, on a real instance on disk: runs in this process
+(the worker's Spark session, warm after its first run) and a later run through the command line, as an
+operator's next run is a new process that knows only what the instance and the warehouse recorded."""
 
 import csv
 import hashlib
@@ -8,12 +10,14 @@ import sys
 from pathlib import Path
 
 from approvers import session_keys
+from conftest import DATES as WORLD_DATES, SITES, rooted, run_assets
 from imaging.catalogue import COHORTS
 from synth import generate_hospital
 
 REPO = Path(__file__).resolve().parents[1]
-SITE, DATES = "north", ("2025-01-06", "2025-01-07")
-KEY = "gate-test-key-" + "y" * 20
+# The session's partitions (tests/conftest.py): the in-process definitions and the CLI's agree on them.
+SITE, DATES = SITES[0], WORLD_DATES[:2]
+IMAGES = ["raw_image_index", "linked_patient_metadata", "anonymized_images"]
 
 
 def snapshot(folder: Path) -> dict:
@@ -24,59 +28,59 @@ def snapshot(folder: Path) -> dict:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_a_failed_error_check_on_a_partition_holds_publication_in_later_runs(tmp_path):
+def test_a_failed_error_check_on_a_partition_holds_publication_in_later_runs(defs, tmp_path, capfd):
+    from dagster import AssetSelection, DagsterInstance, define_asset_job
+
     landing, warehouse, home = tmp_path / "landing", tmp_path / "warehouse", tmp_path / "home"
     hospital = generate_hospital(landing, seed=5, sites=(SITE,), dates=DATES, patients_per_site=3)
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGING_")}
-    env.update(IMAGING_LANDING=str(landing), IMAGING_WAREHOUSE=str(warehouse), IMAGING_SITES=SITE,
-               IMAGING_START_DATE=DATES[0], IMAGING_PSEUDONYM_KEY=KEY, IMAGING_SPARK_MASTER="local[2]",
-               IMAGING_MIN_K="1",  # a three-patient hospital: no cohort reaches the default k
-               DAGSTER_HOME=str(home), IMAGING_APPROVERS=os.environ["IMAGING_APPROVERS"])
-    dagster = Path(sys.executable).with_name("dagster")
-
-    def materialize(select, *partition):
-        result = subprocess.run([str(dagster), "asset", "materialize", "-m", "definitions", "--select", select,
-                                 *partition], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-        return result.returncode, result.stdout + result.stderr
-
-    images = "raw_image_index,linked_patient_metadata,anonymized_images"
-    both_days = ["--partition-range", f"{DATES[0]}|{SITE}...{DATES[1]}|{SITE}"]
-    code, out = materialize(images, *both_days)
-    assert code == 0, out[-3000:]
-    code, out = materialize("published_cohort")
-    assert code == 0, out[-3000:]  # clean data: every ERROR check passed (WARN checks may show)
+    env = {**os.environ, "IMAGING_LANDING": str(landing), "IMAGING_WAREHOUSE": str(warehouse),
+           "DAGSTER_HOME": str(home)}
+    ours = rooted(defs, landing, warehouse)
+    both_days = (f"{DATES[0]}|{SITE}", f"{DATES[1]}|{SITE}")
     review = Path(sys.executable).with_name("imaging-review")
 
     def pending() -> list[str]:
         listed = subprocess.run([str(review), "pending"], env=env, capture_output=True, text=True, check=True)
         return [line.split("\t")[0] for line in listed.stdout.splitlines() if line.strip()]
 
-    held = pending()
-    assert held  # built and held, waiting for an approval
-    for path in held:  # the session's two approvers sign, as reviewers do
-        for key in session_keys():
-            subprocess.run([str(review), "approve", path, "--key", key], env=env, check=True, capture_output=True)
-    # Approved, not yet published: the next cohort run would publish these (test_pipeline shows it does).
-    releases = warehouse / COHORTS.path
-    published = snapshot(releases)
-    held_files = {path: snapshot(Path(path)) for path in held}
-    assert all(held_files.values())
+    with DagsterInstance.from_config(str(home)) as instance:  # the instance DAGSTER_HOME names
+        run_assets(ours, IMAGES, both_days, instance=instance)
+        run_assets(ours, ["published_cohort"], instance=instance)  # clean data: every ERROR check passed
+        held = pending()
+        assert held  # built and held, waiting for an approval
+        for path in held:  # the session's two approvers sign, as reviewers do
+            for key in session_keys():
+                subprocess.run([str(review), "approve", path, "--key", key], env=env, check=True, capture_output=True)
+        # Approved, not yet published: the next cohort run would publish these (test_pipeline shows it does).
+        releases = warehouse / COHORTS.path
+        published = snapshot(releases)
+        held_files = {path: snapshot(Path(path)) for path in held}
+        assert all(held_files.values())
 
-    # Plant a systemic fault, the kind blocking checks exist for: a linkage key gone wrong. The second
-    # day's extract files two different people under one patient's id, so that patient's images of the
-    # day would be joined to more than one person (records_per_image). Only the second day is re-run.
-    plant_two_people_under_one_id(landing, hospital, DATES[1])
-    code, out = materialize(images, "--partition", f"{DATES[1]}|{SITE}")
-    assert code != 0  # the blocking check failed: downstream assets of this run did not run
-    assert "records_per_image" in out
-    assert "Somebody Else" not in out and str(landing) not in out and KEY not in out
+        # Plant a systemic fault, the kind blocking checks exist for: a linkage key gone wrong. The second
+        # day's extract files two different people under one patient's id, so that patient's images of the
+        # day would be joined to more than one person (records_per_image). Only the second day is re-run.
+        plant_two_people_under_one_id(landing, hospital, DATES[1])
+        capfd.readouterr()
+        job = define_asset_job("images", selection=AssetSelection.assets(*IMAGES))
+        rerun = type(ours)(assets=ours.assets, asset_checks=ours.asset_checks, resources=ours.resources, jobs=[job],
+                           executor=ours.executor).resolve_job_def("images").execute_in_process(
+            instance=instance, raise_on_error=False, tags={"dagster/asset_partition_range_start": both_days[1],
+                                                            "dagster/asset_partition_range_end": both_days[1]})
+        out = "".join(capfd.readouterr())
+        assert not rerun.success  # the blocking check failed: downstream assets of this run did not run
+        assert "records_per_image" in out
+        assert "Somebody Else" not in out and str(landing) not in out and os.environ["IMAGING_PSEUDONYM_KEY"] not in out
 
-    # A later run of the cohort alone refuses, naming the check and the partition; nothing changes.
-    code, out = materialize("published_cohort")
-    assert code != 0
+    # A later run of the cohort alone, a new process, refuses, naming the check and the partition; nothing changes.
+    dagster = Path(sys.executable).with_name("dagster")
+    later = subprocess.run([str(dagster), "asset", "materialize", "-m", "definitions", "--select", "published_cohort"],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    out = later.stdout + later.stderr
+    assert later.returncode != 0
     assert "publication refused" in out and "linked_patient_metadata:records_per_image" in out
-    assert f"{DATES[1]}|{SITE}" in out
+    assert both_days[1] in out
     # Not even the approved releases went out: nothing under the releases changed, the approved ones wait.
     assert snapshot(releases) == published
     assert pending() == held and {path: snapshot(Path(path)) for path in held} == held_files
