@@ -544,7 +544,7 @@ def gcs():
 
 @pytest.fixture(scope="module")
 def orthanc():
-    _skip_unless(orthanc_available(), "Orthanc and its DICOMweb plugin are not installed (orthanc, orthanc-dicomweb)")
+    skip_unless(orthanc_available(), "Orthanc and its DICOMweb plugin are not installed (orthanc, orthanc-dicomweb)")
     with orthanc_server() as server:
         yield server
 
