@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from services import server_java_options
+
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = r"""
@@ -25,12 +27,13 @@ class Log:  # what the asset passes: context.log
     def info(self, message): print("INFO", message, flush=True)
     def debug(self, message): print("DEBUG", message, flush=True)
 
-remote = sys.argv[1] if len(sys.argv) > 1 else ""
+remote = sys.argv[1]
 if remote:
     spark = SparkSession.builder.remote(remote).getOrCreate()
 else:
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.extraJavaOptions", sys.argv[2]).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
 print("CONNECT", is_connect(spark), flush=True)
 
@@ -74,8 +77,9 @@ def _check_lines(result):
 
 
 def test_progress_lines_from_the_status_tracker():
-    result = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=_env(), capture_output=True, text=True,
-                            timeout=300)
+    # The platform's driver options and class archive (tests/services.py): the session starts in half the time.
+    result = subprocess.run([sys.executable, "-c", SCRIPT, "", server_java_options()], cwd=REPO, env=_env(),
+                            capture_output=True, text=True, timeout=300)
     out = _check_lines(result)
     assert "CONNECT False" in out
     assert "GROUP None" in out, "the job group is the tracker's only inside the block"
