@@ -9,6 +9,7 @@ keeps it (K, or C on text/times/numbers), which never happens under the basic pr
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import io
 import re
 
@@ -170,6 +171,13 @@ def _allowed(profile) -> set[int]:
     return keep
 
 
+@functools.lru_cache(maxsize=4)
+def _planted_at(source: bytes) -> dict:
+    """The planted source's value at each (path, tag): parsed once, however many outputs are checked against it."""
+    src = dcmread(io.BytesIO(source))
+    return {(path, tag): value for path, tag, _vr, value in list(_values(src.file_meta)) + list(_values(src))}
+
+
 def _survivors(data: bytes, planter: Planter, source: bytes | None = None) -> set[int]:
     """Tags whose planted values appear in the output, by bytes and by parsed value.
 
@@ -182,10 +190,7 @@ def _survivors(data: bytes, planter: Planter, source: bytes | None = None) -> se
         found.add(planter.origin[token])
     out = dcmread(io.BytesIO(data))
     parsed = list(_values(out.file_meta)) + list(_values(out))
-    planted_at = None
-    if source is not None:
-        src = dcmread(io.BytesIO(source))
-        planted_at = {(path, tag): value for path, tag, _vr, value in list(_values(src.file_meta)) + list(_values(src))}
+    planted_at = None if source is None else _planted_at(source)
     for _path, _tag, vr, value in parsed:
         if planted_at is not None and vr in ("DA", "DT", "TM"):
             if (_path, _tag) in planted_at and str(planted_at[(_path, _tag)]) == str(value) and str(value):
