@@ -64,10 +64,11 @@ def defs():
     return defs
 
 
-def run_assets(defs, selection, partition_range=None, instance=None):
+def run_assets(defs, selection, partition_range=None, instance=None, must_succeed=True):
     """Materialize `selection` in-process, as one run (a single-run backfill when given a range).
 
-    On `instance` when given (runs that must see each other's records), else a fresh ephemeral one.
+    On `instance` when given (runs that must see each other's records), else a fresh ephemeral one. A run
+    that fails raises, unless `must_succeed` is false: then its result says so.
     """
     from dagster import AssetSelection, DagsterInstance, define_asset_job
 
@@ -80,8 +81,8 @@ def run_assets(defs, selection, partition_range=None, instance=None):
     resolved = type(defs)(assets=defs.assets, asset_checks=defs.asset_checks, resources=defs.resources, jobs=[job],
                           executor=defs.executor)
     result = resolved.resolve_job_def("test_job").execute_in_process(
-        instance=instance or DagsterInstance.ephemeral(), tags=tags)
-    assert result.success
+        instance=instance or DagsterInstance.ephemeral(), tags=tags, raise_on_error=must_succeed)
+    assert result.success or not must_succeed
     return result
 
 

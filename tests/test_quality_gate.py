@@ -29,7 +29,7 @@ def snapshot(folder: Path) -> dict:
 
 
 def test_a_failed_error_check_on_a_partition_holds_publication_in_later_runs(defs, tmp_path, capfd):
-    from dagster import AssetSelection, DagsterInstance, define_asset_job
+    from dagster import DagsterInstance
 
     landing, warehouse, home = tmp_path / "landing", tmp_path / "warehouse", tmp_path / "home"
     hospital = generate_hospital(landing, seed=5, sites=(SITE,), dates=DATES, patients_per_site=3)
@@ -63,11 +63,7 @@ def test_a_failed_error_check_on_a_partition_holds_publication_in_later_runs(def
         # day would be joined to more than one person (records_per_image). Only the second day is re-run.
         plant_two_people_under_one_id(landing, hospital, DATES[1])
         capfd.readouterr()
-        job = define_asset_job("images", selection=AssetSelection.assets(*IMAGES))
-        rerun = type(ours)(assets=ours.assets, asset_checks=ours.asset_checks, resources=ours.resources, jobs=[job],
-                           executor=ours.executor).resolve_job_def("images").execute_in_process(
-            instance=instance, raise_on_error=False, tags={"dagster/asset_partition_range_start": both_days[1],
-                                                            "dagster/asset_partition_range_end": both_days[1]})
+        rerun = run_assets(ours, IMAGES, (both_days[1], both_days[1]), instance=instance, must_succeed=False)
         out = "".join(capfd.readouterr())
         assert not rerun.success  # the blocking check failed: downstream assets of this run did not run
         assert "records_per_image" in out
