@@ -27,9 +27,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   exit 1
 fi
 
-stamp=".venv/.installed-$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)"
+stamp=".venv/.installed-$(cat platform/pip.lock requirements.lock pyproject.toml | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  # The pinned pip first (platform/pip.in says why), then the lock with it.
+  .venv/bin/python -m pip install --quiet --require-hashes -r platform/pip.lock
   .venv/bin/python -m pip install --quiet --require-hashes -r requirements.lock
   # The project itself, editable, so Spark's Python workers import the same code; built with
   # the locked setuptools (no build isolation), so nothing unpinned is downloaded.
