@@ -5,7 +5,8 @@ A small hospital of one site-day is materialized twice as a reference: first wit
 file (the old state), then with it (the new state), asset by asset. Each case starts from the
 reference state before an asset, crashes that asset at a named point (tests/crash.py, through
 imaging/driver/commit.py's `on_step`), checks that recovery leaves a consistent warehouse (every manifest row's file
-present with its checksum, no staging left), re-runs the asset and compares with the reference.
+present with its checksum, no staging left) equal to the reference, and, after a roll-back and the first
+roll-forward point of each asset, re-runs the asset and compares with the reference.
 A second test SIGKILLs a real `dagster asset materialize` at several moments.
 """
 
@@ -150,9 +151,13 @@ def test_crash_at_a_commit_point_then_rerun_equals_a_clean_run(defs, states, tmp
     # rendered from the committed release after the commit, not part of it: the re-run renders it again.
     assert committed(snapshot(warehouse)) == committed(snapshot(expected))
 
-    materialize(defs, warehouse, asset)
-    # The review report is re-rendered by the re-run, stamped with its own run: compared without it.
-    assert committed(snapshot(warehouse)) == committed(snapshot(states[asset]))
+    if point.endswith((":staged", ":journal")):
+        # The re-run after a roll-back (`staged`) and after the first roll-forward (`journal`) of each asset.
+        # After any later point the recovered warehouse already equals the clean state, file for file
+        # (asserted above): re-running it is the idempotent re-run tests/test_pipeline.py shows.
+        materialize(defs, warehouse, asset)
+        # The review report is re-rendered by the re-run, stamped with its own run: compared without it.
+        assert committed(snapshot(warehouse)) == committed(snapshot(states[asset]))
 
 
 def test_sigkill_of_a_running_materialize_then_rerun_equals_a_clean_run(defs, states, tmp_path):
