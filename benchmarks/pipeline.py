@@ -312,6 +312,10 @@ class Sampler:
     _cpu: dict[tuple[int, float], tuple[str, float]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
 
+    def processes(self, role: str) -> int:
+        """How many processes of `role` ran (each new Python worker pays its imports)."""
+        return sum(1 for r, _ in self._cpu.values() if r == role)
+
     def cpu(self) -> dict[str, float]:
         out: dict[str, float] = defaultdict(float)
         for role, seconds in self._cpu.values():
@@ -486,7 +490,8 @@ def materialize(label: str, landing: Path, work: Path, day: str, profile: Path |
     steps, run_start, run_end, windows = step_times(home)
     step_cpu = {k: cpu_between(sampler.series, a, b) for k, (a, b) in windows.items()}
     return PlatformRun(label, end - start, steps, run_start - start, end - run_end, dict(sampler.peaks),
-                       spark_log_summary(events), sampler.cpu(), step_cpu)
+                       {**spark_log_summary(events), "Python worker processes": sampler.processes("executor Python")},
+                       sampler.cpu(), step_cpu)
 
 
 # ------------------------------------------------------------------------------------------ profile summary
