@@ -268,8 +268,7 @@ class Fetcher:
 
     def __call__(self, item: PacsInstance) -> PacsOutcome:
         def outcome(kind: str, **found) -> PacsOutcome:
-            return PacsOutcome(item.date, item.site, item.study_instance_uid, item.series_instance_uid,
-                               item.sop_instance_uid, item.marker, item.file_name, kind, **found)
+            return PacsOutcome(**item.listed(), outcome=kind, **found)
 
         if not all(is_uid(u) for u in (item.study_instance_uid, item.series_instance_uid, item.sop_instance_uid)):
             return outcome(FAILED, reason=MALFORMED_UID)

@@ -302,12 +302,10 @@ class ReleaseFile:
 
 
 @dataclass(frozen=True)
-class PacsInstance:
-    """One instance of a site-day as its PACS lists it (QIDO-RS), planned for retrieval: the driver's listing,
-    joined to what the last run landed (`previous_*`, null when it landed nothing for this instance).
-
-    `marker` is the listing's change marker (a digest of the instance's QIDO attributes, imaging/pacs.py);
-    `file_name` the landed file's name, a digest of its UIDs (no value from the server names a file)."""
+class PacsListed:
+    """One instance of a site-day as its PACS lists it (QIDO-RS): its UIDs, the listing's change marker (a digest
+    of the instance's QIDO attributes, imaging/pacs.py) and `file_name`, the landed file's name (a digest of its
+    UIDs: no value from the server names a file)."""
 
     date: str
     site: str
@@ -316,23 +314,27 @@ class PacsInstance:
     sop_instance_uid: str
     marker: str
     file_name: str
+
+    def listed(self) -> dict:
+        """The listed instance's own fields, by name (what an outcome of it carries over)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(PacsListed)}
+
+
+@dataclass(frozen=True)
+class PacsInstance(PacsListed):
+    """A listed instance planned for retrieval: the driver's listing, joined to what the last run landed
+    (`previous_*`, null when it landed nothing for this instance)."""
+
     previous_marker: str | None = None
     previous_sha256: str | None = None
     pixel_bytes: int | None = None  # Rows x Columns x frames x BitsAllocated / 8 from the listing: a progress estimate
 
 
 @dataclass(frozen=True)
-class PacsOutcome:
+class PacsOutcome(PacsListed):
     """What became of one listed instance: `fetched` (retrieved now), `unchanged` (the last run's file, same
     listing marker and sha256, kept) or `failed` (nothing landed; `reason` says why, a fixed phrase)."""
 
-    date: str
-    site: str
-    study_instance_uid: str
-    series_instance_uid: str
-    sop_instance_uid: str
-    marker: str
-    file_name: str
     outcome: str
     size_bytes: int | None = None
     sha256: str | None = None

@@ -104,8 +104,9 @@ def list_site_day(client, policy: RetryPolicy, site: str, date: str) -> list[Pac
             study_instance_uid=study_uid, get_remaining=True), per_instance=False)
         for record in instances:
             series, sop = first_value(record, SERIES_UID) or "", first_value(record, SOP_UID) or ""
-            listed.append(PacsInstance(date, site, study_uid, series, sop, marker(record),
-                                       file_name(study_uid, series, sop), pixel_bytes=pixel_bytes(record)))
+            listed.append(PacsInstance(date=date, site=site, study_instance_uid=study_uid,
+                                       series_instance_uid=series, sop_instance_uid=sop, marker=marker(record),
+                                       file_name=file_name(study_uid, series, sop), pixel_bytes=pixel_bytes(record)))
     # One row per instance (file_name digests its three UIDs), however often a server repeats it.
     return sorted({i.file_name: i for i in listed}.values(), key=lambda i: i.file_name)
 
