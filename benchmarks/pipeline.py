@@ -489,9 +489,11 @@ def materialize(label: str, landing: Path, work: Path, day: str, profile: Path |
                          + (work / f"{label}.log").read_text()[-3000:])
     steps, run_start, run_end, windows = step_times(home)
     step_cpu = {k: cpu_between(sampler.series, a, b) for k, (a, b) in windows.items()}
+    spark = spark_log_summary(events)
+    if spark:  # a run that started Spark: how many Python worker processes it started
+        spark["Python worker processes"] = sampler.processes("executor Python")
     return PlatformRun(label, end - start, steps, run_start - start, end - run_end, dict(sampler.peaks),
-                       {**spark_log_summary(events), "Python worker processes": sampler.processes("executor Python")},
-                       sampler.cpu(), step_cpu)
+                       spark, sampler.cpu(), step_cpu)
 
 
 # ------------------------------------------------------------------------------------------ profile summary
