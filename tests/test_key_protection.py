@@ -163,10 +163,16 @@ def test_a_standalone_master_gets_authentication_and_encryption_and_the_secret_o
     assert session_config(config, env)["spark.authenticate.secret"] == "cluster-secret-value"
 
 
-def test_local_mode_is_unchanged():
+def test_local_mode_gets_no_security_settings_and_the_platform_worker_daemon():
     config = spark_config("local[2]", env={AUTH_SECRET_ENV: "unused"}, archive=None)
     assert not any(k.startswith(("spark.authenticate", "spark.network.crypto")) for k in config)
-    assert session_config(config, {}) == config
+    session = session_config(config, {})
+    assert {k: v for k, v in session.items() if k not in config} == {
+        "spark.python.daemon.module": "imaging.worker_daemon",
+        "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false"}
+    # A cluster's executors keep Spark's own daemon: the platform is not installed there.
+    standalone = spark_config("spark://master.internal:7077", env={AUTH_SECRET_ENV: "s"}, archive=None)
+    assert "spark.python.daemon.module" not in session_config(standalone, {AUTH_SECRET_ENV: "s"})
 
 
 def test_the_card_renders_the_demo_mark(tmp_path):
