@@ -6,6 +6,7 @@ the provenance ledger record); `imaging.steps` the executor
 steps, `imaging.deid` the de-identification engine, `imaging.quality` the quality rules,
 `imaging.driver` a run's machinery (settings, commits, summaries, progress, landing versions) and
 `imaging.governance` the release governance. Nothing in this package imports Spark or Dagster, so every
-rule is testable on its own; all of it but `imaging.driver` and `imaging.governance` ships to Spark
+rule is testable on its own (one exception, which decides nothing: `worker_daemon`, Spark's Python daemon
+for local executors, started by Spark itself); all of it but `imaging.driver` and `imaging.governance` ships to Spark
 executors as plain Python.
 """

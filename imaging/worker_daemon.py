@@ -10,6 +10,10 @@ Set as `spark.python.daemon.module` for local masters only (`resources/spark.py`
 executors run this interpreter, where the platform is installed. A cluster's workers keep Spark's
 own daemon.
 
+Started as `python -m imaging.worker_daemon`, it imports the `imaging` package from the installed
+platform, so local workers import the platform's modules from there: the files the driver runs (the
+shipped zip is the same code; it is what a cluster's executors import).
+
 Forking after these imports is safe for what they start: numpy's BLAS and pyarrow's allocator
 register fork handlers, and no Python thread is running (`threading.active_count()` stays 1).
 """
