@@ -6,8 +6,8 @@ A long-lived process (a code server, a pytest worker, a sensor's runs) keeps its
 Spark stops a Python worker after a minute idle, so its next run starts new workers. For each daemon
 (Spark's own `pyspark.daemon`, then the platform's `imaging.worker_daemon`) a fresh process
 materializes the three image assets on one small generated site-day `--runs` times, `--idle` seconds
-apart, and prints each run's wall time and CPU seconds by kind of process (this Python, the driver
-JVM, the Python workers and their daemon), read from /proc for the whole process tree. Both variants
+apart, and prints each run's wall time and CPU seconds by role (as `benchmarks/pipeline.py` names them:
+the driver's Python and JVM, the executors' Python workers and their daemon) for the whole process tree. Both variants
 run in one invocation, one after the other, so their ratio is from the same machine state.
 """
 
@@ -20,40 +20,36 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
+
+import psutil
+
+from pipeline import Sampler
 
 REPO = Path(__file__).resolve().parents[1]
 SELECT = ("raw_image_index", "linked_patient_metadata", "anonymized_images")
 DAY, SITE = "2024-03-01", "site-a"
 DAEMONS = ("pyspark.daemon", "imaging.worker_daemon")
-HZ = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_by_kind(root_pid: int) -> dict[str, float]:
-    """CPU seconds of `root_pid`'s process tree by kind, reaped children included (cutime)."""
-    stats, children = {}, {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+def cpu_by_role(root: psutil.Process) -> dict[str, float]:
+    """CPU seconds of `root`'s process tree by role (`pipeline.Sampler.role`), workers already reaped
+    included: Spark's idle timeout ends them between runs, and their parent's children times keep them."""
+    out: dict[str, float] = defaultdict(float)
+    for proc in [root, *root.children(recursive=True)]:
         try:
-            raw = Path(f"/proc/{name}/stat").read_text()
-            cmd = Path(f"/proc/{name}/cmdline").read_bytes()
-        except OSError:
+            times = proc.cpu_times()
+            role = "driver Python" if proc.pid == root.pid else Sampler.role(proc)
+        except psutil.Error:
             continue
-        fields = raw[raw.rindex(")") + 2:].split()
-        stats[int(name)] = (fields, cmd)
-        children.setdefault(int(fields[1]), []).append(int(name))
-    out: dict[str, float] = {}
-    stack = [root_pid]
-    while stack:
-        pid = stack.pop()
-        fields, cmd = stats.get(pid, (None, b""))
-        if fields:
-            kind = ("driver Python" if pid == root_pid else "driver JVM" if b"java" in cmd[:200]
-                    else "Python workers" if b"daemon" in cmd or b"pyspark" in cmd else "other")
-            out[kind] = out.get(kind, 0.0) + sum(int(f) for f in fields[11:15]) / HZ
-        stack += children.get(pid, [])
-    return out
+        out[role] += times.user + times.system + times.children_user + times.children_system
+    return dict(out)
+
+
+def cpu(run: dict[str, float]) -> float:
+    """A run's CPU seconds over every role."""
+    return sum(v for k, v in run.items() if k != "wall")
 
 
 def one_process(daemon: str, root: Path, runs: int, idle: float) -> list[dict]:
@@ -67,7 +63,7 @@ def one_process(daemon: str, root: Path, runs: int, idle: float) -> list[dict]:
     chosen = spark.session_config
 
     def session_config(config, env=None):  # the daemon under test, whatever the default
-        return {**chosen(config, env), "spark.python.daemon.module": daemon}
+        return {**chosen(config, env), spark.DAEMON_CONF: daemon}
 
     spark.session_config = session_config
     from dagster import AssetSelection, DagsterInstance, define_asset_job
@@ -78,15 +74,15 @@ def one_process(daemon: str, root: Path, runs: int, idle: float) -> list[dict]:
     job = define_asset_job("idle_runs", selection=AssetSelection.assets(*SELECT))
     resolved = type(defs)(assets=defs.assets, asset_checks=defs.asset_checks, resources=defs.resources, jobs=[job],
                           executor=defs.executor).resolve_job_def("idle_runs")
-    figures = []
+    me, figures = psutil.Process(), []
     for index in range(runs):
         if index:
             time.sleep(idle)
-        before, start = cpu_by_kind(os.getpid()), time.monotonic()
+        before, start = cpu_by_role(me), time.monotonic()
         result = resolved.execute_in_process(instance=DagsterInstance.ephemeral(), partition_key=f"{DAY}|{SITE}")
         if not result.success or not result.get_asset_materialization_events():
             raise SystemExit("the run failed or materialized nothing")
-        after = cpu_by_kind(os.getpid())
+        after = cpu_by_role(me)
         figures.append({"wall": time.monotonic() - start,
                         **{k: v - before.get(k, 0.0) for k, v in after.items()}})
     return figures
@@ -95,7 +91,7 @@ def one_process(daemon: str, root: Path, runs: int, idle: float) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=4, help="runs per process, the first one cold")
-    parser.add_argument("--idle", type=float, default=70.0, help="seconds between runs (Spark's idle limit is 60)")
+    parser.add_argument("--idle", type=float, default=70.0, help="seconds between runs: Spark's idle limit is 60, and at 65 its workers sometimes survived"))
     parser.add_argument("--child", nargs=2, metavar=("DAEMON", "ROOT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -117,12 +113,10 @@ def main() -> None:
         figures = json.loads(done.stdout.strip().splitlines()[-1])
         print(f"\n{daemon}")
         for index, run in enumerate(figures):
-            kinds = ", ".join(f"{k} {v:.1f}" for k, v in sorted(run.items()) if k != "wall")
-            cpu = sum(v for k, v in run.items() if k != "wall")
-            print(f"  {'cold' if index == 0 else 'after idle'}: wall {run['wall']:5.1f} s, CPU {cpu:5.1f} s ({kinds})")
-        after_idle = [sum(v for k, v in r.items() if k != "wall") for r in figures[1:]]
-        totals[daemon] = (sum(v for k, v in figures[0].items() if k != "wall"),
-                          sum(after_idle) / len(after_idle) if after_idle else float("nan"))
+            roles = ", ".join(f"{k} {v:.1f}" for k, v in sorted(run.items()) if k != "wall")
+            print(f"  {'cold' if index == 0 else 'after idle'}: wall {run['wall']:5.1f} s, CPU {cpu(run):5.1f} s ({roles})")
+        after_idle = [cpu(run) for run in figures[1:]]
+        totals[daemon] = (cpu(figures[0]), sum(after_idle) / len(after_idle) if after_idle else float("nan"))
     (spark_cold, spark_idle), (ours_cold, ours_idle) = (totals[d] for d in DAEMONS)
     print(f"\nplatform daemon / Spark's: cold {ours_cold / spark_cold:.2f}x, after idle {ours_idle / spark_idle:.2f}x CPU")
 

@@ -56,7 +56,7 @@ DRIVER_ARCHIVE = Path(sys.prefix) / "spark-driver.jsa"
 AUTH_SECRET_ENV = "IMAGING_SPARK_AUTH_SECRET"
 STANDALONE_SECURITY = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
 _AUTH_SECRET_CONF = "spark.authenticate.secret"
-_DAEMON_CONF = "spark.python.daemon.module"
+DAEMON_CONF = "spark.python.daemon.module"  # Spark's setting: the module its Python daemon runs
 
 
 def is_connect(master: str) -> bool:
@@ -268,7 +268,7 @@ def session_config(config: Mapping[str, str], env: Mapping[str, str] | None = No
     if master.startswith("local"):
         # Local executors run this interpreter: their daemon imports Great Expectations once, and
         # the workers it forks (anew after each idle minute) inherit it (imaging/worker_daemon.py).
-        config.setdefault(_DAEMON_CONF, "imaging.worker_daemon")
+        config.setdefault(DAEMON_CONF, "imaging.worker_daemon")
         # Spark keys its daemons by the workers' environment, which simplified tracebacks change for
         # some tasks only: off, one daemon (one import) serves every task.
         config.setdefault("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled", "false")

@@ -15,7 +15,7 @@ import pytest
 
 from imaging.governance.datacard import DEMO_KEY_NOTE, key_section, render_markdown
 from imaging.pseudonym import DEMO_KEY, DEMO_KEY_FINGERPRINT, MIN_KEY_BYTES, check_key, key_fingerprint
-from resources.spark import (AUTH_SECRET_ENV, STANDALONE_SECURITY, check_master, connect_transport_error,
+from resources.spark import (AUTH_SECRET_ENV, DAEMON_CONF, STANDALONE_SECURITY, check_master, connect_transport_error,
                              is_loopback, session_config, spark_config)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -168,11 +168,11 @@ def test_local_mode_gets_no_security_settings_and_the_platform_worker_daemon():
     assert not any(k.startswith(("spark.authenticate", "spark.network.crypto")) for k in config)
     session = session_config(config, {})
     assert {k: v for k, v in session.items() if k not in config} == {
-        "spark.python.daemon.module": "imaging.worker_daemon",
+        DAEMON_CONF: "imaging.worker_daemon",
         "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false"}
     # A cluster's executors keep Spark's own daemon: the platform is not installed there.
     standalone = spark_config("spark://master.internal:7077", env={AUTH_SECRET_ENV: "s"}, archive=None)
-    assert "spark.python.daemon.module" not in session_config(standalone, {AUTH_SECRET_ENV: "s"})
+    assert DAEMON_CONF not in session_config(standalone, {AUTH_SECRET_ENV: "s"})
 
 
 def test_the_card_renders_the_demo_mark(tmp_path):
