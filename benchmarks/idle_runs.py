@@ -91,7 +91,7 @@ def one_process(daemon: str, root: Path, runs: int, idle: float) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=4, help="runs per process, the first one cold")
-    parser.add_argument("--idle", type=float, default=70.0, help="seconds between runs: Spark's idle limit is 60, and at 65 its workers sometimes survived"))
+    parser.add_argument("--idle", type=float, default=70.0, help="seconds between runs: Spark's idle limit is 60, and at 65 its workers sometimes survived")
     parser.add_argument("--child", nargs=2, metavar=("DAEMON", "ROOT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
