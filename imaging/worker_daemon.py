@@ -2,7 +2,7 @@
 
 A local session's Python workers are forked from a daemon that lives as long as the session, but
 Spark stops a worker after a minute idle (a fixed timeout), so the workers of a long-lived process
-come and go. Each new worker that validates a suite imported Great Expectations again: 4-6 CPU-s
+come and go. Each new worker that validates a suite imported Great Expectations again: 3.5-7.6 CPU-s
 here, most of a cold run's executor time (benchmarks/RESULTS.md, "Issue 21, fifth pass"). Imported
 in the daemon, every fork has it ready.
 
