@@ -43,8 +43,9 @@ def _ticks(server) -> list[dict]:
 
 
 def _ticks_after(server, since: float, count: int) -> list[dict] | None:
-    """The ticks after `since` (epoch seconds) once there are at least `count` of them."""
-    ticks = [t for t in _ticks(server) if t["timestamp"] > since]
+    """The finished ticks after `since` (epoch seconds) once there are at least `count` of them. A tick still
+    under way (STARTED) has not decided yet whether to request a run."""
+    ticks = [t for t in _ticks(server) if t["timestamp"] > since and t["status"] != "STARTED"]
     return ticks if len(ticks) >= count else None
 
 
