@@ -164,6 +164,8 @@ class PixelTextTypeFile(_Model):
     despeckle: bool | None = None
     min_contrast: Annotated[int, Field(ge=1, le=254)] | None = None
     overlay: bool | None = None
+    overlay_frames: Annotated[int, Field(ge=2)] | None = None
+    full_size_side: Annotated[int, Field(ge=0)] | None = None
 
     _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))
 
@@ -186,6 +188,8 @@ class PixelTextFile(_Model):
     despeckle: bool = _PT.despeckle
     min_crossings: float = Field(_PT.min_crossings, ge=0)
     overlay: bool = _PT.overlay
+    overlay_frames: int = Field(_PT.overlay_frames, ge=2)
+    full_size_side: int = Field(_PT.full_size_side, ge=0)
     cache_frames: int = Field(_PT.cache_frames, ge=0)
     image_types: dict[Literal[IMAGE_TYPES], PixelTextTypeFile] = {}  # type: ignore[valid-type]
 

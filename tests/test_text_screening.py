@@ -201,3 +201,47 @@ def test_the_cache_key_is_the_pixels_and_the_settings():
         uncached.check(ds, ds.file_meta.TransferSyntaxUID)
         uncached.check(ds, ds.file_meta.TransferSyntaxUID)
         assert uncached.stats.frames_cached == 0
+
+
+def _benchmark_volume(seed: int, text: bool) -> Dataset:
+    """A 16-frame volume as benchmarks/text_screening.py makes it: the same label on every B-scan."""
+    import random
+
+    from synth.burned_text import _draw, _lines, available_fonts
+
+    shape = (256, 256) if seed % 2 else (496, 512)
+    volume = oct_volume((16, *shape), seed + (0 if text else 1_000_000))
+    if text:
+        for index in range(16):
+            rng = random.Random(f"oct-text:{seed}")
+            drawn, *_ = _draw(np.stack([volume[index]] * 3, axis=-1), _lines(rng), rng, available_fonts())
+            volume[index] = np.asarray(Image.fromarray(np.ascontiguousarray(drawn)).convert("L"))
+    return _file(volume, OPT_SOP_CLASS, 16)
+
+
+def test_black_text_beside_the_optic_disc_is_read_the_right_way_up(detector, settings):
+    """Black 25 px text on the retina across the optic disc's glow (benchmark photograph 109): the box's
+    ring against its min-max middle called the text light and Tesseract read a negative; the screen's ink
+    says dark."""
+    ds = _photo(fundus_with_text(109).data)
+    grey = to_grey8(ds.pixel_array, "RGB")
+    boxes = find_candidates(grey, settings.min_contrast, settings.stroke_max, False, settings.min_crossings)
+    assert boxes and all(b.polarity == "dark" for b in boxes)
+    assert _check(detector, ds)
+
+
+def test_a_dim_10_px_label_on_a_256_px_volume_is_caught(detector):
+    """Benchmark OCT volume 1: 'Rosalind Lumsden 2020-08-01 ID: ...' in 10 px dim grey on the speckled
+    choroid of 256 x 256 B-scans, missed at half size; found on the overlay screened at full size."""
+    assert _check(detector, _benchmark_volume(1, True))
+
+
+def test_clean_speckled_volumes_clear_their_b_scans_without_tesseract(detector):
+    """Clean 16-frame volumes, both sizes: every sampled B-scan is cleared by the screen alone, and the volume
+    passes. The overlays (min and mean of 8 B-scans) do still have candidates on clean volumes (at most the
+    two projections are read): that is where the tiers' OCT cost goes (docs/deidentification.md)."""
+    for seed in (1, 2, 3):
+        ocr, cleared = detector.stats.frames_ocr, detector.stats.frames_without_candidates
+        assert not _check(detector, _benchmark_volume(seed, False))
+        assert detector.stats.frames_without_candidates - cleared >= 3, seed  # the 3 sampled B-scans
+        assert detector.stats.frames_ocr - ocr <= 2, seed  # only the overlays, if any

@@ -31,11 +31,12 @@ How a frame is read, in tiers (measured rates and costs: docs/deidentification.m
    surroundings; rules and borders are taken out; strokes joined along a line become boxes, and
    boxes shaped like a line of characters whose rows cross `min_crossings` strokes are
    candidates. A frame without a candidate is clean: Tesseract never sees it. Multi-frame
-   images with `overlay` also screen the sampled frames' pixelwise minimum (a device's label is
-   on every frame, the speckle is not).
+   images with `overlay` also screen the pixelwise minimum and mean of `overlay_frames` frames
+   (a device's label is on every frame, the speckle is not), at full size when no longer than
+   `full_size_side`.
 5. Tesseract reads only the candidates (`candidate_page`): each box padded, turned so its text
-   is dark (both ways when its surroundings do not say), its background taken away, small
-   ones enlarged, all on one white page read once per thresholding pass until one finds text.
+   is dark (`Candidate.polarity`, from the screen's ink; both ways when it does not say), its
+   background taken away, small ones enlarged towards `TEXT_HEIGHT`, all on one white page read once per thresholding pass until one finds text.
    A word counts when Tesseract's confidence is at least `min_confidence` and it has at least
    `min_word_chars` letters or digits; `min_words` such words mean text. `screening:
    whole_frame` reads whole frames instead (the method before candidates; kept to measure
@@ -89,6 +90,8 @@ class ImageTypeSettings:
     despeckle: bool | None = None
     min_contrast: int | None = None
     overlay: bool | None = None
+    overlay_frames: int | None = None
+    full_size_side: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,9 @@ class TypeSettings:
     thresholding: tuple[str, ...]
     despeckle: bool
     min_contrast: int
-    overlay: bool  # also screen the sampled frames' pixelwise min and max (a label every frame shows)
+    overlay: bool  # also screen the pixelwise min and mean of `overlay_frames` frames (a label every frame shows)
+    overlay_frames: int  # frames the overlay is made of (the sampled ones among them)
+    full_size_side: int  # frames no longer than this (and not despeckled) are screened at full size, not half
 
 
 @dataclass(frozen=True)
@@ -126,7 +131,9 @@ class PixelTextSettings:
     stroke_max: int = 14  # pixels: wider bright or dark shapes are not strokes of text
     despeckle: bool = False  # a median of 3 before finding strokes (OCT speckle; loses the thinnest strokes)
     min_crossings: float = 5.0  # strokes a row of a candidate crosses on average (text: ~2-3 a character)
-    overlay: bool = False  # multi-frame: also screen the sampled frames' min and max (labels every frame shows)
+    overlay: bool = False  # multi-frame: also screen the min and mean of overlay_frames frames (labels every frame shows)
+    overlay_frames: int = 3  # frames averaged for the overlay: first, last, evenly between (speckle falls as their root)
+    full_size_side: int = 0  # frames no longer than this, without despeckle, are screened at full size (0: never)
     cache_frames: int = 4096  # verdicts kept by pixel hash per detector (0: none)
     image_types: tuple[tuple[str, ImageTypeSettings], ...] = ()
 
@@ -144,7 +151,8 @@ class PixelTextSettings:
         types = tuple(sorted(
             (name, ImageTypeSettings(frame_sample=t.frame_sample, max_side=t.max_side,
                                      thresholding=tuple(t.thresholding) if t.thresholding else None,
-                                     despeckle=t.despeckle, min_contrast=t.min_contrast, overlay=t.overlay))
+                                     despeckle=t.despeckle, min_contrast=t.min_contrast, overlay=t.overlay,
+                                     overlay_frames=t.overlay_frames, full_size_side=t.full_size_side))
             for name, t in spec.image_types.items()))
         return cls(min_confidence=float(spec.min_confidence), min_word_chars=spec.min_word_chars,
                    min_words=spec.min_words, frame_sample=spec.frame_sample, thresholding=tuple(spec.thresholding),
@@ -152,7 +160,7 @@ class PixelTextSettings:
                    pass_max_side=tuple(sorted(spec.pass_max_side.items())), pad=spec.pad, language=spec.language,
                    tessdata=spec.tessdata, screening=spec.screening, min_contrast=spec.min_contrast,
                    stroke_max=spec.stroke_max, despeckle=spec.despeckle, min_crossings=float(spec.min_crossings),
-                   overlay=spec.overlay,
+                   overlay=spec.overlay, overlay_frames=spec.overlay_frames, full_size_side=spec.full_size_side,
                    cache_frames=spec.cache_frames,
                    image_types=types)
 
@@ -181,7 +189,9 @@ class PixelTextSettings:
             thresholding=own.thresholding or self.thresholding,
             despeckle=self.despeckle if own.despeckle is None else own.despeckle,
             min_contrast=own.min_contrast or self.min_contrast,
-            overlay=self.overlay if own.overlay is None else own.overlay)
+            overlay=self.overlay if own.overlay is None else own.overlay,
+            overlay_frames=own.overlay_frames or self.overlay_frames,
+            full_size_side=self.full_size_side if own.full_size_side is None else own.full_size_side)
 
     def side_for(self, method: str, max_side: int | None = None) -> int:
         """The longest side a pass reads at (`max_side`: the image type's, else the default)."""
@@ -299,12 +309,14 @@ def frame_key(frame: np.ndarray, photometric: str, settings: PixelTextSettings) 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A box that may hold a line of text, in the grey frame's pixels."""
+    """A box that may hold a line of text, in the grey frame's pixels, and which way its strokes stand
+    out from the surroundings: "light", "dark", or "both" when the screen cannot tell."""
 
     top: int
     left: int
     height: int
     width: int
+    polarity: str = "both"
 
 
 def _half(grey: np.ndarray) -> np.ndarray:
@@ -326,21 +338,26 @@ def _median3(image: np.ndarray, axis: int) -> np.ndarray:
     return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
 
 
-RULE = 40  # half-size pixels: a straight run of ink this long is a line, not a character
+# How much farther from the surroundings one polarity's ink must lie for a box to be read one way only
+# (measured on the 300 + 300 screens: 1.5 missed 11 text screens, 3 missed 7, at 1.3x the Tesseract time).
+POLARITY_RATIO = 3.0
+TEXT_HEIGHT = 24  # pixels: a candidate box is enlarged towards this height for Tesseract
+RULE = 80  # pixels: a straight run of ink this long is a line, not a character
 
 
 @dataclass(frozen=True)
 class Screen:
-    """What the screening found in a frame: candidate boxes, and the ink (strokes) at half size."""
+    """What the screening found in a frame: candidate boxes, and the ink (strokes) at the screen's scale."""
 
     candidates: list[Candidate]
-    ink: np.ndarray  # bool, half the frame's size; rules and borders taken out
+    ink: np.ndarray  # bool, the frame's size divided by `scale`; rules and borders taken out
+    scale: int = 2
 
 
 def find_candidates(grey: np.ndarray, min_contrast: int = 50, stroke_max: int = 14,
-                    despeckle: bool = False, min_crossings: float = 5.0) -> list[Candidate]:
+                    despeckle: bool = False, min_crossings: float = 5.0, scale: int = 2) -> list[Candidate]:
     """Boxes of an 8-bit grey frame that may hold a line of text (`screen`)."""
-    return screen(grey, min_contrast, stroke_max, despeckle, min_crossings).candidates
+    return screen(grey, min_contrast, stroke_max, despeckle, min_crossings, scale).candidates
 
 
 def _crossings(polarities: list[np.ndarray], box: tuple[slice, slice]) -> float:
@@ -359,53 +376,78 @@ def _crossings(polarities: list[np.ndarray], box: tuple[slice, slice]) -> float:
     return best
 
 
+def _polarity(low: np.ndarray, light: np.ndarray, dark: np.ndarray, box: tuple[slice, slice]) -> str:
+    """Which way a box's text stands out: its strokes lie far from the grey around the box, while the
+    gaps between them (ink of the other polarity) lie at that grey. So the polarity whose ink is
+    `POLARITY_RATIO` times farther from the median of the ring around the box is the text's; "both"
+    when neither is (the ring against the box's min-max middle was used before: a bright optic disc
+    in the box turned black text on the retina light, and 5 of the 11 photographs missed were so)."""
+    rows, cols = low.shape
+    top, bottom = max(0, box[0].start - 2), min(rows, box[0].stop + 2)
+    left, right = max(0, box[1].start - 2), min(cols, box[1].stop + 2)
+    area = low[top:bottom, left:right]
+    ring = np.concatenate([area[0], area[-1], area[:, 0], area[:, -1]])
+    around = float(np.median(ring))
+    far = []
+    for mask in (light, dark):
+        inked = low[box][mask[box]]
+        far.append(abs(float(inked.mean()) - around) if inked.size else 0.0)
+    if far[0] > POLARITY_RATIO * far[1]:
+        return "light"
+    if far[1] > POLARITY_RATIO * far[0]:
+        return "dark"
+    return "both"
+
+
 def screen(grey: np.ndarray, min_contrast: int = 50, stroke_max: int = 14, despeckle: bool = False,
-           min_crossings: float = 5.0) -> Screen:
+           min_crossings: float = 5.0, scale: int = 2) -> Screen:
     """Boxes of an 8-bit grey frame that may hold a line of text (cheap: no OCR).
 
-    Strokes are found at half size (each pixel a 2 x 2 mean): a white top-hat (the image less its
-    opening) keeps light shapes narrower than `stroke_max`, a black top-hat dark ones, and those
-    standing `min_contrast` grey levels out are ink. `despeckle` (OCT) first takes a median of 3
-    across and down: speckle is single pixels, a stroke is not (the thinnest strokes go too, so
-    only where speckle is). Straight runs of ink longer than a character (rules, borders, OCT
-    layers) are taken out. Ink joined along rows (letters of a word) makes pieces; pieces as tall
-    as characters are drawn into a mask, widened, so the words of one line join. A joined box is a
-    candidate when it is at least 6 pixels tall (no upper bound: a line crossing a vessel joins
-    it), 1.5 times as long as tall, 8-90% ink, and its rows cross `min_crossings` strokes on
-    average (`_crossings`). Vessels, layer edges and plot curves are crossed once or twice, speckle
-    and dots are small: they are dropped. A false candidate costs a Tesseract read, a missed one
-    misses text.
+    Strokes are found at half size (`scale` 2: each pixel a 2 x 2 mean) or at full size (`scale` 1:
+    small frames, whose thinnest strokes a 2 x 2 mean would blur below `min_contrast`): a white
+    top-hat (the image less its opening) keeps light shapes narrower than `stroke_max`, a black
+    top-hat dark ones, and those standing `min_contrast` grey levels out are ink. `despeckle` (OCT)
+    first takes a median of 3 across and down: speckle is single pixels, a stroke is not (the
+    thinnest strokes go too, so only where speckle is). Straight runs of ink longer than a character
+    (rules, borders, OCT layers) are taken out. Ink joined along rows (letters of a word) makes
+    pieces; pieces as tall as characters are drawn into a mask, widened, so the words of one line
+    join. A joined box is a candidate when it is at least 6 pixels tall (no upper bound: a line
+    crossing a vessel joins it), 1.5 times as long as tall, 8-90% ink, and its rows cross
+    `min_crossings` strokes on average (`_crossings`). Vessels, layer edges and plot curves are
+    crossed once or twice, speckle and dots are small: they are dropped. A false candidate costs a
+    Tesseract read, a missed one misses text. Sizes below are in full-size pixels, divided by `scale`.
     """
     from scipy import ndimage as ndi
 
     if grey.shape[0] < 8 or grey.shape[1] < 8:
-        return Screen([], np.zeros((0, 0), dtype=bool))
-    low = _half(grey)
+        return Screen([], np.zeros((0, 0), dtype=bool), scale)
+    low = _half(grey) if scale == 2 else grey
     if despeckle:
         low = _median3(_median3(low, 0), 1)
-    k = max(3, stroke_max // 2 | 1)  # odd, at half size
+    k = max(3, stroke_max // scale | 1)  # odd
     mn, mx = ndi.minimum_filter1d, ndi.maximum_filter1d
     opened = mx(mx(mn(mn(low, k, 0), k, 1), k, 0), k, 1)
     closed = mn(mn(mx(mx(low, k, 0), k, 1), k, 0), k, 1)
     ink = np.zeros(low.shape, dtype=bool)
     polarities = []
+    rule = RULE // scale
     for strokes in ((low - opened) > min_contrast, (closed - low) > min_contrast):  # opened <= low <= closed
         # Straight runs longer than any character are rules, borders, OCT layers: taken out, so text
         # touching a panel's border is not lost in a shape too big to be text. Per polarity: light
         # letters and the dark gaps between them together make long runs, each alone does not.
         ink8 = strokes.view(np.uint8)
-        rules = mx(mn(ink8, RULE, 1), RULE, 1) | mx(mn(ink8, RULE, 0), RULE, 0)
+        rules = mx(mn(ink8, rule, 1), rule, 1) | mx(mn(ink8, rule, 0), rule, 0)
         strokes &= rules == 0
         polarities.append(strokes)
         ink |= strokes
-    labels, _count = ndi.label(mx(ink.view(np.uint8), 5, 1))  # letters up to 5 half-pixels apart join
+    labels, _count = ndi.label(mx(ink.view(np.uint8), 10 // scale, 1))  # letters up to 10 pixels apart join
     pieces = np.zeros(ink.shape, dtype=bool)
     for index, box in enumerate(ndi.find_objects(labels), start=1):
         height = box[0].stop - box[0].start
-        if height < 2 or height > 60:
+        if height < 4 // scale or height > 120 // scale:
             continue
         amount = int((ink[box] & (labels[box] == index)).sum())
-        if amount < 4:
+        if amount < 16 // scale ** 2:
             continue
         pad = height // 2 + 1  # joins the pieces (words) of a line, not lines: a block of lines can be tall
         pieces[box[0], max(0, box[1].start - pad):box[1].stop + pad] = True
@@ -413,45 +455,44 @@ def screen(grey: np.ndarray, min_contrast: int = 50, stroke_max: int = 14, despe
     found = []
     for box in ndi.find_objects(joined):
         height, width = box[0].stop - box[0].start, box[1].stop - box[1].start
-        if height < 3 or width < 1.5 * height:
+        if height < 6 // scale or width < 1.5 * height:
             continue
         amount = int(ink[box].sum())
-        if amount < 12 or not 0.08 <= amount / (height * width) <= 0.9:
+        if amount < 48 // scale ** 2 or not 0.08 <= amount / (height * width) <= 0.9:
             continue
         if _crossings(polarities, box) < min_crossings:
             continue
-        found.append(Candidate(2 * box[0].start, 2 * box[1].start, 2 * height, 2 * width))
-    return Screen(found, ink)
+        found.append(Candidate(scale * box[0].start, scale * box[1].start, scale * height, scale * width,
+                               _polarity(low, *polarities, box)))
+    return Screen(found, ink, scale)
 
 
-def _orientations(box: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The box turned so its text is dark: the ring of pixels around its edge is background. A ring
-    all light or all dark decides; a mixed ring (across the edge of the camera field) gives both."""
-    ring = np.concatenate([box[0], box[-1], box[:, 0], box[:, -1]])
-    low, high = float(box.min()), float(box.max())
-    middle = (low + high) / 2
-    light = float((ring > middle).mean())
-    if light >= 0.9:
+def _orientations(box: np.ndarray, polarity: str) -> tuple[np.ndarray, ...]:
+    """The box turned so its text is dark (`Candidate.polarity`); both ways when the screen could not tell."""
+    if polarity == "dark":
         return (box,)
-    if light <= 0.1:
+    if polarity == "light":
         return (255.0 - box,)
     return (box, 255.0 - box)
+
+
+def _enlargement(height: int, target: int = TEXT_HEIGHT) -> int:
+    """The whole factor (1-4) that brings a box `height` pixels tall near `target` pixels."""
+    return int(min(4, max(1, round(target / max(height, 1)))))
 
 
 def candidate_page(grey: np.ndarray, candidates: list[Candidate], stroke_max: int = 14, gap: int = 32) -> np.ndarray:
     """One white page with every candidate pasted on it as dark strokes on white, one above another.
 
-    Each box is padded by half its height (and 4 pixels) and turned so its text is dark, by the
-    ring of pixels around it (`_orientations`); across the edge of the camera field a ring is
-    half black, half retina, and the box is pasted both ways (the wrong one reads as nothing;
-    every box both ways doubles the page). Each copy's background is taken away (a black top-hat
-    at full size: what lies below the copy's closing by `stroke_max`), so the retina's shading,
-    a vessel or the edge of the field becomes white and only strokes stay, darker the more they
-    stood out. (Keeping only strokes near the screen's ink, to drop borders beside the text, was
-    tried: it cut letters, and missed 8 of 40 photographs with text, not 2.) Boxes under 24
-    pixels tall are doubled (Tesseract reads characters best 20-40 pixels high). One page: one
-    Tesseract call per pass, whatever the count of boxes (a call per box was tried: as many
-    misses on 40 files of each type, several times the calls).
+    Each box is padded by half its height (and 4 pixels) and turned so its text is dark
+    (`Candidate.polarity`; both ways when the screen could not tell: the wrong one reads as
+    nothing). Each copy's background is taken away (a black top-hat at full size: what lies below
+    the copy's closing by `stroke_max`), so the retina's shading, a vessel or the edge of the field
+    becomes white and only strokes stay, darker the more they stood out. (Keeping only strokes near
+    the screen's ink, to drop borders beside the text, was tried: it cut letters.) Small boxes are
+    enlarged by a whole factor towards `TEXT_HEIGHT` (Tesseract reads characters best 20-40 pixels
+    high; 10 px labels doubled were still misread). One page: one Tesseract call per pass,
+    whatever the count of boxes (a call per box was tried: as many misses, several times the calls).
     """
     from PIL import Image
     from scipy import ndimage as ndi
@@ -462,13 +503,14 @@ def candidate_page(grey: np.ndarray, candidates: list[Candidate], stroke_max: in
         margin = max(4, c.height // 2)
         top, left = max(0, c.top - margin), max(0, c.left - margin)
         box = grey[top:c.top + c.height + margin, left:c.left + c.width + margin].astype(np.float32)
-        for crop in _orientations(box):
+        for crop in _orientations(box, c.polarity):
             closed = ndi.minimum_filter(ndi.maximum_filter(crop, size=k), size=k)
             strokes = closed - crop
             strokes *= 255.0 / max(float(strokes.max()), 1.0)
             image = Image.fromarray((255.0 - strokes).astype(np.uint8))
-            if c.height < 24:
-                image = image.resize((image.width * 2, image.height * 2), Image.BILINEAR)
+            factor = _enlargement(c.height)
+            if factor > 1:
+                image = image.resize((image.width * factor, image.height * factor), Image.BILINEAR)
             crops.append(np.asarray(image))
     width = max(c.shape[1] for c in crops) + 2 * gap
     height = sum(c.shape[0] for c in crops) + gap * (len(crops) + 1)
@@ -541,7 +583,7 @@ class PixelTextDetector:
             kind = self.settings.for_type(image_type(ds))
             checked = 0
             found = False
-            greys = []
+            greys = {}
             for index in sample_frames(frames, kind.frame_sample):
                 try:
                     frame = np.asarray(decode_frame(ds, syntax, index))
@@ -553,9 +595,18 @@ class PixelTextDetector:
                     found = True
                     break
                 if kind.overlay and frame.ndim == 2:
-                    greys.append(to_grey8(frame, photometric))
-            if not found and len(greys) > 1 and all(g is not None for g in greys):
-                found = self._overlay_has_text(greys, kind)
+                    greys[index] = to_grey8(frame, photometric)
+            if not found and kind.overlay and frames > 1 and len(greys) == checked:
+                for index in sample_frames(frames, kind.overlay_frames):
+                    if index not in greys:
+                        try:
+                            frame = np.asarray(decode_frame(ds, syntax, index))
+                        except Exception:  # noqa: BLE001
+                            self.stats.files_uncheckable += 1
+                            raise NotDeidentifiable(UNCHECKABLE) from None
+                        greys[index] = to_grey8(frame, photometric) if frame.ndim == 2 else None
+                if all(g is not None for g in greys.values()):
+                    found = self._overlay_has_text(list(greys.values()), kind)
             self.stats.files_checked += 1
             self.stats.frames_checked += checked
             self.stats.files_with_text += found
@@ -583,15 +634,19 @@ class PixelTextDetector:
     def _overlay_has_text(self, greys: list[np.ndarray], kind: TypeSettings) -> bool:
         """A label a device draws on every frame of a volume, found where each frame alone hides it.
 
-        OCT speckle changes from one B-scan to the next; an overlay does not. The pixelwise minimum
-        of the sampled frames keeps a light label and darkens the speckle around it, so no median is
-        needed and faint labels on the speckled choroid stand out. (The maximum, for dark labels,
-        was tried: it brightens the speckle and sent every clean volume to Tesseract.)
+        OCT speckle changes from one B-scan to the next; an overlay does not. `greys` are the
+        `overlay_frames` frames (the sampled ones among them). Their pixelwise minimum keeps a light
+        label and darkens the speckle around it, so no median is needed and faint labels on the
+        speckled choroid stand out; their mean lowers the speckle by the root of their count and keeps
+        a label of either polarity (8 frames: 2 more OCT volumes caught of 300, some of the dark labels
+        on the retina). (The maximum, for dark labels, was tried: it brightens the speckle and sent
+        every clean volume to Tesseract.)
         The frames are scaled to 8 bits one by one: for a fixed overlay on 8-bit data the scaling
         is the same; on other data the label may differ a grey level or two, within `min_contrast`.
         """
         kind = replace(kind, despeckle=False)  # the minimum already took the speckle down
-        for projection in (np.minimum.reduce(greys),):
+        mean = (np.sum(greys, axis=0, dtype=np.uint32) // len(greys)).astype(np.uint8)
+        for projection in (np.minimum.reduce(greys), mean):
             if self.frame_has_text(projection, kind):
                 return True
         return False
@@ -603,8 +658,11 @@ class PixelTextDetector:
         if self.settings.screening == "whole_frame":
             return self._read_whole(grey, kind)
         grey = _downscale(grey, kind.max_side)
+        # Full size for small frames without the median (a volume's overlay): a 2 x 2 mean blurs the
+        # 1 px strokes of 10 px labels below min_contrast; a median (speckled frames) takes them anyway.
+        scale = 1 if max(grey.shape) <= kind.full_size_side and not kind.despeckle else 2
         found = screen(grey, kind.min_contrast, self.settings.stroke_max, kind.despeckle,
-                       self.settings.min_crossings)
+                       self.settings.min_crossings, scale)
         if not found.candidates:
             self.stats.frames_without_candidates += 1
             return False
