@@ -53,6 +53,7 @@ from synth.pixels import oct_volume  # noqa: E402
 
 SECONDARY_CAPTURE = "1.2.840.10008.5.1.4.1.1.7"
 TYPES = ("photograph", "oct", "secondary_capture")
+TYPE_NAMES = {"photograph": "photograph", "oct": "multi_frame", "secondary_capture": "secondary_capture"}  # image_type()
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,13 @@ def omp_probe(files: int) -> None:
     print(f"{1e3 * (time.process_time() - started) / files:.1f}")
 
 
+def everywhere(spec: dict, method: str) -> dict:
+    """The settings file with `method` for every image type (the types' own `screening` left out)."""
+    types = {name: {k: v for k, v in (own or {}).items() if k != "screening"}
+             for name, own in (spec.get("image_types") or {}).items()}
+    return {**spec, "screening": method, "image_types": types}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-type", type=int, default=300, help="text images and clean images of each type")
@@ -261,19 +269,26 @@ def main() -> None:
     print(f"# {args.per_type} text + {args.per_type} clean files of each type ({len(samples)} files, generated "
           f"in {time.perf_counter() - started:.0f} s); fonts: {len(available_fonts())}; "
           f"settings: platform/pixel_text.yaml; CPU = dcmread + check, this process", flush=True)
-    # The file ships whole frames as the default; "new" is its candidates screening, "old" its whole frames.
+    # "new": the file's candidates screening for every type; "old": whole frames for every type; "shipped":
+    # per type, the method the file names for it (one of the two, so composed from their tallies).
     spec = yaml.safe_load((ROOT / "platform" / "pixel_text.yaml").read_text())
-    with PixelTextDetector(load_pixel_text_settings({**spec, "screening": "candidates"})) as detector:
+    with PixelTextDetector(load_pixel_text_settings(everywhere(spec, "candidates"))) as detector:
         new = measure("new", lambda ds: detector.check(ds, ds.file_meta.TransferSyntaxUID).found, samples)
         s = detector.stats
         print(f"            frames {s.frames_checked}: {s.frames_without_candidates} without candidates, "
-              f"{s.frames_ocr} read by Tesseract, {s.frames_cached} from the cache; "
+              f"{s.frames_ocr} read by Tesseract ({s.frames_whole} whole), {s.frames_cached} from the cache; "
               f"Tesseract {s.tesseract_seconds:.1f} s of {s.ocr_seconds:.1f} s", flush=True)
     loop = OnePassLoop(PixelTextSettings())
     base = measure("one-pass", loop.check, samples)
     if not args.no_old:
-        with PixelTextDetector(load_pixel_text_settings({**spec, "screening": "whole_frame"})) as whole:
+        with PixelTextDetector(load_pixel_text_settings(everywhere(spec, "whole_frame"))) as whole:
             old = measure("old", lambda ds: whole.check(ds, ds.file_meta.TransferSyntaxUID).found, samples)
+        shipped_settings = load_pixel_text_settings(spec)
+        for kind in TYPES:
+            method = shipped_settings.for_type(TYPE_NAMES[kind]).screening
+            t = (new if method == "candidates" else old)[kind]
+            print(f"  shipped   {kind:18s} {method:11s} caught {100 * t.caught / max(t.texts, 1):5.1f}%  clean refused "
+                  f"{100 * t.refused / max(t.cleans, 1):4.1f}%  CPU {1e3 * t.cpu / max(t.texts + t.cleans, 1):6.1f} ms/file")
     print("# ratios (CPU per file, same run)")
     for kind in TYPES:
         line = f"  {kind:18s} new / one-pass loop {new[kind].cpu / max(base[kind].cpu, 1e-9):.3f}"

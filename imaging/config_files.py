@@ -166,6 +166,7 @@ class PixelTextTypeFile(_Model):
     overlay: bool | None = None
     overlay_frames: Annotated[int, Field(ge=2)] | None = None
     full_size_side: Annotated[int, Field(ge=0)] | None = None
+    screening: Literal[SCREENING] | None = None  # type: ignore[valid-type]
 
     _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))
 

@@ -32,17 +32,25 @@ LABEL = ("MARCHBANKS, Ottilie", "ID: 9993141592  12/04/2021")
 
 @pytest.fixture(scope="module")
 def settings() -> PixelTextSettings:
-    """platform/pixel_text.yaml with the candidates screening on (the file ships whole frames as the
-    default; its image types are the candidates' settings)."""
+    """platform/pixel_text.yaml with the candidates screening for every type (the file reads secondary
+    captures in whole frames; its image types' settings are the candidates' all the same)."""
     spec = yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text())
-    return load_pixel_text_settings({**spec, "screening": "candidates"})
+    types = {name: {k: v for k, v in own.items() if k != "screening"} for name, own in spec["image_types"].items()}
+    return load_pixel_text_settings({**spec, "screening": "candidates", "image_types": types})
 
 
-def test_the_shipped_default_reads_whole_frames_with_the_same_settings_for_every_type():
+def test_the_shipped_file_screens_candidates_and_reads_secondary_captures_whole():
     shipped = load_pixel_text_settings(yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text()))
-    assert shipped.screening == "whole_frame" and shipped.image_types  # declared, used under candidates
-    defaults = shipped.for_type("default")
-    assert all(shipped.for_type(t) == defaults for t in ("photograph", "multi_frame", "secondary_capture"))
+    assert shipped.screening == "candidates"
+    assert shipped.for_type("photograph").screening == shipped.for_type("multi_frame").screening == "candidates"
+    assert shipped.for_type("multi_frame").overlay and shipped.for_type("photograph").frame_sample == 1
+    # Report screens in whole frames, with the top-level settings the whole-frame method was measured with.
+    screens = shipped.for_type("secondary_capture")
+    assert screens.screening == "whole_frame" and screens.max_side == shipped.max_side == 4096
+    assert screens.thresholding == ("otsu", "adaptive_otsu")
+    # Whole frames everywhere: every type the same.
+    whole = load_pixel_text_settings({"screening": "whole_frame", "image_types": {"photograph": {"frame_sample": 1}}})
+    assert whole.for_type("photograph") == whole.for_type("default")
 
 
 @pytest.fixture(scope="module")
@@ -245,3 +253,15 @@ def test_clean_speckled_volumes_clear_their_b_scans_without_tesseract(detector):
         assert not _check(detector, _benchmark_volume(seed, False))
         assert detector.stats.frames_without_candidates - cleared >= 3, seed  # the 3 sampled B-scans
         assert detector.stats.frames_ocr - ocr <= 2, seed  # only the overlays, if any
+
+
+def test_each_type_is_read_by_the_method_the_shipped_file_names_for_it():
+    """Report screens in whole frames (never cleared by the screening alone), photographs by candidates."""
+    shipped = load_pixel_text_settings(yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text()))
+    with PixelTextDetector(shipped) as made:
+        assert _check(made, _screen(True))
+        assert not _check(made, _screen(False))
+        assert made.stats.frames_without_candidates == 0 and made.stats.frames_whole == made.stats.frames_checked
+        assert not _check(made, _photo(clean_fundus(0).data))
+        assert made.stats.frames_without_candidates == 1  # the clean photograph: cleared without Tesseract
+        assert made.stats.frames_whole == made.stats.frames_checked - 1

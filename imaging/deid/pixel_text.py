@@ -92,6 +92,7 @@ class ImageTypeSettings:
     overlay: bool | None = None
     overlay_frames: int | None = None
     full_size_side: int | None = None
+    screening: str | None = None  # this type's own method (a type whose measured recall needs whole frames)
 
 
 @dataclass(frozen=True)
@@ -107,11 +108,14 @@ class TypeSettings:
     overlay: bool  # also screen the pixelwise min and mean of `overlay_frames` frames (a label every frame shows)
     overlay_frames: int  # frames the overlay is made of (the sampled ones among them)
     full_size_side: int  # frames no longer than this (and not despeckled) are screened at full size, not half
+    screening: str = "whole_frame"  # "candidates" or "whole_frame" (SCREENING)
 
 
 @dataclass(frozen=True)
 class PixelTextSettings:
-    """What counts as text, and how much of an image is read. Defaults = platform/pixel_text.yaml."""
+    """What counts as text, and how much of an image is read. Defaults = platform/pixel_text.yaml's top-level
+    values, except that without the file there are no image types and so whole frames (the candidates are
+    tuned per type)."""
 
     min_confidence: float = 60.0  # Tesseract word confidence, 0-100
     min_word_chars: int = 3  # letters or digits in a word for it to count
@@ -152,7 +156,8 @@ class PixelTextSettings:
             (name, ImageTypeSettings(frame_sample=t.frame_sample, max_side=t.max_side,
                                      thresholding=tuple(t.thresholding) if t.thresholding else None,
                                      despeckle=t.despeckle, min_contrast=t.min_contrast, overlay=t.overlay,
-                                     overlay_frames=t.overlay_frames, full_size_side=t.full_size_side))
+                                     overlay_frames=t.overlay_frames, full_size_side=t.full_size_side,
+                                     screening=t.screening))
             for name, t in spec.image_types.items()))
         return cls(min_confidence=float(spec.min_confidence), min_word_chars=spec.min_word_chars,
                    min_words=spec.min_words, frame_sample=spec.frame_sample, thresholding=tuple(spec.thresholding),
@@ -178,12 +183,15 @@ class PixelTextSettings:
     def for_type(self, name: str) -> TypeSettings:
         """The settings an image type is read with (`image_type`); unknown names get the default.
 
-        The types' own settings are for the candidates screening they were measured with: the
-        whole-frame method reads every type with the top-level settings, as it always has."""
-        types = dict(self.image_types) if self.screening == "candidates" else {}
-        own = types.get(name, ImageTypeSettings())
+        A type's `screening` overrides the top-level one. The types' other settings are for the
+        candidates screening they were measured with: a type read in whole frames is read with the
+        top-level settings, as the whole-frame method always has been."""
+        own = dict(self.image_types).get(name)
+        screening = (own.screening if own else None) or self.screening
+        if screening == "whole_frame" or own is None:
+            own, name = ImageTypeSettings(), DEFAULT_TYPE
         return TypeSettings(
-            name=name if name in types else DEFAULT_TYPE,
+            name=name,
             frame_sample=own.frame_sample or self.frame_sample,
             max_side=own.max_side or self.max_side,
             thresholding=own.thresholding or self.thresholding,
@@ -191,7 +199,8 @@ class PixelTextSettings:
             min_contrast=own.min_contrast or self.min_contrast,
             overlay=self.overlay if own.overlay is None else own.overlay,
             overlay_frames=own.overlay_frames or self.overlay_frames,
-            full_size_side=self.full_size_side if own.full_size_side is None else own.full_size_side)
+            full_size_side=self.full_size_side if own.full_size_side is None else own.full_size_side,
+            screening=screening)
 
     def side_for(self, method: str, max_side: int | None = None) -> int:
         """The longest side a pass reads at (`max_side`: the image type's, else the default)."""
@@ -219,6 +228,7 @@ class PixelTextStats:
     ocr_seconds: float = 0.0  # everything `check` spends: decoding, screening and Tesseract
     frames_without_candidates: int = 0  # cleared by the screening alone, never shown to Tesseract
     frames_ocr: int = 0  # frames (their candidates, or the whole frame) read by Tesseract
+    frames_whole: int = 0  # of those, frames read whole (whole-frame method, or candidates covering half)
     frames_cached: int = 0  # verdicts taken from the cache by pixel hash, not read again
     tesseract_seconds: float = 0.0
 
@@ -618,7 +628,7 @@ class PixelTextDetector:
         """A decoded frame's verdict: from the cache by pixel hash, else read (and kept)."""
         key = None
         if self.settings.cache_frames:
-            key = frame_key(frame, f"{photometric}|{kind.name}", self.settings)
+            key = frame_key(frame, f"{photometric}|{kind.name}|{kind.screening}", self.settings)
             if key in self._verdicts:
                 self._verdicts.move_to_end(key)
                 self.stats.frames_cached += 1
@@ -655,7 +665,7 @@ class PixelTextDetector:
         """True if Tesseract reads `min_words` counted words in an 8-bit grey frame: in its text
         candidates (`screening: candidates`) or in the whole frame; settings of `kind` (default type)."""
         kind = kind or self.settings.for_type(DEFAULT_TYPE)
-        if self.settings.screening == "whole_frame":
+        if kind.screening == "whole_frame":
             return self._read_whole(grey, kind)
         grey = _downscale(grey, kind.max_side)
         # Full size for small frames without the median (a volume's overlay): a 2 x 2 mean blurs the
@@ -674,6 +684,7 @@ class PixelTextDetector:
         """The frame read whole, each pass at its side (the method before candidates)."""
         from PIL import Image, ImageOps
 
+        self.stats.frames_whole += 1
         full = Image.fromarray(np.ascontiguousarray(grey))
         border = int(np.median(grey[0]))
         for method in kind.thresholding:
