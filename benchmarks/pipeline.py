@@ -1,6 +1,6 @@
 """The platform against the script a user would write: fixed cost, marginal cost per GB, memory.
 
-    .venv/bin/python benchmarks/pipeline.py [--files 300,600 | --gb 0.5,1.0] [--shape 16x256x256]
+    .venv/bin/python benchmarks/pipeline.py [--files 150,300,600 | --gb 0.5,1.0] [--shape 16x256x256]
                                             [--small-files 2000] [--against CHECKOUT]
                                             [--profile DIR] [--jfr DIR] [--assets A,B] [--keep]
 
@@ -20,9 +20,9 @@ run and on the same trees (page cache warm: every tree is read once before anyth
              the OCR check alone (`ocr`): what the executors do per file, and what bounds it
   platform   `dagster asset materialize` of raw_image_index, linked_patient_metadata and
              anonymized_images through the CLI (IMAGING_SPARK_MASTER=local[2]) on an empty site-day
-             (the fixed cost) and on each corpus size (marginal cost per GB = the slope between the two sizes;
-             the intercept, what a run with data pays before its first file, = where that line
-             meets zero bytes)
+             (the fixed cost) and on each corpus size (marginal cost per GB = the slope of the least-squares
+             line through the sizes, two or more; the intercept, what a run with data pays before
+             its first file, = where that line meets zero bytes)
 
 For each platform run it prints the wall time, the step times from the run's event log
 (STEP_START -> STEP_SUCCESS), the time before the run started (process start, code loading),
@@ -608,27 +608,53 @@ def platform_runs(repo: Path, trees: list[Tree], work: Path) -> dict[str, Platfo
     return {r.label: r for r in runs}
 
 
-def report(title: str, runs: dict[str, PlatformRun], trees: list[Tree], best: dict[str, dict[str, float]]) -> None:
+@dataclass(frozen=True)
+class Line:
+    """A least-squares line through (GB, seconds) points: the marginal cost and the fixed one."""
+
+    slope: float
+    intercept: float
+
+
+def fit(gbs: list[float], seconds: list[float]) -> Line:
+    mean_x, mean_y = sum(gbs) / len(gbs), sum(seconds) / len(seconds)
+    sxx = sum((x - mean_x) ** 2 for x in gbs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(gbs, seconds)) / sxx
+    return Line(slope, mean_y - slope * mean_x)
+
+
+def report(title: str, runs: dict[str, PlatformRun], trees: list[Tree], best: dict[str, dict[str, float]],
+           small_files: Tree | None = None) -> None:
+    """`trees`: the corpus sizes (two or more; the costs are lines fitted through them)."""
     print(f"\n# {title}")
     print("\n## Platform runs")
     for r in runs.values():
         print_run(r)
-    small, large = trees[0], trees[1]
-    gb = large.gb - small.gb
-    marginal = {k: (best[large.label][k] - best[small.label][k]) / gb for k in best[large.label]}
-    platform = (runs[large.label].wall - runs[small.label].wall) / gb
-    per_step = {a: (runs[large.label].steps.get(a, 0) - runs[small.label].steps.get(a, 0)) / gb for a in ASSETS}
+    small, large = trees[0], trees[-1]
+    gbs = [t.gb for t in trees]
+
+    def slope(value) -> float:  # value(tree) -> seconds
+        return fit(gbs, [value(t) for t in trees]).slope
+
+    marginal = {k: slope(lambda t: best[t.label][k]) for k in best[large.label]}
+    wall_line = fit(gbs, [runs[t.label].wall for t in trees])
+    platform = wall_line.slope
+    per_step = {a: slope(lambda t: runs[t.label].steps.get(a, 0)) for a in ASSETS}
     fixed = runs["empty"]
     print(f"\n## Fixed cost (empty site-day, CLI wall time): {fixed.wall:.1f} s (target <= 12 s), CPU {fixed.total_cpu:.1f} s; "
           f"before the run {fixed.before_run:.1f} s, steps " + ", ".join(f"{k} {v:.1f}" for k, v in fixed.steps.items()))
-    print(f"\n## Marginal cost per GB ({small.label} -> {large.label}, {gb:.3f} GB more)")
+    print(f"\n## Marginal cost per GB (least squares over {', '.join(t.label for t in trees)}: "
+          f"{small.gb:.3f} to {large.gb:.3f} GB)")
     for k, v in marginal.items():
         print(f"  {k:10s} {v:6.2f} s/GB")
     print(f"  {'platform':10s} {platform:6.2f} s/GB  = {platform / marginal['cp -r']:.2f}x cp -r, "
           f"{platform / marginal['loop']:.2f}x the plain loop (target <= 2)" + (
               f", {platform / marginal['ocr loop']:.2f}x the OCR loop (target <= 0.5)" if "ocr loop" in marginal else ""))
-    # What a run with data pays before its first file: the line through the two sizes, at zero bytes.
-    intercept = runs[small.label].wall - platform * small.gb
+    # What a run with data pays before its first file: the fitted line at zero bytes.
+    intercept = wall_line.intercept
+    if len(trees) > 2:
+        print("  residuals of the platform's line: " + ", ".join(
+            f"{t.label} {runs[t.label].wall - (intercept + platform * t.gb):+.1f} s" for t in trees))
     print(f"  intercept (a run with data, before its first file): {intercept:.1f} s (target <= 12); "
           f"the empty site-day: {fixed.wall:.1f} s")
     for a, v in per_step.items():
@@ -642,8 +668,9 @@ def report(title: str, runs: dict[str, PlatformRun], trees: list[Tree], best: di
     # wall time on an idle core is its CPU time; the platform's on two idle cores is at best half
     # its CPU time (both executors busy), which is what "idle 2-core estimate" means below.
     cpu = {k[:-4]: v for k, v in marginal.items() if k.endswith(" CPU")}
-    p_cpu = (runs[large.label].total_cpu - runs[small.label].total_cpu) / gb
-    s_cpu = {a: (runs[large.label].step_cpu.get(a, 0) - runs[small.label].step_cpu.get(a, 0)) / gb for a in ASSETS}
+    cpu_line = fit(gbs, [runs[t.label].total_cpu for t in trees])
+    p_cpu = cpu_line.slope
+    s_cpu = {a: slope(lambda t: runs[t.label].step_cpu.get(a, 0)) for a in ASSETS}
     print(f"\n## Marginal CPU per GB (CPU seconds; load-resistant)")
     print("  " + "  ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
     print(f"  platform {p_cpu:.2f} CPU-s/GB (idle 2-core estimate {p_cpu / 2:.2f} s/GB = "
@@ -655,8 +682,8 @@ def report(title: str, runs: dict[str, PlatformRun], trees: list[Tree], best: di
         print(f"  the platform's per-file work in one process (index + anonymize, no Spark): {pl:.2f} CPU-s/GB, of "
               f"which the burned-in text OCR {ocr:.2f} ({100 * ocr / pl if pl > 0 else 0:.0f}%); without the OCR "
               f"{pl - ocr:.2f} CPU-s/GB = {(pl - ocr) / cpu['loop'] if cpu['loop'] > 0 else float('inf'):.2f}x the plain loop")
-    roles = {r: (runs[large.label].cpu.get(r, 0) - runs[small.label].cpu.get(r, 0)) / gb
-             for r in ("driver Python", "driver JVM", "executor Python")}
+    print(f"  CPU intercept (a run with data, before its first file): {cpu_line.intercept:.1f} CPU-s")
+    roles = {r: slope(lambda t: runs[t.label].cpu.get(r, 0)) for r in ("driver Python", "driver JVM", "executor Python")}
     print("  by process: " + ", ".join(f"{k} {v:.2f} CPU-s/GB" for k, v in roles.items()))
     e = roles["executor Python"]
     print(f"  the per-file work alone (executor Python): {e:.2f} CPU-s/GB, idle 2-core estimate {e / 2:.2f} s/GB = "
@@ -671,8 +698,8 @@ def report(title: str, runs: dict[str, PlatformRun], trees: list[Tree], best: di
     for r in runs.values():
         print(f"  {r.label:10s} driver Python {mb(r.memory.get('driver Python', 0))}, "
               f"driver JVM {mb(r.memory.get('driver JVM', 0))}, executor Python {mb(r.memory.get('executor Python', 0))}")
-    if len(trees) > 2:
-        s = trees[2]
+    if small_files is not None:
+        s = small_files
         run = runs[s.label].wall - fixed.wall
         print(f"\n## Many small files ({len(s.files)} files, {s.bytes / len(s.files) / 1e3:.0f} kB each): platform "
               f"{runs[s.label].wall:.1f} s, {run:.1f} s over the fixed cost = {1e3 * run / len(s.files):.2f} ms/file; "
@@ -683,8 +710,8 @@ def report(title: str, runs: dict[str, PlatformRun], trees: list[Tree], best: di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gb", default="0.5,1.0", help="two corpus sizes of ~1 MB OCT files, in GB")
-    parser.add_argument("--files", help="two corpus sizes in files instead (e.g. 300,600); overrides --gb")
+    parser.add_argument("--gb", default="0.5,1.0", help="corpus sizes (two or more) of ~1 MB OCT files, in GB")
+    parser.add_argument("--files", help="corpus sizes in files instead (e.g. 150,300,600); overrides --gb")
     parser.add_argument("--shape", default="x".join(map(str, OCT_SHAPE)),
                         help="frames x rows x columns of the OCT volumes (8-bit), default %(default)s")
     parser.add_argument("--small-files", type=int, default=2000, help="files in the many-small-files variant (0: skip)")
@@ -702,17 +729,17 @@ def main() -> None:
     else:
         gbs = sorted(float(x) for x in args.gb.split(","))
         counts, labels = [round(gb * 1e9 / MEAN_FILE_BYTES) for gb in gbs], [f"{gb:g}GB" for gb in gbs]
-    if len(counts) != 2:
-        raise SystemExit("--gb and --files take two sizes")
+    if len(counts) < 2:
+        raise SystemExit("--gb and --files take two sizes or more")
 
     work = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
     scratch = work / "scratch"
     scratch.mkdir()
     try:
         t0 = time.perf_counter()
-        trees = [tree(label, work / f"landing-{label}", n, shape) for label, n in zip(labels, counts)]
-        if args.small_files:
-            trees.append(tree("small", work / "landing-small", args.small_files, SMALL_SHAPE))
+        sized = [tree(label, work / f"landing-{label}", n, shape) for label, n in zip(labels, counts)]
+        small_files = tree("small", work / "landing-small", args.small_files, SMALL_SHAPE) if args.small_files else None
+        trees = sized + ([small_files] if small_files else [])
         print(f"# {host.node()}: {os.cpu_count()} CPUs, {mb(psutil.virtual_memory().total)} RAM, "
               f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}, Python {host.python_version()}")
         print(f"# corpus generated in {time.perf_counter() - t0:.0f} s: " + "; ".join(
@@ -725,21 +752,21 @@ def main() -> None:
         checkouts = [REPO] + ([args.against.resolve()] if args.against else [])
         results = {repo: platform_runs(repo, trees, work) for repo in checkouts}
         for repo, runs in results.items():
-            report(f"platform from {repo}", runs, trees, best)
+            report(f"platform from {repo}", runs, sized, best, small_files)
         print(f"\n# load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         if args.profile:
             args.profile.mkdir(parents=True, exist_ok=True)
             raw = args.profile / "pipeline.txt"
-            r = materialize("profiled", trees[1].landing, work, DAY, profile=raw)
+            r = materialize("profiled", sized[-1].landing, work, DAY, profile=raw)
             summary = summarize_profile(raw)
             (args.profile / "summary.txt").write_text(summary + "\n")
-            print(f"\n## py-spy profile of {trees[1].label} (wall {r.wall:.1f} s under the profiler): {raw}")
+            print(f"\n## py-spy profile of {sized[-1].label} (wall {r.wall:.1f} s under the profiler): {raw}")
             print(summary)
         if args.jfr:
             args.jfr.mkdir(parents=True, exist_ok=True)
             recording = (args.jfr / "driver.jfr").resolve()
-            r = materialize("jfr", trees[1].landing, work, DAY, jfr=recording)
-            print(f"\n## Java Flight Recorder, {trees[1].label} (wall {r.wall:.1f} s, driver JVM "
+            r = materialize("jfr", sized[-1].landing, work, DAY, jfr=recording)
+            print(f"\n## Java Flight Recorder, {sized[-1].label} (wall {r.wall:.1f} s, driver JVM "
                   f"{r.cpu.get('driver JVM', 0):.1f} CPU-s, {r.spark.get('jobs', 0):.0f} Spark jobs): {recording}")
             print(summarize_jfr(recording))
     finally:
