@@ -248,13 +248,6 @@ def omp_probe(files: int) -> None:
     print(f"{1e3 * (time.process_time() - started) / files:.1f}")
 
 
-def everywhere(spec: dict, method: str) -> dict:
-    """The settings file with `method` for every image type (the types' own `screening` left out)."""
-    types = {name: {k: v for k, v in (own or {}).items() if k != "screening"}
-             for name, own in (spec.get("image_types") or {}).items()}
-    return {**spec, "screening": method, "image_types": types}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-type", type=int, default=300, help="text images and clean images of each type")
@@ -271,8 +264,8 @@ def main() -> None:
           f"settings: platform/pixel_text.yaml; CPU = dcmread + check, this process", flush=True)
     # "new": the file's candidates screening for every type; "old": whole frames for every type; "shipped":
     # per type, the method the file names for it (one of the two, so composed from their tallies).
-    spec = yaml.safe_load((ROOT / "platform" / "pixel_text.yaml").read_text())
-    with PixelTextDetector(load_pixel_text_settings(everywhere(spec, "candidates"))) as detector:
+    shipped = load_pixel_text_settings(yaml.safe_load((ROOT / "platform" / "pixel_text.yaml").read_text()))
+    with PixelTextDetector(shipped.everywhere("candidates")) as detector:
         new = measure("new", lambda ds: detector.check(ds, ds.file_meta.TransferSyntaxUID).found, samples)
         s = detector.stats
         print(f"            frames {s.frames_checked}: {s.frames_without_candidates} without candidates, "
@@ -281,11 +274,10 @@ def main() -> None:
     loop = OnePassLoop(PixelTextSettings())
     base = measure("one-pass", loop.check, samples)
     if not args.no_old:
-        with PixelTextDetector(load_pixel_text_settings(everywhere(spec, "whole_frame"))) as whole:
+        with PixelTextDetector(shipped.everywhere("whole_frame")) as whole:
             old = measure("old", lambda ds: whole.check(ds, ds.file_meta.TransferSyntaxUID).found, samples)
-        shipped_settings = load_pixel_text_settings(spec)
         for kind in TYPES:
-            method = shipped_settings.for_type(TYPE_NAMES[kind]).screening
+            method = shipped.for_type(TYPE_NAMES[kind]).screening
             t = (new if method == "candidates" else old)[kind]
             print(f"  shipped   {kind:18s} {method:11s} caught {100 * t.caught / max(t.texts, 1):5.1f}%  clean refused "
                   f"{100 * t.refused / max(t.cleans, 1):4.1f}%  CPU {1e3 * t.cpu / max(t.texts + t.cleans, 1):6.1f} ms/file")

@@ -34,9 +34,7 @@ LABEL = ("MARCHBANKS, Ottilie", "ID: 9993141592  12/04/2021")
 def settings() -> PixelTextSettings:
     """platform/pixel_text.yaml with the candidates screening for every type (the file reads secondary
     captures in whole frames; its image types' settings are the candidates' all the same)."""
-    spec = yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text())
-    types = {name: {k: v for k, v in own.items() if k != "screening"} for name, own in spec["image_types"].items()}
-    return load_pixel_text_settings({**spec, "screening": "candidates", "image_types": types})
+    return load_pixel_text_settings(yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text())).everywhere("candidates")
 
 
 def test_the_shipped_file_screens_candidates_and_reads_secondary_captures_whole():

@@ -202,6 +202,12 @@ class PixelTextSettings:
             full_size_side=self.full_size_side if own.full_size_side is None else own.full_size_side,
             screening=screening)
 
+    def everywhere(self, method: str) -> "PixelTextSettings":
+        """These settings with `method` for every image type (the types' own `screening` left out): the
+        two methods compared type by type (benchmarks/text_screening.py)."""
+        return replace(self, screening=method,
+                       image_types=tuple((name, replace(own, screening=None)) for name, own in self.image_types))
+
     def side_for(self, method: str, max_side: int | None = None) -> int:
         """The longest side a pass reads at (`max_side`: the image type's, else the default)."""
         side = self.max_side if max_side is None else max_side
@@ -595,11 +601,7 @@ class PixelTextDetector:
             found = False
             greys = {}
             for index in sample_frames(frames, kind.frame_sample):
-                try:
-                    frame = np.asarray(decode_frame(ds, syntax, index))
-                except Exception:  # noqa: BLE001 - an undecodable image cannot be shown to be clean
-                    self.stats.files_uncheckable += 1
-                    raise NotDeidentifiable(UNCHECKABLE) from None
+                frame = self._decode(ds, syntax, index)
                 checked += 1
                 if self._frame_verdict(frame, photometric, kind):
                     found = True
@@ -609,11 +611,7 @@ class PixelTextDetector:
             if not found and kind.overlay and frames > 1 and len(greys) == checked:
                 for index in sample_frames(frames, kind.overlay_frames):
                     if index not in greys:
-                        try:
-                            frame = np.asarray(decode_frame(ds, syntax, index))
-                        except Exception:  # noqa: BLE001
-                            self.stats.files_uncheckable += 1
-                            raise NotDeidentifiable(UNCHECKABLE) from None
+                        frame = self._decode(ds, syntax, index)
                         greys[index] = to_grey8(frame, photometric) if frame.ndim == 2 else None
                 if all(g is not None for g in greys.values()):
                     found = self._overlay_has_text(list(greys.values()), kind)
@@ -623,6 +621,14 @@ class PixelTextDetector:
             return PixelTextResult(found, checked)
         finally:
             self.stats.ocr_seconds += time.perf_counter() - started
+
+    def _decode(self, ds: Dataset, syntax: UID, index: int) -> np.ndarray:
+        """Frame `index` decoded; an undecodable image cannot be shown to be clean (NotDeidentifiable)."""
+        try:
+            return np.asarray(decode_frame(ds, syntax, index))
+        except Exception:  # noqa: BLE001 - whatever the codec raises
+            self.stats.files_uncheckable += 1
+            raise NotDeidentifiable(UNCHECKABLE) from None
 
     def _frame_verdict(self, frame: np.ndarray, photometric: str, kind: TypeSettings) -> bool:
         """A decoded frame's verdict: from the cache by pixel hash, else read (and kept)."""
