@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import math
 import os
 import sys
 import time
@@ -236,6 +237,7 @@ class PixelTextStats:
     frames_ocr: int = 0  # frames (their candidates, or the whole frame) read by Tesseract
     frames_whole: int = 0  # of those, frames read whole (whole-frame method, or candidates covering half)
     frames_cached: int = 0  # verdicts taken from the cache by pixel hash, not read again
+    overlay_boxes_moving: int = 0  # overlay candidates dropped: no pixel in them the same on every frame
     tesseract_seconds: float = 0.0
 
 
@@ -483,6 +485,61 @@ def screen(grey: np.ndarray, min_contrast: int = 50, stroke_max: int = 14, despe
     return Screen(found, ink, scale)
 
 
+# A pixel is still when it varies across a volume's overlay frames by at most this share of its mean
+# (and at least 4 grey levels): speckle is multiplicative, so it moves dim and bright pixels alike; a
+# label's pixels do not move (its anti-aliased edges move with what lies below them: tolerated up to
+# this share). On the 40 + 40 OCT volumes of benchmarks/text_screening.py: 10% found no still pixel in
+# any clean volume's candidates and 58 or more in every label's but one (caught in single B-scans);
+# 20% found up to 2 in a clean volume's; 15% is between.
+STILL_SHARE = 0.15
+# Still pixels a candidate must hold: pixels with a still neighbour across or down (a label's strokes
+# are lines; a bright pixel clipped at 255 on every frame by chance is alone).
+STILL_PIXELS = 16
+
+
+def still_pixels(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Pixels the same on every overlay frame (`STILL_SHARE`), kept where a neighbour across or down is too."""
+    still = (highest.astype(np.int16) - lowest) <= np.maximum(4.0, STILL_SHARE * mean)
+    paired = np.zeros_like(still)
+    paired[:, :-1] |= still[:, :-1] & still[:, 1:]
+    paired[:, 1:] |= still[:, :-1] & still[:, 1:]
+    paired[:-1] |= still[:-1] & still[1:]
+    paired[1:] |= still[:-1] & still[1:]
+    return paired
+
+
+# The still page is drawn with a looser share: more of each label's anti-aliased edge, so thicker strokes
+# for Tesseract (on the 23 labels of 300 the overlays missed, 0.3 read 11, 0.15 read 8).
+STILL_PAGE_SHARE = 0.3
+# The still image is drawn on the page at these sizes, one above the other (one Tesseract call): on the
+# 11 labels of 300 that 2x alone missed, 3x read 4 (small volumes' labels are ~10 px tall).
+STILL_PAGE_SMALL = (2, 3)  # frames no longer than the type's `full_size_side`
+STILL_PAGE_LARGE = (1, 2)
+
+
+def still_pages(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray, full_size_side: int) -> list[np.ndarray]:
+    """What every overlay frame shares, as a page for Tesseract: still pixels black on white, enlarged 2x
+    when the frame is no longer than `full_size_side` (small volumes' labels are ~10 px tall), padded.
+
+    A label the overlays' strokes miss (dim, or dark across the speckled retina, where neither the
+    minimum nor the mean lifts it `min_contrast` above the speckle) is still drawn alike on every
+    frame, so the page shows it crisp on a blank field; a clean volume has (next to) no still pixel
+    and is never read this way (`STILL_PIXELS`)."""
+    from PIL import Image
+
+    still = (highest.astype(np.int16) - lowest) <= np.maximum(4.0, STILL_PAGE_SHARE * mean)
+    image = Image.fromarray(np.where(still, 0, 255).astype(np.uint8))
+    return [np.pad(np.asarray(image.resize((image.width * f, image.height * f), Image.BILINEAR)) if f > 1
+                   else np.asarray(image), 16, constant_values=255)
+            for f in (STILL_PAGE_SMALL if max(still.shape) <= full_size_side else STILL_PAGE_LARGE)]
+
+
+def _still_in(still: np.ndarray, c: Candidate, ratio: float) -> int:
+    """Still pixels inside a candidate found on the frame scaled by 1 / `ratio`."""
+    top, left = int(c.top * ratio), int(c.left * ratio)
+    return int(still[top:top + math.ceil(c.height * ratio), left:left + math.ceil(c.width * ratio)].sum())
+
+
 def _orientations(box: np.ndarray, polarity: str) -> tuple[np.ndarray, ...]:
     """The box turned so its text is dark (`Candidate.polarity`); both ways when the screen could not tell."""
     if polarity == "dark":
@@ -659,32 +716,50 @@ class PixelTextDetector:
         every clean volume to Tesseract.)
         The frames are scaled to 8 bits one by one: for a fixed overlay on 8-bit data the scaling
         is the same; on other data the label may differ a grey level or two, within `min_contrast`.
+        A candidate in them is read only if it holds pixels the same on every frame (`still_pixels`):
+        a label is drawn alike on each, while speckled anatomy (the retina's layers, whose speckle the
+        overlays only lower) differs from frame to frame. On the 256 x 256 volumes of the pipeline's
+        corpus the layers made a candidate in both overlays of every clean volume, two Tesseract reads
+        a volume for nothing.
         """
         kind = replace(kind, despeckle=False)  # the minimum already took the speckle down
-        mean = (np.sum(greys, axis=0, dtype=np.uint32) // len(greys)).astype(np.uint8)
-        for projection in (np.minimum.reduce(greys), mean):
-            if self.frame_has_text(projection, kind):
+        lowest = np.minimum.reduce(greys)
+        total = np.sum(greys, axis=0, dtype=np.uint32)
+        still = still_pixels(lowest, np.maximum.reduce(greys), total / len(greys))
+        mean = (total // len(greys)).astype(np.uint8)
+        for projection in (lowest, mean):
+            if self.frame_has_text(projection, kind, still=still):
                 return True
-        return False
+        if still.sum() < STILL_PIXELS:
+            return False
+        return any(self._read(page, ("otsu",))
+                   for page in still_pages(lowest, np.maximum.reduce(greys), total / len(greys), kind.full_size_side))
 
-    def frame_has_text(self, grey: np.ndarray, kind: TypeSettings | None = None) -> bool:
+    def frame_has_text(self, grey: np.ndarray, kind: TypeSettings | None = None, still: np.ndarray | None = None) -> bool:
         """True if Tesseract reads `min_words` counted words in an 8-bit grey frame: in its text
-        candidates (`screening: candidates`) or in the whole frame; settings of `kind` (default type)."""
+        candidates (`screening: candidates`) or in the whole frame; settings of `kind` (default type).
+        `still` (an overlay's: `still_pixels`, the frame's shape) keeps only the candidates holding
+        `STILL_PIXELS` of its pixels."""
         kind = kind or self.settings.for_type(DEFAULT_TYPE)
         if kind.screening == "whole_frame":
             return self._read_whole(grey, kind)
+        full = grey.shape
         grey = _downscale(grey, kind.max_side)
         # Full size for small frames without the median (a volume's overlay): a 2 x 2 mean blurs the
         # 1 px strokes of 10 px labels below min_contrast; a median (speckled frames) takes them anyway.
         scale = 1 if max(grey.shape) <= kind.full_size_side and not kind.despeckle else 2
-        found = screen(grey, kind.min_contrast, self.settings.stroke_max, kind.despeckle,
-                       self.settings.min_crossings, scale)
-        if not found.candidates:
+        candidates = screen(grey, kind.min_contrast, self.settings.stroke_max, kind.despeckle,
+                            self.settings.min_crossings, scale).candidates
+        if still is not None:
+            kept = [c for c in candidates if _still_in(still, c, full[0] / grey.shape[0]) >= STILL_PIXELS]
+            self.stats.overlay_boxes_moving += len(candidates) - len(kept)
+            candidates = kept
+        if not candidates:
             self.stats.frames_without_candidates += 1
             return False
-        if sum(c.height * c.width for c in found.candidates) * 2 >= grey.size:
+        if sum(c.height * c.width for c in candidates) * 2 >= grey.size:
             return self._read_whole(grey, kind)  # candidates everywhere: the whole frame is the smaller read
-        return self._read(candidate_page(grey, found.candidates, self.settings.stroke_max), kind.thresholding)
+        return self._read(candidate_page(grey, candidates, self.settings.stroke_max), kind.thresholding)
 
     def _read_whole(self, grey: np.ndarray, kind: TypeSettings) -> bool:
         """The frame read whole, each pass at its side (the method before candidates)."""
