@@ -14,7 +14,7 @@ patient's name, a date and sometimes a hospital number drawn in, half clean:
 
 text in every font on the machine (DejaVu families if installed, Pillow's own), sizes, contrasts and
 positions (corners, edges, over the retina or the panels). For the OLD method (`screening: whole_frame`, the
-shipped default: three frames at native size, global then adaptive Otsu on the whole frame), the NEW one
+method before candidates: three frames at native size, global then adaptive Otsu on the whole frame), the NEW one
 (`screening: candidates` with platform/pixel_text.yaml's image types: Tesseract on the candidates only) and a one-core loop of
 "pydicom + Tesseract, three frames a file at native size, one pass", it prints per type: the share of text
 images caught, the share of clean images refused, and CPU milliseconds per file (dcmread + check). CPU

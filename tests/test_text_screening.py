@@ -37,18 +37,27 @@ def settings() -> PixelTextSettings:
     return load_pixel_text_settings(yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text())).everywhere("candidates")
 
 
-def test_the_shipped_file_screens_candidates_and_reads_secondary_captures_whole():
+def test_the_shipped_file_screens_candidates_for_every_type():
     shipped = load_pixel_text_settings(yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text()))
     assert shipped.screening == "candidates"
-    assert shipped.for_type("photograph").screening == shipped.for_type("multi_frame").screening == "candidates"
+    assert {shipped.for_type(t).screening for t in ("photograph", "multi_frame", "secondary_capture", "default")} \
+        == {"candidates"}
     assert shipped.for_type("multi_frame").overlay and shipped.for_type("photograph").frame_sample == 1
-    # Report screens in whole frames, with the top-level settings the whole-frame method was measured with.
-    screens = shipped.for_type("secondary_capture")
+    assert shipped.for_type("secondary_capture").max_side == 2048
+    # A type may still be read in whole frames, with the top-level settings that method was measured with.
+    screens = _with_screens_whole().for_type("secondary_capture")
     assert screens.screening == "whole_frame" and screens.max_side == shipped.max_side == 4096
     assert screens.thresholding == ("otsu", "adaptive_otsu")
     # Whole frames everywhere: every type the same.
     whole = load_pixel_text_settings({"screening": "whole_frame", "image_types": {"photograph": {"frame_sample": 1}}})
     assert whole.for_type("photograph") == whole.for_type("default")
+
+
+def _with_screens_whole() -> PixelTextSettings:
+    """The shipped file with `screening: whole_frame` under secondary_capture."""
+    spec = yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text())
+    spec["image_types"]["secondary_capture"]["screening"] = "whole_frame"
+    return load_pixel_text_settings(spec)
 
 
 @pytest.fixture(scope="module")
@@ -284,13 +293,18 @@ def test_still_pixels_are_those_every_frame_shares():
     assert still.sum() == 4 * 30
 
 
-def test_each_type_is_read_by_the_method_the_shipped_file_names_for_it():
-    """Report screens in whole frames (never cleared by the screening alone), photographs by candidates."""
-    shipped = load_pixel_text_settings(yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text()))
-    with PixelTextDetector(shipped) as made:
+def test_each_type_is_read_by_the_method_named_for_it():
+    """Report screens named `whole_frame` are read whole (never cleared by the screening alone), photographs
+    still by candidates; with the shipped file, a clean report screen is cleared by candidates."""
+    with PixelTextDetector(_with_screens_whole()) as made:
         assert _check(made, _screen(True))
         assert not _check(made, _screen(False))
         assert made.stats.frames_without_candidates == 0 and made.stats.frames_whole == made.stats.frames_checked
         assert not _check(made, _photo(clean_fundus(0).data))
         assert made.stats.frames_without_candidates == 1  # the clean photograph: cleared without Tesseract
         assert made.stats.frames_whole == made.stats.frames_checked - 1
+    shipped = load_pixel_text_settings(yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text()))
+    with PixelTextDetector(shipped) as made:
+        assert _check(made, _screen(True))
+        assert not _check(made, _screen(False))
+        assert made.stats.frames_whole == 0
