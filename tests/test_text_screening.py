@@ -22,7 +22,7 @@ from imaging.deid.pixel_text import (
     PixelTextDetector, PixelTextSettings, find_candidates, frame_key, image_type, load_pixel_text_settings, to_grey8,
 )
 from synth.burned_text import FONT_DIR, clean_fundus, fundus, fundus_with_text
-from synth.dicom import OP_SOP_CLASS, OPT_SOP_CLASS, encode_part10
+from synth.dicom import OPT_SOP_CLASS, encode_part10
 from synth.pixels import oct_volume
 
 ROOT = Path(__file__).resolve().parents[1]
