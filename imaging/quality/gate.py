@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from imaging.quality.outcomes import CheckOutcome, _sorted_unique
-from imaging.quality.rules import ERROR, WARN, CheckRule
+from imaging.quality.rules import ERROR, CheckRule
 
 
 # Across runs: publication waits while the latest evaluation of an ERROR check has failed.
