@@ -497,9 +497,14 @@ STILL_SHARE = 0.15
 STILL_PIXELS = 16
 
 
+def _still(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray, share: float) -> np.ndarray:
+    """Pixels whose range over the overlay frames is at most `share` of their mean (at least 4 grey levels)."""
+    return (highest.astype(np.int16) - lowest) <= np.maximum(4.0, share * mean)
+
+
 def still_pixels(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray) -> np.ndarray:
     """Pixels the same on every overlay frame (`STILL_SHARE`), kept where a neighbour across or down is too."""
-    still = (highest.astype(np.int16) - lowest) <= np.maximum(4.0, STILL_SHARE * mean)
+    still = _still(lowest, highest, mean, STILL_SHARE)
     paired = np.zeros_like(still)
     paired[:, :-1] |= still[:, :-1] & still[:, 1:]
     paired[:, 1:] |= still[:, :-1] & still[:, 1:]
@@ -511,15 +516,16 @@ def still_pixels(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray) -> n
 # The still page is drawn with a looser share: more of each label's anti-aliased edge, so thicker strokes
 # for Tesseract (on the 23 labels of 300 the overlays missed, 0.3 read 11, 0.15 read 8).
 STILL_PAGE_SHARE = 0.3
-# The still image is drawn on the page at these sizes, one above the other (one Tesseract call): on the
-# 11 labels of 300 that 2x alone missed, 3x read 4 (small volumes' labels are ~10 px tall).
+# The still image is read at these sizes, the second only if the first reads nothing: on the 11 labels
+# of 300 that 2x alone missed, 3x read 4 (small volumes' labels are ~10 px tall; one page holding both
+# sizes read fewer).
 STILL_PAGE_SMALL = (2, 3)  # frames no longer than the type's `full_size_side`
 STILL_PAGE_LARGE = (1, 2)
 
 
 def still_pages(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray, full_size_side: int) -> list[np.ndarray]:
-    """What every overlay frame shares, as a page for Tesseract: still pixels black on white, enlarged 2x
-    when the frame is no longer than `full_size_side` (small volumes' labels are ~10 px tall), padded.
+    """What every overlay frame shares, as pages for Tesseract: still pixels black on white, padded, at the
+    sizes of `STILL_PAGE_SMALL` when the frame is no longer than `full_size_side`, else `STILL_PAGE_LARGE`.
 
     A label the overlays' strokes miss (dim, or dark across the speckled retina, where neither the
     minimum nor the mean lifts it `min_contrast` above the speckle) is still drawn alike on every
@@ -527,7 +533,7 @@ def still_pages(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray, full_
     and is never read this way (`STILL_PIXELS`)."""
     from PIL import Image
 
-    still = (highest.astype(np.int16) - lowest) <= np.maximum(4.0, STILL_PAGE_SHARE * mean)
+    still = _still(lowest, highest, mean, STILL_PAGE_SHARE)
     image = Image.fromarray(np.where(still, 0, 255).astype(np.uint8))
     return [np.pad(np.asarray(image.resize((image.width * f, image.height * f), Image.BILINEAR)) if f > 1
                    else np.asarray(image), 16, constant_values=255)
@@ -723,17 +729,17 @@ class PixelTextDetector:
         a volume for nothing.
         """
         kind = replace(kind, despeckle=False)  # the minimum already took the speckle down
-        lowest = np.minimum.reduce(greys)
+        lowest, highest = np.minimum.reduce(greys), np.maximum.reduce(greys)
         total = np.sum(greys, axis=0, dtype=np.uint32)
-        still = still_pixels(lowest, np.maximum.reduce(greys), total / len(greys))
+        still = still_pixels(lowest, highest, total / len(greys))
         mean = (total // len(greys)).astype(np.uint8)
         for projection in (lowest, mean):
             if self.frame_has_text(projection, kind, still=still):
                 return True
         if still.sum() < STILL_PIXELS:
             return False
-        return any(self._read(page, ("otsu",))
-                   for page in still_pages(lowest, np.maximum.reduce(greys), total / len(greys), kind.full_size_side))
+        return any(self._read(page, kind.thresholding)
+                   for page in still_pages(lowest, highest, total / len(greys), kind.full_size_side))
 
     def frame_has_text(self, grey: np.ndarray, kind: TypeSettings | None = None, still: np.ndarray | None = None) -> bool:
         """True if Tesseract reads `min_words` counted words in an 8-bit grey frame: in its text
