@@ -330,7 +330,7 @@ class Sampler:
             return "gone"
         if "java" in name:
             return "driver JVM"
-        if "pyspark.daemon" in cmd or "pyspark.worker" in cmd or "pyspark/daemon" in cmd:
+        if any(m in cmd for m in ("pyspark.daemon", "pyspark.worker", "pyspark/daemon", "imaging.worker_daemon")):
             return "executor Python"
         if "py-spy" in name:
             return "profiler"

@@ -28,6 +28,7 @@ import pyarrow as pa
 from dagster import InitResourceContext
 from dagster_pyspark import PySparkResource
 
+from imaging import worker_daemon
 from imaging.config_files import load_file
 from imaging.records import BatchStep, to_batch
 
@@ -57,6 +58,9 @@ AUTH_SECRET_ENV = "IMAGING_SPARK_AUTH_SECRET"
 STANDALONE_SECURITY = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
 _AUTH_SECRET_CONF = "spark.authenticate.secret"
 DAEMON_CONF = "spark.python.daemon.module"  # Spark's setting: the module its Python daemon runs
+# The worker daemon prepared for the session being started (imaging/worker_daemon.py): held here, since
+# it ends when its stdin closes, that is when this object is dropped.
+_PREPARED: list[subprocess.Popen] = []
 
 
 def is_connect(master: str) -> bool:
@@ -305,12 +309,26 @@ class SparkResource(PySparkResource):
                 # pydicom and the platform code are the same on both sides. A cluster's executors
                 # use their own (PYSPARK_PYTHON there, see README).
                 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            session = spark_session_from_config(session_config(self.spark_config))
+            session = spark_session_from_config(prepare_daemon(session_config(self.spark_config)))
             if "spark.remote" not in self.spark_config:  # a Connect session has no SparkContext
                 session.sparkContext.setLogLevel("WARN")
             ship_code(session)
             self._spark_session = session
         return self._spark_session
+
+
+def prepare_daemon(config: Mapping[str, str]) -> dict[str, str]:
+    """`config`, with the platform's worker daemon prepared alongside the JVM when this call starts a local
+    SparkContext (imaging/worker_daemon.py: its imports, about 4 s, then no longer wait for the first
+    Python task). A session that exists already has its daemon."""
+    from pyspark import SparkContext
+
+    config = dict(config)
+    if config.get(DAEMON_CONF) == "imaging.worker_daemon" and SparkContext._active_spark_context is None:
+        process, path = worker_daemon.prepare()
+        _PREPARED[:] = [process]  # a previous one, never used, ends as it is dropped
+        config[f"spark.executorEnv.{worker_daemon.PREPARED_ENV}"] = path
+    return config
 
 
 def start_session_in_background(resource: SparkResource) -> threading.Thread | None:

@@ -1,0 +1,100 @@
+"""The platform's Python daemon for local executors (imaging/worker_daemon.py): prepared alongside the
+driver's JVM, handed to the launcher Spark starts, and run by the launcher itself when nothing fits."""
+
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import psutil
+
+from imaging import worker_daemon
+
+def launch(env: dict[str, str]) -> subprocess.Popen:
+    """What Spark's PythonWorkerFactory starts: the daemon module, the worker module as its argument."""
+    return subprocess.Popen([sys.executable, "-m", "imaging.worker_daemon", "pyspark.worker"], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=os.getcwd())
+
+
+def daemon_pid(launcher: subprocess.Popen) -> int:
+    """The pid of the process that forks workers for `launcher`: ask it for a worker, as Spark does, and read
+    that worker's parent."""
+    (port,) = struct.unpack(">i", launcher.stdout.read(4))  # the daemon's first words: its port
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+        (worker,) = struct.unpack(">i", conn.recv(4))  # then each connection's: its worker's pid
+        parent = psutil.Process(worker).ppid()
+        os.kill(worker, 9)
+    return parent
+
+
+def ended(process: subprocess.Popen, within: float = 30) -> int:
+    """Its exit code; TimeoutExpired if it is still running after `within` seconds."""
+    return process.wait(timeout=within)
+
+
+def workers_env(seed: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONHASHSEED": seed, "PYSPARK_PYTHON": sys.executable}
+
+
+def test_a_prepared_daemon_is_taken_by_a_launcher_with_its_hash_seed_only():
+    prepared, path = worker_daemon.prepare(workers_env("7"))
+    other = fits = prepared
+    try:
+        # Another hash seed than the prepared interpreter's: the launcher runs the daemon itself.
+        other = launch({**workers_env("0"), worker_daemon.PREPARED_ENV: path})
+        assert daemon_pid(other) == other.pid
+        other.stdin.close()  # how Spark stops a daemon: its stdin closed (Spark's daemon then exits 1)
+        assert ended(other) == 1
+
+        # The same seed: the prepared process becomes the launcher's daemon, and the launcher stands for it.
+        fits = launch({**workers_env("7"), worker_daemon.PREPARED_ENV: path})
+        assert daemon_pid(fits) == prepared.pid
+        assert not os.path.exists(path)  # served once: its socket is gone
+        fits.terminate()  # Spark's other way: the daemon process destroyed (SIGTERM), passed on
+        assert ended(prepared) == 1  # Spark's daemon exits 1 on SIGTERM
+        assert ended(fits) == 0  # and its launcher once it has
+    finally:
+        for p in (prepared, other, fits):
+            if p.poll() is None:
+                p.kill()
+
+
+def test_a_launcher_with_nothing_prepared_runs_the_daemon_itself(tmp_path):
+    launcher = launch({**workers_env("0"), worker_daemon.PREPARED_ENV: str(tmp_path / "none.sock")})
+    try:
+        assert daemon_pid(launcher) == launcher.pid
+        launcher.stdin.close()
+        assert ended(launcher) == 1
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+
+
+def test_a_prepared_daemon_never_used_ends_with_its_driver_and_leaves_nothing():
+    prepared = [worker_daemon.prepare(workers_env("0")) for _ in range(2)]
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(path) for _, path in prepared) and time.monotonic() < deadline:
+        time.sleep(0.1)  # its imports made, it listens
+    assert all(os.path.exists(path) for _, path in prepared)
+    (closed, closed_path), (stopped, stopped_path) = prepared
+    closed.stdin.close()  # the driver's end: dropped, or the driver gone
+    stopped.terminate()  # the driver's process group stopped
+    assert ended(closed) == 0 and ended(stopped) == 0
+    assert not os.path.exists(os.path.dirname(closed_path)) and not os.path.exists(os.path.dirname(stopped_path))
+
+
+def test_a_local_session_forks_its_workers_from_the_prepared_daemon(spark):
+    from resources import spark as spark_resource
+
+    (prepared,) = spark_resource._PREPARED
+
+    def parents(batches):
+        import pyarrow as pa
+
+        for _ in batches:
+            yield pa.RecordBatch.from_pydict({"parent": [os.getppid()]})
+
+    rows = spark.range(4).repartition(2).mapInArrow(parents, "parent long").collect()
+    assert {r["parent"] for r in rows} == {prepared.pid}
