@@ -15,6 +15,8 @@ run and on the same trees (page cache warm: every tree is read once before anyth
              (first, middle, last) at native size, one pass, the model loaded once
   header     a one-process header-only read loop (`stop_before_pixels`)
   sha256     the sha256 of every byte, one process (what hashing costs on its own)
+  spark script  the plain loop as a one-query PySpark script in a fresh process (local[2]): what any
+             cold Spark process pays (its intercept), beside the platform's
   platform loop  the platform's own per-file work in one process, no Spark (index_file, then the
              anonymize step with the burned-in text OCR of platform/pixel_text.yaml), and the CPU of
              the OCR check alone (`ocr`): what the executors do per file, and what bounds it
@@ -281,6 +283,53 @@ def platform_loop(t: Tree, scratch: Path) -> float:
     return seconds
 
 
+SPARK_SCRIPT = r"""
+import os, sys
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+folder, out = sys.argv[1], sys.argv[2]
+BLANKED = {blanked!r}
+
+def work(batches):
+    import pydicom
+    for batch in batches:
+        names = []
+        for path in batch.column("path").to_pylist():
+            ds = pydicom.dcmread(path)
+            for keyword in BLANKED:
+                if keyword in ds:
+                    setattr(ds, keyword, "")
+            name = os.path.join(out, "files", os.path.basename(path))
+            ds.save_as(name)
+            names.append(name)
+        yield pa.RecordBatch.from_pydict({{"path": names}})
+
+spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+os.makedirs(os.path.join(out, "files"))
+paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(folder) for f in fs)
+(spark.createDataFrame([(p,) for p in paths], "path string").repartition(8)
+ .mapInArrow(work, "path string").write.parquet(os.path.join(out, "table")))
+spark.stop()
+""".format(blanked=BLANKED)
+
+
+def spark_script(t: Tree, scratch: Path) -> float:
+    """The plain loop as a one-query PySpark script, in a fresh process (local[2], Spark's defaults): list the
+    files on the driver, blank and write each in a `mapInArrow`, write the written names as a table. Its
+    intercept is what any cold Spark process pays before its first file; wall time only (its JVM's CPU is
+    not counted by this process)."""
+    out = scratch / f"spark-{t.label}"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    seconds = timed(lambda: subprocess.run([sys.executable, "-c", SPARK_SCRIPT, str(t.folder), str(out)],
+                                           check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+                    "spark script")
+    if len(list((out / "files").iterdir())) != len(t.files):
+        raise SystemExit(f"spark script: {len(t.files)} files in, another number out")
+    shutil.rmtree(out)
+    return seconds
+
+
 def baselines(t: Tree, scratch: Path) -> dict[str, float]:
     import warnings
 
@@ -291,7 +340,9 @@ def baselines(t: Tree, scratch: Path) -> dict[str, float]:
         wall["ocr loop"] = ocr_loop(t, scratch)
     if "anonymized_images" in ASSETS:  # its OCR costs ~800 CPU-s/GB: only when the platform runs it too
         wall["platform loop"] = platform_loop(t, scratch)
-    return {**wall, **{f"{k} CPU": CPU[k] for k in wall}, **({"ocr CPU": CPU["ocr"]} if "ocr" in CPU else {})}
+    cpu = {f"{k} CPU": CPU[k] for k in wall}
+    wall["spark script"] = spark_script(t, scratch)  # wall only (see its docstring)
+    return {**wall, **cpu, **({"ocr CPU": CPU["ocr"]} if "ocr" in CPU else {})}
 
 
 # ------------------------------------------------------------------------------------------ the platform
@@ -657,6 +708,9 @@ def report(title: str, runs: dict[str, PlatformRun], trees: list[Tree], best: di
             f"{t.label} {runs[t.label].wall - (intercept + platform * t.gb):+.1f} s" for t in trees))
     print(f"  intercept (a run with data, before its first file): {intercept:.1f} s (target <= 12); "
           f"the empty site-day: {fixed.wall:.1f} s")
+    script = fit(gbs, [best[t.label]["spark script"] for t in trees])
+    print(f"  the one-query Spark script: intercept {script.intercept:.1f} s (any cold Spark process), "
+          f"{script.slope:.2f} s/GB; the platform's intercept is {intercept - script.intercept:.1f} s more")
     for a, v in per_step.items():
         print(f"    {a:24s} {v:6.2f} s/GB = {v / marginal['cp -r']:.2f}x cp -r, "
               f"{marginal['loop'] / v if v > 0 else float('inf'):.2f}x faster than the loop")
