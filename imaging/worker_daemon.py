@@ -41,7 +41,7 @@ PREPARED_ENV = "IMAGING_WORKER_DAEMON_PREPARED"
 # Set at the interpreter's start, so the prepared process must have the workers' own (Spark gives them
 # PYTHONHASHSEED=0 unless the driver sets one): a daemon with another would hash strings unlike its peers.
 FIXED_AT_START = ("PYTHONHASHSEED",)
-_MESSAGE = 1 << 20
+_MESSAGE = 1 << 20  # bytes read at a time from a launcher (its environment, folder, arguments and path)
 
 
 def prepare(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
@@ -143,12 +143,7 @@ def _stand_for(pid: int) -> None:
     except OSError:
         return
     signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGTERM))
-    while True:
-        try:
-            select.select([handle], [], [])
-            return
-        except InterruptedError:
-            continue
+    select.select([handle], [], [])  # readable when it has ended (retried after a signal, PEP 475)
 
 
 def main(argv: list[str]) -> None:

@@ -85,16 +85,32 @@ def test_a_prepared_daemon_never_used_ends_with_its_driver_and_leaves_nothing():
     assert not os.path.exists(os.path.dirname(closed_path)) and not os.path.exists(os.path.dirname(stopped_path))
 
 
-def test_a_local_session_forks_its_workers_from_the_prepared_daemon(spark):
-    from resources import spark as spark_resource
+SESSION = """
+import os, sys
+import pyarrow as pa
+from resources import spark as spark_resource
+from resources.spark import SparkResource, spark_config
 
-    (prepared,) = spark_resource._PREPARED
+session = SparkResource(spark_config=spark_config("local[2]")).spark_session
+(prepared,) = spark_resource._PREPARED
 
-    def parents(batches):
-        import pyarrow as pa
+def parents(batches):
+    for _ in batches:
+        yield pa.RecordBatch.from_pydict({"parent": [os.getppid()]})
 
-        for _ in batches:
-            yield pa.RecordBatch.from_pydict({"parent": [os.getppid()]})
+found = {r["parent"] for r in session.range(4).repartition(2).mapInArrow(parents, "parent long").collect()}
+print(found == {prepared.pid}, os.path.exists(os.path.dirname(spark_resource._PREPARED[0].args[-1])))
+session.stop()
+"""
 
-    rows = spark.range(4).repartition(2).mapInArrow(parents, "parent long").collect()
-    assert {r["parent"] for r in rows} == {prepared.pid}
+
+def test_a_new_local_session_forks_its_workers_from_the_prepared_daemon():
+    """In a fresh process (one SparkContext per process): the first daemon of its session is the prepared one,
+    and the prepared process's folder is gone once it has been taken. A later daemon of a long-lived process
+    (Spark keys its daemons by the workers' environment) finds nothing prepared and imports for itself."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IMAGING_", "PYSPARK_SUBMIT"))}
+    out = subprocess.run([sys.executable, "-c", SESSION], env={**env, "SPARK_LOCAL_IP": "127.0.0.1"},
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-2:] == ["True", "False"]
