@@ -61,15 +61,9 @@ def test_a_prepared_daemon_is_taken_by_a_launcher_with_its_hash_seed_only():
                 p.kill()
 
 
-def test_a_launcher_with_nothing_prepared_runs_the_daemon_itself(tmp_path):
-    launcher = launch({**workers_env("0"), worker_daemon.PREPARED_ENV: str(tmp_path / "none.sock")})
-    try:
-        assert daemon_pid(launcher) == launcher.pid
-        launcher.stdin.close()
-        assert ended(launcher) == 1
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
+def test_a_launcher_with_nothing_prepared_is_told_so(tmp_path):
+    """Then it runs the daemon itself, as a launcher the prepared process refuses does (tested above)."""
+    assert worker_daemon._hand_over(str(tmp_path / "none.sock")) is None
 
 
 def test_a_prepared_daemon_never_used_ends_with_its_driver_and_leaves_nothing():
