@@ -15,7 +15,8 @@ JVM's own start, then waits. When Spark starts `python -m imaging.worker_daemon`
 arguments to the prepared process, which takes them and becomes the daemon. The launcher then stands
 for the daemon towards Spark (its stop signal is passed on) until the daemon ends. A launcher that
 finds nothing prepared, or a prepared process started with another hash seed, runs the daemon itself
-as before.
+as before. The socket lives in a folder only this user may enter (`tempfile.mkdtemp`, 0700): what
+travels over it, the workers' environment, is what every worker holds anyway.
 
 Set as `spark.python.daemon.module` for local masters only (`resources/spark.py`): there the
 executors run this interpreter, where the platform is installed. A cluster's workers keep Spark's
