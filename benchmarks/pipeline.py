@@ -755,7 +755,7 @@ def report(title: str, runs: dict[str, PlatformRun], trees: list[Tree], best: di
     cpu_line = fit(gbs, [runs[t.label].total_cpu for t in trees])
     p_cpu = cpu_line.slope
     s_cpu = {a: slope(lambda t: runs[t.label].step_cpu.get(a, 0)) for a in ASSETS}
-    print(f"\n## Marginal CPU per GB (CPU seconds; load-resistant)")
+    print("\n## Marginal CPU per GB (CPU seconds; load-resistant)")
     print("  " + "  ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
     print(f"  platform {p_cpu:.2f} CPU-s/GB (idle 2-core estimate {p_cpu / 2:.2f} s/GB = "
           f"{cpu['loop'] / (p_cpu / 2):.2f}x faster than the loop, {p_cpu / 2 / cpu['cp -r']:.2f}x cp -r)")

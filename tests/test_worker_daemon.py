@@ -2,6 +2,7 @@
 driver's JVM, handed to the launcher Spark starts, and run by the launcher itself when nothing fits."""
 
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -11,6 +12,7 @@ import time
 import psutil
 
 from imaging import worker_daemon
+
 
 def launch(env: dict[str, str]) -> subprocess.Popen:
     """What Spark's PythonWorkerFactory starts: the daemon module, the worker module as its argument."""
@@ -25,7 +27,7 @@ def daemon_pid(launcher: subprocess.Popen) -> int:
     with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
         (worker,) = struct.unpack(">i", conn.recv(4))  # then each connection's: its worker's pid
         parent = psutil.Process(worker).ppid()
-        os.kill(worker, 9)
+        os.kill(worker, signal.SIGKILL)
     return parent
 
 
