@@ -731,7 +731,8 @@ class PixelTextDetector:
         kind = replace(kind, despeckle=False)  # the minimum already took the speckle down
         lowest, highest = np.minimum.reduce(greys), np.maximum.reduce(greys)
         total = np.sum(greys, axis=0, dtype=np.uint32)
-        still = still_pixels(lowest, highest, total / len(greys))
+        average = total / len(greys)  # what the still tests compare each pixel's range with
+        still = still_pixels(lowest, highest, average)
         mean = (total // len(greys)).astype(np.uint8)
         for projection in (lowest, mean):
             if self.frame_has_text(projection, kind, still=still):
@@ -739,7 +740,7 @@ class PixelTextDetector:
         if still.sum() < STILL_PIXELS:
             return False
         return any(self._read(page, kind.thresholding)
-                   for page in still_pages(lowest, highest, total / len(greys), kind.full_size_side))
+                   for page in still_pages(lowest, highest, average, kind.full_size_side))
 
     def frame_has_text(self, grey: np.ndarray, kind: TypeSettings | None = None, still: np.ndarray | None = None) -> bool:
         """True if Tesseract reads `min_words` counted words in an 8-bit grey frame: in its text
