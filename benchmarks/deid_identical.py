@@ -46,7 +46,7 @@ EXTRA = ("Jane Smith", "9434765919")  # what a clinical extract adds (anonymize.
 class ReadsNothing:
     """Stand-in detector: no text found, nothing read (both engines get it)."""
 
-    def check(self, ds, syntax):
+    def check(self, ds, syntax, frames=None):
         from imaging.deid.pixel_text import PixelTextResult
 
         return PixelTextResult(found=False, frames_checked=0)

@@ -34,7 +34,7 @@ from imaging.pseudonym import Pseudonymizer  # noqa: E402
 class ReadsNothing:
     """Benchmark-only stand-in: answers "no text" without reading, to time everything but OCR."""
 
-    def check(self, ds, syntax) -> PixelTextResult:
+    def check(self, ds, syntax, frames=None) -> PixelTextResult:
         return PixelTextResult(found=False, frames_checked=0)
 
 

@@ -216,3 +216,83 @@ def sha256_url(url: str) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class HashingReader:
+    """A binary file read through, its sha256 computed over every byte in order, each byte once.
+
+    Reads may seek back (a parser peeking ahead): bytes already hashed are not hashed again. A seek
+    forward past bytes never read leaves a gap, which the next read hashes first (read in chunks, so
+    a skipped value costs no memory). `finish()` hashes what is left to the end and gives the digest.
+    """
+
+    CHUNK = 4 << 20
+
+    def __init__(self, raw):
+        self._raw = raw
+        self._digest = hashlib.sha256()
+        self._hashed = 0
+        self._pos = raw.tell()
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self._pos > self._hashed:
+            self._fill(self._pos)
+        data = self._raw.read(size)
+        end = self._pos + len(data)
+        if end > self._hashed:
+            self._digest.update(memoryview(data)[self._hashed - self._pos:])
+            self._hashed = end
+        self._pos = end
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._pos = self._raw.seek(offset, whence)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def _fill(self, upto: int) -> None:
+        self._raw.seek(self._hashed)
+        while self._hashed < upto:
+            chunk = self._raw.read(min(self.CHUNK, upto - self._hashed))
+            if not chunk:
+                break
+            self._digest.update(chunk)
+            self._hashed += len(chunk)
+        self._raw.seek(self._pos)
+
+    def finish(self) -> str:
+        """The sha256 of the whole file (what was not read yet is read now, and hashed)."""
+        self._raw.seek(self._hashed)
+        while chunk := self._raw.read(self.CHUNK):
+            self._digest.update(chunk)
+            self._hashed += len(chunk)
+        self._raw.seek(self._pos)
+        return self._digest.hexdigest()
+
+
+class HashingWriter:
+    """A binary file written through, its sha256 and size computed on the way."""
+
+    def __init__(self, raw):
+        self._raw = raw
+        self._digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data) -> int:
+        self._raw.write(data)
+        self._digest.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+
+def open_write_under(root: str, relative: str):
+    """`root/relative` open for writing (binary), refusing any `relative` that could leave `root` (see `under`)."""
+    url = under(root, relative)
+    fs, path = filesystem(url)
+    fs.makedirs(fs._parent(path), exist_ok=True)
+    return fs.open(path, "wb")

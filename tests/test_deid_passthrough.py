@@ -35,7 +35,7 @@ class NoText:
     """The pixel-text check answered "none found" without OCR: both runs of a file get the same
     answer, and what is compared here is how elements are copied, not the OCR (its own tests)."""
 
-    def check(self, ds, syntax) -> PixelTextResult:
+    def check(self, ds, syntax, frames=None) -> PixelTextResult:
         return PixelTextResult(found=False, frames_checked=0)
 
 

@@ -42,13 +42,14 @@ def is_secondary_capture(sop_class: str) -> bool:
     return sop_class == SECONDARY_CAPTURE or sop_class.startswith(SECONDARY_CAPTURE + ".")
 
 
-def check(ds: Dataset, sop_class: str) -> bool:
+def check(ds: Dataset, sop_class: str, has_pixels: bool | None = None) -> bool:
     """Raise NotDeidentifiable for what no check can clear; else True if the pixels must be read for text.
 
     Refused whatever the pixels show: encapsulated documents, Burned In Annotation YES or any
     value other than NO, Recognizable Visual Features YES. Read for text: photographs and
     secondary captures (whatever the flag), files without the flag, multi-frame images (a
-    sample of frames). A file without pixel data has nothing to read.
+    sample of frames). A file without pixel data has nothing to read (`has_pixels`: whether it has
+    any, when `ds` is a header whose pixel data was left in the file).
     """
     reason = None
     burned = _flag(ds, "BurnedInAnnotation")
@@ -62,6 +63,6 @@ def check(ds: Dataset, sop_class: str) -> bool:
         reason = "recognizable visual features"
     if reason:
         raise NotDeidentifiable(reason)
-    if not any(tag in ds for tag in PIXEL_DATA):
+    if not (has_pixels if has_pixels is not None else any(tag in ds for tag in PIXEL_DATA)):
         return False
     return bool(sop_class in PHOTOGRAPHS or is_secondary_capture(sop_class) or not burned or _frames(ds) > 1)

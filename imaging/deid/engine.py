@@ -14,6 +14,7 @@ from imaging.pseudonym import Pseudonymizer
 from . import burned_in, meta, passthrough, pixels, private, rules
 from .declare import declare
 from .errors import NotDeidentifiable
+from .part10 import SourceImage
 from .pixel_text import TEXT_FOUND, PixelTextDetector, shared_detector
 from .profile import REMOVE, DeidProfile, load_profile
 from .quiet import quiet
@@ -32,6 +33,7 @@ def deidentify(
     extra_identifiers: Iterable[str] = (),
     pixel_text: PixelTextDetector | None = None,
     issuer_default: str = "NHS",
+    streamed: "SourceImage | None" = None,
 ) -> Dataset:
     """A new, de-identified dataset (with file meta) for `ds`, or NotDeidentifiable.
 
@@ -46,6 +48,11 @@ def deidentify(
     reused. None uses the process's shared detector with the default settings: the OCR
     check is never skipped.
 
+    `streamed`: the file `ds` was read from when its pixel data were left there
+    (imaging.deid.part10.SourceImage: `ds` is then its header, the pixel data element located,
+    never loaded). The returned dataset then has no pixel data either: `part10.write_image` writes
+    it around the source's pixel bytes.
+
     `ds` is not modified. Any unexpected error becomes NotDeidentifiable naming only the
     exception's type: its message could quote a value from the file.
     """
@@ -53,7 +60,7 @@ def deidentify(
     with quiet():
         try:
             return _deidentify(ds, pseudonymizer, profile or load_profile(), namespace, issuer_default,
-                               extra_identifiers, pixel_text)
+                               extra_identifiers, pixel_text, streamed)
         except NotDeidentifiable:
             raise
         except Exception as exc:  # noqa: BLE001 - one bad file must never stop a batch
@@ -65,7 +72,7 @@ def _text(ds: Dataset, keyword: str) -> str:
     return str(ds.get(keyword, "") or "").strip().rstrip("\x00")
 
 
-def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pixel_text) -> Dataset:
+def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pixel_text, streamed) -> Dataset:
     sop_class, sop_instance = _text(ds, "SOPClassUID"), _text(ds, "SOPInstanceUID")
     reason = None
     if not sop_class:
@@ -78,12 +85,14 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
         reason = "missing PatientID"
     if reason:
         raise NotDeidentifiable(reason)
-    read_pixels = burned_in.check(ds, sop_class)
+    located = streamed.pixels if streamed is not None else None
+    read_pixels = burned_in.check(ds, sop_class, has_pixels=True if located is not None else None)
     syntax = meta.transfer_syntax(ds)
-    pixels.check_length(ds, syntax)
+    pixels.check_length(ds, syntax, located)
     if read_pixels:  # before the walk: a file with text costs no more than its OCR
         detector = pixel_text if pixel_text is not None else shared_detector()
-        if detector.check(ds, syntax).found:
+        frames = streamed.frames() if streamed is not None else None
+        if detector.check(ds, syntax, frames=frames).found:
             raise NotDeidentifiable(TEXT_FOUND)
 
     patient_id = _text(ds, "PatientID")

@@ -62,9 +62,9 @@ from pydicom.uid import UID
 
 from .burned_in import PHOTOGRAPHS, is_secondary_capture
 from .errors import NotDeidentifiable
+from .frames import UNCHECKABLE, Frames
 
 TEXT_FOUND = "text in pixel data"
-UNCHECKABLE = "pixel data could not be checked for text"
 THRESHOLDING = {"otsu": "0", "adaptive_otsu": "1", "sauvola": "2"}  # Tesseract's thresholding_method
 PAGE_SEGMENTATION = ("sparse_text", "auto", "single_block")
 SCREENING = ("candidates", "whole_frame")
@@ -295,11 +295,8 @@ def to_grey8(frame: np.ndarray, photometric: str) -> np.ndarray | None:
 
 
 def decode_frame(ds: Dataset, syntax: UID, index: int) -> np.ndarray:
-    """One frame, decoded alone."""
-    from pydicom.pixels import get_decoder
-
-    frame, _meta = get_decoder(syntax).as_array(ds, index=index, as_rgb=True)
-    return frame
+    """One frame of a dataset read whole, decoded alone (imaging.deid.frames)."""
+    return Frames.from_dataset(ds, syntax).frame(index)
 
 
 def image_type(ds: Dataset) -> str:
@@ -646,10 +643,12 @@ class PixelTextDetector:
             self._api.End()
             self._api = None
 
-    def check(self, ds: Dataset, syntax: UID) -> PixelTextResult:
+    def check(self, ds: Dataset, syntax: UID, frames: Frames | None = None) -> PixelTextResult:
         """Read the sampled frames of `ds` (settings of its `image_type`); raise NotDeidentifiable if
         they cannot be decoded.
 
+        `frames`: where the frames are read from, one at a time (imaging.deid.frames; a streamed
+        file's pixel data stay in the file); by default `ds.PixelData`.
         The caller decides whether the file needs a check and what text means for it.
         """
         started = time.perf_counter()
@@ -657,24 +656,30 @@ class PixelTextDetector:
             if frame_bytes(ds) > MAX_FRAME_BYTES:  # a header's size, not the data's: never allocated
                 self.stats.files_uncheckable += 1
                 raise NotDeidentifiable(UNCHECKABLE)
-            frames = max(1, _int(ds.get("NumberOfFrames", 1)) or 1)
+            if frames is None:
+                try:
+                    frames = Frames.from_dataset(ds, syntax)
+                except NotDeidentifiable:
+                    self.stats.files_uncheckable += 1
+                    raise
+            count = max(1, _int(ds.get("NumberOfFrames", 1)) or 1)
             photometric = str(ds.get("PhotometricInterpretation", "") or "").strip().upper()
             kind = self.settings.for_type(image_type(ds))
             checked = 0
             found = False
             greys = {}
-            for index in sample_frames(frames, kind.frame_sample):
-                frame = self._decode(ds, syntax, index)
+            for index in sample_frames(count, kind.frame_sample):
+                frame = self._decode(frames, index)
                 checked += 1
                 if self._frame_verdict(frame, photometric, kind):
                     found = True
                     break
                 if kind.overlay and frame.ndim == 2:
                     greys[index] = to_grey8(frame, photometric)
-            if not found and kind.overlay and frames > 1 and len(greys) == checked:
-                for index in sample_frames(frames, kind.overlay_frames):
+            if not found and kind.overlay and count > 1 and len(greys) == checked:
+                for index in sample_frames(count, kind.overlay_frames):
                     if index not in greys:
-                        frame = self._decode(ds, syntax, index)
+                        frame = self._decode(frames, index)
                         greys[index] = to_grey8(frame, photometric) if frame.ndim == 2 else None
                 if all(g is not None for g in greys.values()):
                     found = self._overlay_has_text(list(greys.values()), kind)
@@ -685,13 +690,13 @@ class PixelTextDetector:
         finally:
             self.stats.ocr_seconds += time.perf_counter() - started
 
-    def _decode(self, ds: Dataset, syntax: UID, index: int) -> np.ndarray:
+    def _decode(self, frames: Frames, index: int) -> np.ndarray:
         """Frame `index` decoded; an undecodable image cannot be shown to be clean (NotDeidentifiable)."""
         try:
-            return np.asarray(decode_frame(ds, syntax, index))
-        except Exception:  # noqa: BLE001 - whatever the codec raises
+            return np.asarray(frames.frame(index))
+        except NotDeidentifiable:
             self.stats.files_uncheckable += 1
-            raise NotDeidentifiable(UNCHECKABLE) from None
+            raise
 
     def _frame_verdict(self, frame: np.ndarray, photometric: str, kind: TypeSettings) -> bool:
         """A decoded frame's verdict: from the cache by pixel hash, else read (and kept)."""

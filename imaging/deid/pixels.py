@@ -46,7 +46,7 @@ def frame_count(ds: Dataset) -> int:
     return int(text)
 
 
-def check_length(ds: Dataset, syntax: UID) -> None:
+def check_length(ds: Dataset, syntax: UID, located=None) -> None:
     """Quarantine pixel data that does not hold the image its header describes.
 
     Native pixel data must be exactly Rows x Columns x Frames x Samples x Bits (plus the one
@@ -54,33 +54,37 @@ def check_length(ds: Dataset, syntax: UID) -> None:
     broken one; longer is bytes no reader shows (and no check reads). Encapsulated (compressed)
     pixel data is not decoded here, only its items walked: a Basic Offset Table (empty or one
     offset per frame) then non-empty fragments, each inside the value, at least one per frame. A lying Number of Frames is quarantined.
+
+    `located`: the pixel data element of a streamed file (imaging.deid.part10.PixelElement, its
+    value left in the file, its items already walked); else `ds.PixelData` is read.
     """
-    if "PixelData" not in ds:
+    if located is None and "PixelData" not in ds:
         if ("Rows" in ds or "Columns" in ds) and "FloatPixelData" not in ds and "DoubleFloatPixelData" not in ds:
             raise NotDeidentifiable(MISSING)  # an image whose file ends before its pixels: cut off
         return
     frames = frame_count(ds)
-    data = ds.PixelData or b""
     if syntax.is_compressed:
-        fragments = _check_encapsulated(bytes(data), frames, syntax.is_little_endian)
-        if syntax == RLE_LOSSLESS and fragments != frames:  # PS3.5 A.4.2: one fragment per frame
-            raise NotDeidentifiable(ENCAPSULATION)
+        items = located.items if located is not None else item_lengths(bytes(ds.PixelData or b""),
+                                                                        syntax.is_little_endian)
+        check_items(items, frames, syntax)
         return
+    length = located.length if located is not None else len(ds.PixelData or b"")
     rows, cols, bits = _int(ds, "Rows"), _int(ds, "Columns"), _int(ds, "BitsAllocated")
     if not rows or not cols or not bits:
         return
     samples = _int(ds, "SamplesPerPixel", 1) or 1
     expected = (rows * cols * frames * samples * bits + 7) // 8
-    if len(data) < expected:
+    if length < expected:
         raise NotDeidentifiable(SHORT)
-    if len(data) > expected + expected % 2:
+    if length > expected + expected % 2:
         raise NotDeidentifiable(LONG)
 
 
-def _check_encapsulated(data: bytes, frames: int, little_endian: bool) -> int:
-    """The number of fragments of well-formed encapsulated pixel data; else NotDeidentifiable."""
+def item_lengths(data: bytes, little_endian: bool) -> tuple[int, ...]:
+    """The length of each item of encapsulated pixel data held in memory (pydicom's value: every item,
+    without the sequence delimiter); NotDeidentifiable when the items do not exactly fill it."""
     end = "<" if little_endian else ">"
-    offset, items = 0, 0
+    offset, lengths = 0, []
     while offset < len(data):
         if offset + 8 > len(data):
             raise NotDeidentifiable(ENCAPSULATION)
@@ -90,14 +94,22 @@ def _check_encapsulated(data: bytes, frames: int, little_endian: bool) -> int:
             break
         if tag != _ITEM or length == 0xFFFFFFFF or offset + 8 + length > len(data):
             raise NotDeidentifiable(ENCAPSULATION)
-        if items == 0 and length not in (0, 4 * frames):
-            raise NotDeidentifiable(ENCAPSULATION)  # a Basic Offset Table has one offset per frame, or none
-        if items > 0 and length == 0:
-            raise NotDeidentifiable(ENCAPSULATION)  # an empty fragment: a second table, or data spliced in
+        lengths.append(length)
         offset += 8 + length
-        items += 1
-    if items == 0:
+    return tuple(lengths)
+
+
+def check_items(lengths: tuple[int, ...], frames: int, syntax: UID) -> None:
+    """Encapsulated pixel data is well formed: a Basic Offset Table (empty, or one offset per frame),
+    then non-empty fragments, at least one per frame (exactly one per frame for RLE, PS3.5 A.4.2)."""
+    if not lengths:
         raise NotDeidentifiable(ENCAPSULATION)  # not even the Basic Offset Table item
-    if items - 1 < frames:
+    if lengths[0] not in (0, 4 * frames):
+        raise NotDeidentifiable(ENCAPSULATION)  # a Basic Offset Table has one offset per frame, or none
+    if any(length == 0 for length in lengths[1:]):
+        raise NotDeidentifiable(ENCAPSULATION)  # an empty fragment: a second table, or data spliced in
+    fragments = len(lengths) - 1
+    if fragments < frames:
         raise NotDeidentifiable(FEWER_FRAGMENTS)
-    return items - 1
+    if syntax == RLE_LOSSLESS and fragments != frames:
+        raise NotDeidentifiable(ENCAPSULATION)

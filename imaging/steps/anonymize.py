@@ -10,17 +10,13 @@ names are the new SOP Instance UIDs, so a retried task rewrites the same files, 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import io
 import re
-import warnings
 from dataclasses import dataclass
-
-import pydicom
 
 from imaging import fs as fsx
 from imaging.catalogue import ANONYMIZED_FILES
 from imaging.deid import NotDeidentifiable, deidentify, load_profile, to_bytes
+from imaging.deid.part10 import TRUNCATED, SourceImage, read_whole, write_image  # noqa: F401 - TRUNCATED: its reason
 from imaging.deid.pixel_text import PixelTextDetector, PixelTextSettings, shared_detector
 from imaging.issuers import IssuerPolicy
 from imaging.provenance import source_uid_hash
@@ -35,41 +31,8 @@ def batch_name(pseudonymizer: Pseudonymizer, date: str, site: str) -> str:
     return pseudonymizer.token("batch", date, site)
 
 
-TRUNCATED = "file ends inside an element (truncated)"
 UNREADABLE_PAST_HEADER = "file reads differently past its header"
-_EOF_WARNING = " in file <no filename>"  # how pydicom warns that an undefined length ran off the end
-
-
-class _Reads(io.BytesIO):
-    """A file in memory that notes every read returning fewer bytes than asked for. pydicom reads a
-    value cut by the end of the file without a word (a defined length it cannot fill), and warns,
-    without raising, when an undefined length runs off the end; a complete file has exactly one short
-    read: the empty one after its last element."""
-
-    def __init__(self, data: bytes):
-        super().__init__(data)
-        self.short, self.partial = 0, False
-
-    def read(self, size: int | None = -1) -> bytes:
-        out = super().read(size)
-        if size is not None and size > 0 and len(out) < size:
-            self.short += 1
-            self.partial |= bool(out)
-        return out
-
-
-def read_whole(data: bytes) -> pydicom.Dataset:
-    """The whole dataset of a Part 10 file in memory, or NotDeidentifiable when the file ends inside an
-    element: a cut file must not be published as if it were complete. (A file cut exactly between two
-    elements reads as a shorter complete file: nothing can tell it apart.)"""
-    source = _Reads(data)
-    with warnings.catch_warnings(record=True) as caught:  # inside quiet(): recorded, never shown
-        warnings.simplefilter("always")
-        ds = pydicom.dcmread(source)
-    ran_off = any(str(w.message).endswith(_EOF_WARNING) for w in caught)
-    if ran_off or source.partial or source.short > 1:
-        raise NotDeidentifiable(TRUNCATED)
-    return ds
+CHANGED = "source file changed since it was indexed"
 
 
 # The name of every de-identified file: its new SOP Instance UID, a `2.25.` UID (a 128-bit integer).
@@ -145,24 +108,60 @@ class _Anonymizer:
                            sha256=image.sha256, reason=reason)
 
     def _publish(self, image: LinkedImage) -> PublishedImage:
+        """The source is streamed (imaging.deid.part10): its header parsed and de-identified, its pixel
+        data copied past the new header in chunks, each input byte read once and hashed on the way, the
+        output hashed as it is written. Files that cannot be streamed are read whole (size-capped)."""
+        with SourceImage(image.source_path) as source:
+            try:
+                out, relative, written = self._deidentify(image, source)
+            except NotDeidentifiable:
+                # A changed file is reported as changed, whatever else the new bytes would have caused.
+                if source.sha256() != image.sha256:
+                    raise NotDeidentifiable(CHANGED) from None
+                raise
+        return self._described(image, out, relative, written)
+
+    def _deidentify(self, image: LinkedImage, source: SourceImage):
         job, pseudonymizer = self.job, self.pseudonymizer
-        data = fsx.read_bytes(image.source_path)
-        if hashlib.sha256(data).hexdigest() != image.sha256:
-            raise NotDeidentifiable("source file changed since it was indexed")
+        if source.streamed:
+            ds = source.header
+        else:
+            data = source.read_all()
+            if source.sha256() != image.sha256:
+                raise NotDeidentifiable(CHANGED)
+            ds = read_whole(data)
         clinical = image.clinical or {}
-        ds = read_whole(data)
         if column_value(ds, "sop_instance_uid") != image.sop_instance_uid:
             raise NotDeidentifiable(UNREADABLE_PAST_HEADER)
         known = job.policy.identifying_values({**clinical, "patient_id": image.patient_id or ""})
         # The patient's namespace comes from the site, never from the file's IssuerOfPatientID.
         namespace = job.issuers.resolve(image.site, image.issuer_of_patient_id).namespace
         out = deidentify(ds, pseudonymizer=pseudonymizer, namespace=namespace, profile=self.profile,
-                         extra_identifiers=known, pixel_text=self.detector)
-        payload = to_bytes(out)
+                         extra_identifiers=known, pixel_text=self.detector,
+                         streamed=source if source.streamed else None)
         batch = batch_name(pseudonymizer, image.date, image.site)
         relative = f"{ANONYMIZED_FILES.name}/{batch}/{output_name(out)}"
-        fsx.write_under(job.staging, relative, payload)
+        payload = None if source.streamed else to_bytes(out)
+        url = fsx.under(job.staging, relative)
+        try:
+            with fsx.open_write_under(job.staging, relative) as handle:
+                target = fsx.HashingWriter(handle)
+                if payload is None:
+                    write_image(out, source, target)
+                else:
+                    target.write(payload)
+            if source.sha256() != image.sha256:
+                raise NotDeidentifiable(CHANGED)
+        except BaseException:
+            fsx.remove(url)  # nothing half-written, nothing from a changed source, stays in staging
+            raise
+        return out, relative, target
 
+    def _described(self, image: LinkedImage, out, relative: str, written) -> PublishedImage:
+        job, pseudonymizer = self.job, self.pseudonymizer
+        clinical = image.clinical or {}
+        namespace = job.issuers.resolve(image.site, image.issuer_of_patient_id).namespace
+        batch = batch_name(pseudonymizer, image.date, image.site)
         shift = pseudonymizer.date_shift_days(namespace, image.patient_id or "")
         scan = dicom_date(image.study_date, lenient=True) or dt.date.fromisoformat(image.date)
         fields = job.policy.apply(clinical, scan_date=scan, shift_days=shift,
@@ -170,7 +169,7 @@ class _Anonymizer:
         return PublishedImage(
             date=image.date, site=image.site, source_path=image.source_path, source_sha256=image.sha256,
             source_uid_hash=source_uid_hash(pseudonymizer, image.sop_instance_uid or ""), batch=batch,
-            output_path=relative, output_sha256=hashlib.sha256(payload).hexdigest(), output_size_bytes=len(payload),
+            output_path=relative, output_sha256=written.hexdigest(), output_size_bytes=written.size,
             patient_pseudonym=column_value(out, "patient_id"),  # the pseudonym is the de-identified PatientID
             **{**read_columns(out, PUBLISHED), "study_date": _iso(column_value(out, "study_date"))},
             has_clinical_record=bool(image.has_clinical_record),

@@ -3,13 +3,14 @@ as the metadata is) and checking what was copied."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from imaging import fs as fsx
+
+CHUNK = 4 << 20  # bytes copied at a time
 from imaging.records import BatchStep, ReleaseFile, schema_of
 
 
@@ -54,10 +55,20 @@ class HeaderRule:
 
 def generalise_header(data: bytes, rules: Sequence[HeaderRule], released: Mapping) -> bytes:
     """A DICOM file's bytes with each rule's attribute as the release holds it; unchanged bytes when it
-    already does. Type 2 attributes present are emptied rather than removed, keeping the file valid."""
+    already does. Type 2 attributes present are emptied rather than removed, keeping the file valid.
+    (In memory: `CopyJob` streams the same rewrite, `rewrite_header`.)"""
     import pydicom
 
     dataset = pydicom.dcmread(io.BytesIO(data))
+    if not _generalise(dataset, rules, released):
+        return data
+    out = io.BytesIO()
+    pydicom.dcmwrite(out, dataset, enforce_file_format=False)
+    return out.getvalue()
+
+
+def _generalise(dataset, rules: Sequence[HeaderRule], released: Mapping) -> bool:
+    """Each rule's attribute of `dataset` set as the release holds it; True if anything changed."""
     changed = False
     for rule in rules:
         want = rule.header_value(released.get(rule.column))
@@ -73,11 +84,26 @@ def generalise_header(data: bytes, rules: Sequence[HeaderRule], released: Mappin
         elif (str(have) if have not in (None, "") else None) != want:
             dataset[rule.keyword].value = want if want is not None else ""
             changed = True
-    if not changed:
-        return data
+    return changed
+
+
+def rewrite_header(image, rules: Sequence[HeaderRule], released: Mapping, target) -> None:
+    """`generalise_header`, streamed: a de-identified file (imaging.deid.part10.SourceImage, opened
+    with `trailing=False`) written to `target` with its header rewritten and every byte from its pixel
+    data on copied as it is, in chunks; the file copied whole, in chunks, when no rule changes it.
+    The quasi-identifiers are all below the pixel data, so the bytes after it never change."""
+    import pydicom
+
+    dataset = image.header
+    if not rules or not _generalise(dataset, rules, released):
+        image.reader.seek(0)
+        while chunk := image.reader.read(CHUNK):
+            target.write(chunk)
+        return
     out = io.BytesIO()
     pydicom.dcmwrite(out, dataset, enforce_file_format=False)
-    return out.getvalue()
+    target.write(out.getvalue())
+    image.copy_from_pixels(target)
 
 
 def header_values(data, keywords: Sequence[str]) -> dict[str, str | None]:
@@ -116,17 +142,31 @@ class CopyJob:
         return self.copy
 
     def copy(self, source: ReleaseSource) -> ReleaseFile:
-        """Copy one file, its quasi-identifier attributes generalised; returns the released file's sha256."""
-        data = fsx.read_bytes(f"{self.source_root}/{source.output_path}")
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != source.sha256:
-            raise RuntimeError(f"manifest checksum mismatch for {source.output_path}")
-        if self.rules:
-            data = generalise_header(data, self.rules, json.loads(source.released or "{}"))
-            digest = hashlib.sha256(data).hexdigest()
+        """Copy one file, its quasi-identifier attributes generalised; returns the released file's sha256.
+
+        Streamed (imaging.deid.part10): the header parsed and rewritten, the pixel data and what
+        follows copied in chunks, the source's sha256 verified as its bytes are read and the copy's
+        computed as it is written, so memory does not grow with the file. A file that cannot be
+        streamed (none the de-identification writes) is read whole."""
+        from imaging.deid.part10 import SourceImage
+
         relative = release_path(source)
-        fsx.write_under(self.target_root, relative, data)  # names are manifest values: never outside the release
-        return ReleaseFile(relative, digest)
+        url = fsx.under(self.target_root, relative)  # names are manifest values: never outside the release
+        released = json.loads(source.released or "{}")
+        try:
+            with SourceImage(f"{self.source_root}/{source.output_path}", trailing=False) as image, \
+                    fsx.open_write_under(self.target_root, relative) as handle:
+                target = fsx.HashingWriter(handle)
+                if image.streamed or not self.rules:
+                    rewrite_header(image, self.rules, released, target)
+                else:
+                    target.write(generalise_header(image.read_all(), self.rules, released))
+                if image.sha256() != source.sha256:
+                    raise RuntimeError(f"manifest checksum mismatch for {source.output_path}")
+        except BaseException:
+            fsx.remove(url)
+            raise
+        return ReleaseFile(relative, target.hexdigest())
 
     def step(self) -> BatchStep:
         return BatchStep(self, ReleaseSource, schema_of(ReleaseFile))
