@@ -201,3 +201,22 @@ def test_undecodable_pixels_are_quarantined_not_trusted(detector):
     with pytest.raises(NotDeidentifiable) as caught:
         deidentify(ds, pseudonymizer=KEY, namespace="NHS", pixel_text=detector)
     assert caught.value.reason == "pixel data could not be checked for text"
+
+
+def test_running_minimum_and_maximum_are_scipys():
+    """The screen's NumPy runs (`_running`) give SciPy's 1-D minimum and maximum filters exactly (mode
+    "reflect", odd and even sizes, windows longer than the image), and the separable square is SciPy's 2-D."""
+    from scipy import ndimage as ndi
+
+    from imaging.deid.pixel_text import _maximum, _minimum
+
+    rng = np.random.default_rng(3)
+    for shape in ((3, 7), (8, 9), (37, 53), (64, 200)):
+        image = rng.integers(0, 256, size=shape, dtype=np.uint8)
+        for size in (1, 2, 3, 5, 7, 10, 13, 40, 80, 130):
+            for axis in (0, 1):
+                assert np.array_equal(_minimum(image, size, axis), ndi.minimum_filter1d(image, size, axis))
+                assert np.array_equal(_maximum(image, size, axis), ndi.maximum_filter1d(image, size, axis))
+        crop = image.astype(np.float32)
+        square = _minimum(_minimum(_maximum(_maximum(crop, 7, 0), 7, 1), 7, 0), 7, 1)
+        assert np.array_equal(square, ndi.minimum_filter(ndi.maximum_filter(crop, size=7), size=7))

@@ -238,6 +238,7 @@ class PixelTextStats:
     frames_whole: int = 0  # of those, frames read whole (whole-frame method, or candidates covering half)
     frames_cached: int = 0  # verdicts taken from the cache by pixel hash, not read again
     overlay_boxes_moving: int = 0  # overlay candidates dropped: no pixel in them the same on every frame
+    overlays_without_still: int = 0  # volumes whose overlays were not screened: no pixels every frame shares
     tesseract_seconds: float = 0.0
 
 
@@ -353,6 +354,38 @@ def _median3(image: np.ndarray, axis: int) -> np.ndarray:
     return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
 
 
+def _running(image: np.ndarray, size: int, axis: int, pick=np.minimum) -> np.ndarray:
+    """The minimum (or `pick=np.maximum`) of each run of `size` pixels along `axis`: exactly SciPy's
+    `minimum_filter1d` / `maximum_filter1d` (mode "reflect", origin 0, tests/test_pixel_text.py), 7-30x
+    faster on these images. The edge is mirrored as SciPy does (NumPy's "symmetric"), then windows
+    doubled in width (1, 2, 4... pixels) until one more doubling would pass `size`; two windows of
+    that width, overlapping, cover each run."""
+    if size <= 1:
+        return image.copy()
+    pad = [(0, 0)] * image.ndim
+    pad[axis] = (size // 2, size - 1 - size // 2)
+    out, width, n = np.pad(image, pad, mode="symmetric"), 1, image.shape[axis]
+    while width * 2 <= size:
+        length = out.shape[axis] - width
+        out = pick(_take(out, axis, 0, length), _take(out, axis, width, length))
+        width *= 2
+    return pick(_take(out, axis, 0, n), _take(out, axis, size - width, n))
+
+
+def _take(image: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:
+    index = [slice(None)] * image.ndim
+    index[axis] = slice(start, start + length)
+    return image[tuple(index)]
+
+
+def _minimum(image: np.ndarray, size: int, axis: int) -> np.ndarray:
+    return _running(image, size, axis, np.minimum)
+
+
+def _maximum(image: np.ndarray, size: int, axis: int) -> np.ndarray:
+    return _running(image, size, axis, np.maximum)
+
+
 # How much farther from the surroundings one polarity's ink must lie for a box to be read one way only
 # (measured on the 300 + 300 screens: 1.5 missed 11 text screens, 3 missed 7, at 1.3x the Tesseract time).
 POLARITY_RATIO = 3.0
@@ -440,7 +473,7 @@ def screen(grey: np.ndarray, min_contrast: int = 50, stroke_max: int = 14, despe
     if despeckle:
         low = _median3(_median3(low, 0), 1)
     k = max(3, stroke_max // scale | 1)  # odd
-    mn, mx = ndi.minimum_filter1d, ndi.maximum_filter1d
+    mn, mx = _minimum, _maximum
     opened = mx(mx(mn(mn(low, k, 0), k, 1), k, 0), k, 1)
     closed = mn(mn(mx(mx(low, k, 0), k, 1), k, 0), k, 1)
     ink = np.zeros(low.shape, dtype=bool)
@@ -455,30 +488,38 @@ def screen(grey: np.ndarray, min_contrast: int = 50, stroke_max: int = 14, despe
         strokes &= rules == 0
         polarities.append(strokes)
         ink |= strokes
-    labels, _count = ndi.label(mx(ink.view(np.uint8), 10 // scale, 1))  # letters up to 10 pixels apart join
+    labels, count = ndi.label(mx(ink.view(np.uint8), 10 // scale, 1))  # letters up to 10 pixels apart join
     pieces = np.zeros(ink.shape, dtype=bool)
-    for index, box in enumerate(ndi.find_objects(labels), start=1):
-        height = box[0].stop - box[0].start
-        if height < 4 // scale or height > 120 // scale:
-            continue
-        amount = int((ink[box] & (labels[box] == index)).sum())
-        if amount < 16 // scale ** 2:
-            continue
-        pad = height // 2 + 1  # joins the pieces (words) of a line, not lines: a block of lines can be tall
-        pieces[box[0], max(0, box[1].start - pad):box[1].stop + pad] = True
-    joined, _count = ndi.label(pieces)
+    if count:
+        # Each piece's ink, counted at once (a piece's label is only inside its box, so this is the ink
+        # of the box that carries the label), and pieces kept or dropped by their sizes without a
+        # Python step per piece: a speckled frame has hundreds of pieces, a line of text a few.
+        amounts = np.bincount(labels[ink], minlength=count + 1)[1:]
+        boxes = ndi.find_objects(labels)
+        heights = np.fromiter((b[0].stop - b[0].start for b in boxes), dtype=np.int64, count=count)
+        keep = (heights >= 4 // scale) & (heights <= 120 // scale) & (amounts >= 16 // scale ** 2)
+        for index in np.flatnonzero(keep):
+            box, height = boxes[index], int(heights[index])
+            pad = height // 2 + 1  # joins the pieces (words) of a line, not lines: a block of lines can be tall
+            pieces[box[0], max(0, box[1].start - pad):box[1].stop + pad] = True
+    joined, count = ndi.label(pieces)
     found = []
-    for box in ndi.find_objects(joined):
-        height, width = box[0].stop - box[0].start, box[1].stop - box[1].start
-        if height < 6 // scale or width < 1.5 * height:
-            continue
-        amount = int(ink[box].sum())
-        if amount < 48 // scale ** 2 or not 0.08 <= amount / (height * width) <= 0.9:
-            continue
-        if _crossings(polarities, box) < min_crossings:
-            continue
-        found.append(Candidate(scale * box[0].start, scale * box[1].start, scale * height, scale * width,
-                               _polarity(low, *polarities, box)))
+    if count:
+        # Ink inside each joined box from a summed-area table: four look-ups a box.
+        area = np.zeros((ink.shape[0] + 1, ink.shape[1] + 1), dtype=np.int32)
+        np.cumsum(np.cumsum(ink, axis=0, dtype=np.int32), axis=1, out=area[1:, 1:])
+        for box in ndi.find_objects(joined):
+            (top, bottom), (left, right) = (box[0].start, box[0].stop), (box[1].start, box[1].stop)
+            height, width = bottom - top, right - left
+            if height < 6 // scale or width < 1.5 * height:
+                continue
+            amount = int(area[bottom, right] - area[top, right] - area[bottom, left] + area[top, left])
+            if amount < 48 // scale ** 2 or not 0.08 <= amount / (height * width) <= 0.9:
+                continue
+            if _crossings(polarities, box) < min_crossings:
+                continue
+            found.append(Candidate(scale * top, scale * left, scale * height, scale * width,
+                                   _polarity(low, *polarities, box)))
     return Screen(found, ink, scale)
 
 
@@ -580,7 +621,9 @@ def candidate_page(grey: np.ndarray, candidates: list[Candidate], stroke_max: in
         top, left = max(0, c.top - margin), max(0, c.left - margin)
         box = grey[top:c.top + c.height + margin, left:c.left + c.width + margin].astype(np.float32)
         for crop in _orientations(box, c.polarity):
-            closed = ndi.minimum_filter(ndi.maximum_filter(crop, size=k), size=k)
+            # SciPy's square filters, as separable runs (the same values: a square's minimum is the
+            # minimum of its rows' minima, with the edge mirrored along each axis alike).
+            closed = _minimum(_minimum(_maximum(_maximum(crop, k, 0), k, 1), k, 0), k, 1)
             strokes = closed - crop
             strokes *= 255.0 / max(float(strokes.max()), 1.0)
             image = Image.fromarray((255.0 - strokes).astype(np.uint8))
@@ -738,12 +781,15 @@ class PixelTextDetector:
         total = np.sum(greys, axis=0, dtype=np.uint32)
         average = total / len(greys)  # what the still tests compare each pixel's range with
         still = still_pixels(lowest, highest, average)
+        if still.sum() < STILL_PIXELS:
+            # No candidate could hold STILL_PIXELS still pixels: the overlays' screens would find none to
+            # read, and the still page would not be read either (a clean volume, the common case).
+            self.stats.overlays_without_still += 1
+            return False
         mean = (total // len(greys)).astype(np.uint8)
         for projection in (lowest, mean):
             if self.frame_has_text(projection, kind, still=still):
                 return True
-        if still.sum() < STILL_PIXELS:
-            return False
         return any(self._read(page, kind.thresholding)
                    for page in still_pages(lowest, highest, average, kind.full_size_side))
 
