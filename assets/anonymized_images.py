@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from assets import quality as q
 from assets.governance import CODE_VERSIONS
-from assets.runner import Body, StepOutput, StepRun, image_asset
+from assets.runner import Body, StepOutput, StepRun, image_asset, tally_of
 from imaging.catalogue import ANONYMIZE_QUARANTINE, DEIDENTIFIED, LEDGER, LINKED
 from imaging.driver.run_summary import Footprint
 from imaging.governance.datacard import DeidSummary
@@ -38,12 +38,6 @@ def _started(context: AssetExecutionContext) -> str:
     return dt.datetime.fromtimestamp(start, dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def per_site_day(frame, size_column: str) -> dict[str, Footprint]:
-    """Files (rows) and bytes of `frame` per partition key, in one aggregate."""
-    return {f"{r['date']}|{r['site']}": Footprint(r["n"], r["bytes"] or 0)
-            for r in frame.groupBy("date", "site").agg(F.count("*").alias("n"), F.sum(size_column).alias("bytes")).collect()}
-
-
 def nothing_linked(run: StepRun) -> bool:
     return not run.warehouse.present(LINKED, run.keys)
 
@@ -61,21 +55,29 @@ def anonymize(run: StepRun) -> StepOutput:
     linked = run.read(LINKED)
     job = AnonymizeJob(deid.key, tuple(deid.options), run.policy, deid.issuer_policy(), deid.pixel_text_settings(),
                        staging=run.commit.staging(run.warehouse.zone(DEIDENTIFIED)))
-    read = per_site_day(linked, "size_bytes")
+    # One pass over the input: files and bytes per site-day, and the IssuerOfPatientID values a site's
+    # devices write (a handful, whatever the input size).
+    counted = linked.groupBy("date", "site", "issuer_of_patient_id").agg(
+        F.count(F.lit(1)).alias("count"), F.sum("size_bytes").alias("bytes")).collect()
+    read: dict[str, Footprint] = {}
+    for r in counted:
+        key = f"{r['date']}|{r['site']}"
+        read[key] = read.get(key, Footprint()) + Footprint(r["count"], r["bytes"] or 0)
     images, bytes_in = sum(f.files for f in read.values()), sum(f.bytes for f in read.values())
     tasks = max(1, math.ceil(images / run.landing.files_per_task))
     outcomes = map_batches(linked.repartition(tasks), job.step()).persist()
     with run.clock.stage("deidentify"), run.progress.track(run.context.log, session, label=ANONYMIZE.asset,
                                                            files=images, bytes=bytes_in):
-        outcomes.count()  # run the writes exactly once; every table below reads the persisted outcome
+        # Run the writes exactly once (every table below reads the persisted outcome), tallied on the way with
+        # each site-day's files and bytes written.
+        tally, sums = tally_of(outcomes, "output_size_bytes")
 
     published = outcomes.where(~F.expr(QUARANTINED))
     # The provenance ledger: each published image with the run, code and profile that made it.
     provenance = {"deid_profile": DeidSummary.from_options(deid.options).label,
                   "deid_options": ",".join(deid.options), "code_version": CODE_VERSIONS[ANONYMIZE.asset],
                   "run_id": run.context.run.run_id, "run_started_at": _started(run.context)}
-    # One pass each: a site's devices write a handful of IssuerOfPatientID values, whatever the input size.
-    issuers = issuer_statuses(job.issuers, linked.groupBy("site", "issuer_of_patient_id").count().collect())
+    issuers = issuer_statuses(job.issuers, counted)
     suspect = sum(issuers[s] for s in SUSPECT)
     if suspect:
         run.context.log.warning(f"{suspect} images name an IssuerOfPatientID that is unknown or names another "
@@ -84,9 +86,9 @@ def anonymize(run: StepRun) -> StepOutput:
         rows={ANONYMIZE.output_table(run.policy).name: published,
               LEDGER.name: published.withColumns({k: F.lit(v) for k, v in provenance.items()}),
               ANONYMIZE_QUARANTINE.name: outcomes.where(QUARANTINED)},
-        tallied=[outcomes], read=read,
+        tally=tally, read=read,
         # Batch folders are keyed tokens of the site-day: the manifest's path names no real date or site.
-        written=per_site_day(published, "output_size_bytes"),
+        written={p: Footprint(tally[p].get(None, 0), sums.get(p, {}).get("output_size_bytes", 0)) for p in tally},
         metadata={"spark_tasks": tasks, **deid_metadata(run, issuers)}, release=[outcomes])
 
 

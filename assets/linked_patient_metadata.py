@@ -4,7 +4,7 @@ from pyspark.sql import functions as F
 
 from assets import quality as q
 from assets.linkage import as_of_join
-from assets.runner import Body, StepOutput, StepRun, image_asset
+from assets.runner import Body, StepOutput, StepRun, image_asset, merged, tally_of
 from imaging.catalogue import CLINICAL_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX
 from imaging.records import QUARANTINED, ClinicalExtract, ClinicalRow, schema_of
 from imaging.driver.run_summary import Footprint
@@ -31,7 +31,7 @@ def link(run: StepRun) -> StepOutput:
         reader = ExtractJob(frozenset(run.ctx.rules.placeholder_list)).step()
         parsed = map_batches(frame_of(session, extracts, schema_of(ClinicalExtract))
                              .repartition(max(1, len(extracts) // EXTRACTS_PER_TASK + 1)), reader).persist()
-        parsed.count()
+        parsed_tally, _ = tally_of(parsed)  # reads every extract once; its quarantine is tallied below
     clinical = parsed.where(~F.expr(QUARANTINED)).select(*schema_of(ClinicalRow).names)
     # An extract is read for every later date but accounted (or quarantined) once, in its own day.
     bad = parsed.where(QUARANTINED).join(run.site_days(), ["date", "site"], "left_semi")
@@ -41,9 +41,12 @@ def link(run: StepRun) -> StepOutput:
         "reason", F.when(q.study_date(F.col("study_date")) < q.birth_date(run.policy), F.lit(STUDY_BEFORE_BIRTH))).persist()
     linked = joined.where(~F.expr(QUARANTINED)).drop("reason")
     with run.clock.stage("link"):
-        stats = linked.agg(F.count("*").alias("images"),
-                           F.sum(F.col("has_clinical_record").cast("int")).alias("linked")).first()
-    images_n, linked_n = stats["images"], stats["linked"] or 0
+        tally, sums = tally_of(joined.withColumn("_linked", F.col("has_clinical_record").cast("int")), "_linked")
+    images_n = sum(n for counts in tally.values() for reason, n in counts.items() if reason is None)
+    linked_n = sum(s["_linked"] for s in sums.values())
+    # An extract's quarantine is accounted in its own day only (`bad`): the run's own site-days.
+    own = set(run.partitions)
+    bad_tally = {p: {r: n for r, n in counts.items() if r is not None} for p, counts in parsed_tally.items() if p in own}
     run.context.log.info(f"{images_n} images linked, {linked_n} with a clinical record")
 
     # Placeholder keys in the extracts are accounted to this run's own site-days (each extract once).
@@ -55,7 +58,7 @@ def link(run: StepRun) -> StepOutput:
             for p, k in zip(run.partitions, run.keys)}
     return StepOutput(
         rows={LINKED.name: linked, LINK_QUARANTINE.name: joined.where(QUARANTINED), CLINICAL_QUARANTINE.name: bad},
-        tallied=[joined, bad], read=read,
+        tally=merged(tally, bad_tally), read=read,
         given={"images": images, "clinical": clinical, "own_rows": own_rows},
         metadata={"images_with_clinical_record": linked_n, "images_without_clinical_record": images_n - linked_n,
                   "extracts_read": len(extracts)},

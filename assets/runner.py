@@ -34,7 +34,7 @@ from functools import cached_property
 from typing import Callable, Iterator, Mapping, Sequence
 
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, asset
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, functions as F
 
 from assets.checks import check_results, check_specs, quality_context, summary
 from assets.quality import plain_plans, shared_passes
@@ -130,7 +130,7 @@ class StepOutput:
     """What a step's body hands the runner: its rows, what to tally, and what its check figures read."""
 
     rows: Mapping[str, DataFrame]            # table name -> rows to write over the run's partitions
-    tallied: Sequence[DataFrame]             # frames whose `reason` is tallied per (date, site) (null: ok)
+    tally: Mapping[str, Mapping[str | None, int]]  # partition key -> rows by reason (None: ok), `tally_of`
     read: Mapping[str, Footprint]            # partition key -> files and bytes read for it
     given: Mapping[str, object] = field(default_factory=dict)  # named inputs of the Spark figures
     metadata: Mapping[str, object] = field(default_factory=dict)
@@ -235,9 +235,9 @@ def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figur
             warehouse.stage(commit, out.rows[table.name], table, run.partitions_of(table))
         commit.build().apply()
 
-    # One aggregate per frame: a handful of fixed reason phrases per site-day, whatever the input size.
+    # The body tallied its outcome in the action that computed it (`tally_of`): no query of its own here.
     with run.clock.stage("count"):
-        tally = tallies(run, out.tallied)
+        tally = {p: dict(out.tally.get(p, {})) for p in run.partitions}
     written = out.written or {p: warehouse.footprint(step.output_table(run.policy), [k])
                               for p, k in zip(run.partitions, run.keys)}
     by_partition = {p: Counts(files_in=out.read.get(p, Footprint()).files, bytes_in=out.read.get(p, Footprint()).bytes,
@@ -263,14 +263,32 @@ def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figur
     yield from _result(run, checks, by_partition, {**out.metadata, "table_unchanged": False})
 
 
-def tallies(run: StepRun, frames: Sequence[DataFrame]) -> dict[str, dict[str | None, int]]:
-    """Per partition key, rows by reason (None: the row is ok), every partition of the run present."""
-    tally: dict[str, dict[str | None, int]] = {p: {} for p in run.partitions}
-    for frame in frames:
-        for row in frame.groupBy("date", "site", "reason").count().collect():
-            counts = tally.setdefault(f"{row['date']}|{row['site']}", {})
-            counts[row["reason"]] = counts.get(row["reason"], 0) + row["count"]
-    return tally
+def tally_of(frame: DataFrame, *sums: str) -> tuple[dict[str, dict[str | None, int]], dict[str, dict[str, int]]]:
+    """Rows of `frame` by reason (None: the row is ok) per partition key, and the sum of each of `sums`
+    over its ok rows per partition key: one aggregate, a handful of fixed reason phrases per site-day
+    whatever the input size. A body runs it as the action that computes (and persists) its outcome, so the
+    work, the tally and the written bytes are one query rather than three."""
+    aggregates = [F.count(F.lit(1)).alias("_n"), *(F.sum(c).alias(f"_s{i}") for i, c in enumerate(sums))]
+    tally: dict[str, dict[str | None, int]] = {}
+    totals: dict[str, dict[str, int]] = {}
+    for row in frame.groupBy("date", "site", "reason").agg(*aggregates).collect():
+        key = f"{row['date']}|{row['site']}"
+        counts = tally.setdefault(key, {})
+        counts[row["reason"]] = counts.get(row["reason"], 0) + row["_n"]
+        if row["reason"] is None:
+            totals[key] = {c: int(row[f"_s{i}"] or 0) for i, c in enumerate(sums)}
+    return tally, totals
+
+
+def merged(*tallies: Mapping[str, Mapping[str | None, int]]) -> dict[str, dict[str | None, int]]:
+    """Several tallies as one (reasons of the same partition added up)."""
+    out: dict[str, dict[str | None, int]] = {}
+    for tally in tallies:
+        for key, counts in tally.items():
+            mine = out.setdefault(key, {})
+            for reason, n in counts.items():
+                mine[reason] = mine.get(reason, 0) + n
+    return out
 
 
 def _idle(run: StepRun, body: Body):
