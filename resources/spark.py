@@ -38,8 +38,8 @@ _SHIPPED: set[int] = set()
 _SESSION_LOCK = threading.RLock()
 PACKAGE = Path(__file__).resolve().parents[1] / "imaging"
 # Subpackages (and modules) only the driver runs, dotted below `imaging`: left out of the executors' code
-# archive (ARCHITECTURE.md, the layout).
-DRIVER_ONLY = ("governance", "driver")
+# archive (ARCHITECTURE.md, the layout). `pacs.receive` is imaging-receive, a service of its own.
+DRIVER_ONLY = ("governance", "driver", "pacs.receive")
 
 
 def driver_only(relative: Path) -> bool:
