@@ -501,6 +501,7 @@ class OrthancDicom:
     port: int
     aet: str
     modalities: dict
+    extra: dict = None  # further settings of the DICOM side (DicomTls*)
 
 
 def orthanc_available() -> bool:
@@ -527,6 +528,7 @@ def orthanc_config(workdir: Path, port: int, user: str, password: str, dicom: Or
             "DicomModalities": {name: {"AET": aet, "Host": host, "Port": peer_port, "AllowEcho": True,
                                        "AllowFind": True, "AllowGet": True, "AllowMove": True, "AllowStore": True}
                                 for name, (aet, host, peer_port) in dicom.modalities.items()},
+            **(dicom.extra or {}),
         })
     config.write_text(json.dumps(settings))
     os.chmod(config, 0o600)
@@ -544,10 +546,13 @@ def start_orthanc(workdir: Path, port: int, user: str, password: str, timeout: f
 
 
 @contextlib.contextmanager
-def orthanc_server(timeout: float = 30, dicom_modalities: dict | None = None) -> Iterator[OrthancServer]:
-    """An Orthanc on loopback; `dicom_modalities` (name -> (AE title, host, port)) also opens its DICOM port."""
+def orthanc_server(timeout: float = 30, dicom_modalities: dict | None = None,
+                   dicom_extra: dict | None = None) -> Iterator[OrthancServer]:
+    """An Orthanc on loopback; `dicom_modalities` (name -> (AE title, host, port)) also opens its DICOM port,
+    with `dicom_extra` settings (TLS)."""
     port, user, password = free_port(), "pacs-test", secrets.token_urlsafe(12)
-    dicom = OrthancDicom(free_port(), "ORTHANC-PACS", dict(dicom_modalities)) if dicom_modalities is not None else None
+    dicom = (OrthancDicom(free_port(), "ORTHANC-PACS", dict(dicom_modalities), dicom_extra)
+             if dicom_modalities is not None else None)
     with owned_processes("orthanc-") as (workdir, procs):
         procs.append(start_orthanc(workdir, port, user, password, timeout, dicom))
         yield OrthancServer(port, user, password, workdir, procs, dicom)

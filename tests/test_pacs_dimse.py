@@ -41,6 +41,39 @@ BIN = Path(sys.executable).parent
 DCMTK = all(shutil.which(t) for t in ("getscu", "storescu"))
 
 
+def test_pacs_yaml_dimse_sites_and_the_receiver_are_checked_naming_file_and_field():
+    from imaging.config_files import ConfigError, read_raw, validate
+    from imaging.pacs.settings import PacsFile, load_pacs
+
+    base = read_raw("pacs.yaml")
+    dimse = {"protocol": "dimse", "host": "pacs.example", "port": 104, "called_ae": "HEYEX", "calling_ae": CALLING}
+    good = validate(PacsFile, {**base, "servers": {SITE: {**dimse, "retrieve": "c-move", "move_destination": RECEIVER}}},
+                    "platform/pacs.yaml")
+    settings = load_pacs(good, [PUSH_SITE, SITE], {}, "/w")
+    address = settings.server(SITE).dimse
+    assert (address.called_ae, address.retrieve, address.spool) == ("HEYEX", "c-move", "/w/identifiable/pacs_spool")
+    wrong = {
+        "port": ({**dimse, "port": "104"}, "servers.site-b.port: must be a whole number"),
+        "missing": ({k: v for k, v in dimse.items() if k != "called_ae"}, "protocol dimse needs called_ae"),
+        "move": ({**dimse, "retrieve": "c-move"}, "retrieve: c-move needs move_destination"),
+        "mixed": ({**dimse, "url": "https://pacs/dicom-web"}, "url: DICOMweb keys, but protocol is dimse"),
+        "ae": ({**dimse, "calling_ae": "A\\B"}, "servers.site-b.calling_ae: must match"),
+        "long": ({**dimse, "called_ae": "X" * 17}, "servers.site-b.called_ae: must match"),
+        "unknown": ({**dimse, "retreive": "c-get"}, "servers.site-b.retreive: unknown key"),
+    }
+    for name, (server, message) in wrong.items():
+        with pytest.raises(ConfigError) as error:
+            validate(PacsFile, {**base, "servers": {SITE: server}}, "platform/pacs.yaml")
+        assert message in str(error.value) and "platform/pacs.yaml" in str(error.value), name
+    with pytest.raises(ConfigError, match="receiver.senders\\[0\\].addresses"):
+        validate(PacsFile, {**base, "receiver": {"ae_title": RECEIVER, "senders": [
+            {"ae_title": PUSHER, "addresses": ["not-an-address"]}]}}, "platform/pacs.yaml")
+    both = validate(PacsFile, {**base, "servers": {SITE: dimse}, "receiver": {"ae_title": RECEIVER, "senders": [
+        {"ae_title": PUSHER, "addresses": ["10.0.0.0/8"], "site": SITE}]}}, "platform/pacs.yaml")
+    with pytest.raises(ValueError, match="a site is pulled or pushed, not both"):
+        load_pacs(both, [SITE], {}, "/w")
+
+
 # --- the module's world ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -439,3 +472,84 @@ def test_storescu_is_a_second_sender_and_an_unlisted_ae_title_or_a_bad_date_is_r
     assert f"refused an instance from AE {PUSHER}: missing or invalid StudyDate (status 0xC000)" in log
     assert "rejected an association from AE STRANGER" in log
     assert "20241341" not in log and str(ds.SOPInstanceUID) not in log and str(ds.PatientID) not in log
+
+
+# --- TLS ------------------------------------------------------------------------------------------------------
+
+def certificates(folder: Path) -> dict[str, Path]:
+    """A throwaway CA, a certificate for 127.0.0.1 (the servers') and one for a client, signed by it (openssl)."""
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def run(*argv):
+        subprocess.run(["openssl", *argv], cwd=folder, check=True, capture_output=True, timeout=60)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+        "-subj", "/CN=imaging-test-ca")
+    for name in ("server", "client"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+            "-subj", f"/CN={name}")
+        (folder / f"{name}.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext")
+    return {n: folder / n for n in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")}
+
+
+def test_dimse_over_tls_to_the_pacs_and_to_imaging_receive(uploaded, tmp_path):
+    """A PACS that speaks TLS only (Orthanc, client certificates required): the listing and a C-GET over TLS
+    with the site's `tls` files, and nothing without them; imaging-receive with `receiver.tls` takes storescu
+    over TLS (+tls) and refuses it in the clear."""
+    from imaging.pacs.connection import Credentials, DimseAddress, PacsServer, PacsUnavailable, RetryPolicy, Tls
+    from imaging.pacs.listing import list_site_day, session
+    from imaging.pacs.receive import Receiver, start
+    from imaging.pacs.settings import PacsSettings, ReceiverFile
+
+    skip_unless(shutil.which("openssl") is not None, "openssl is not installed")
+    cert = certificates(tmp_path / "tls")
+    tls = {"DicomTlsEnabled": True, "DicomTlsCertificate": str(cert["server.crt"]),
+           "DicomTlsPrivateKey": str(cert["server.key"]), "DicomTlsTrustedCertificates": str(cert["ca.crt"]),
+           "DicomTlsRemoteCertificateRequired": True}
+    date = DATES[0]
+    day = [path for sop, (d, path) in uploaded.items() if d == date]
+    with orthanc_server(dicom_modalities={"platform": (CALLING, LOOPBACK, 104)}, dicom_extra=tls) as secure:
+        for path in day:
+            requests.post(f"{secure.rest}/instances", data=path.read_bytes(), auth=(secure.user, secure.password))
+        policy = RetryPolicy(0, 0.01, 10)
+        address = DimseAddress(LOOPBACK, secure.dicom_port, secure.aet, CALLING,
+                               tls=Tls(str(cert["ca.crt"]), str(cert["client.crt"]), str(cert["client.key"])))
+        server = PacsServer(SITE, "", Credentials("none"), 1, "dimse", address)
+        client = session(server, policy)
+        try:
+            listed = list_site_day(client, SITE, date)
+            assert len(listed) == len(day)
+            first = listed[0]
+            data, _ = client.retrieve(first.study_instance_uid, first.series_instance_uid, first.sop_instance_uid,
+                                      first.sop_class_uid)
+            assert meta(data)[1] == first.sop_instance_uid
+        finally:
+            client.close()
+        clear = PacsServer(SITE, "", Credentials("none"), 1, "dimse",
+                           DimseAddress(LOOPBACK, secure.dicom_port, secure.aet, CALLING))
+        with pytest.raises(PacsUnavailable):
+            list_site_day(session(clear, policy), SITE, date)
+
+    landing = tmp_path / "landing"
+    config = ReceiverFile.model_validate({
+        "ae_title": RECEIVER, "host": LOOPBACK, "port": free_port(),
+        "senders": [{"ae_title": PUSHER, "addresses": ["127.0.0.1"], "site": PUSH_SITE}],
+        "tls": {"cert_file": str(cert["server.crt"]), "key_file": str(cert["server.key"]),
+                "ca_file": str(cert["ca.crt"])}})
+    receiver = Receiver(config, PacsSettings({}, policy, 1, 1), str(landing), str(tmp_path / "spool"))
+    served = start(receiver)
+    try:
+        port = str(served.server_address[1])
+        base = ["storescu", "-v", "-aet", PUSHER, "-aec", RECEIVER]
+        over_tls = subprocess.run([*base, "+tls", str(cert["client.key"]), str(cert["client.crt"]), "+cf",
+                                   str(cert["ca.crt"]), LOOPBACK, port, str(day[0])],
+                                  capture_output=True, text=True, timeout=60)
+        assert over_tls.returncode == 0, over_tls.stdout + over_tls.stderr
+        assert len([p for p in (landing / "images").rglob("*") if p.is_file()]) == 1
+        in_clear = subprocess.run([*base, LOOPBACK, port, str(day[1])], capture_output=True, text=True, timeout=60)
+        assert in_clear.returncode != 0
+        assert len([p for p in (landing / "images").rglob("*") if p.is_file()]) == 1
+    finally:
+        served.shutdown()

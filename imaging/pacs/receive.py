@@ -259,7 +259,7 @@ def server_context(config: ReceiverFile):
 
 
 def start(receiver: Receiver, host: str | None = None, port: int | None = None):
-    """The receiver's association server, serving in a thread; `.shutdown()` stops it."""
+    """The receiver's association server, serving in a thread; `.shutdown()` stops it and closes its socket."""
     from pynetdicom import AE, ALL_TRANSFER_SYNTAXES, AllStoragePresentationContexts, evt
     from pynetdicom.sop_class import Verification
     from pynetdicom.transport import ThreadedAssociationServer
@@ -287,6 +287,7 @@ def start(receiver: Receiver, host: str | None = None, port: int | None = None):
                 (evt.EVT_ABORTED, receiver.ended), (evt.EVT_REJECTED, _rejected)]
     server = ae.make_server((host or config.host, config.port if port is None else port), ssl_context=server_context(config),
                             evt_handlers=handlers, server_class=AllowListServer)
+    ae._servers.append(server)  # as AE.start_server does: the server's shutdown() takes itself off the list
     threading.Thread(target=server.serve_forever, name="imaging-receive", daemon=True).start()
     return server
 
@@ -321,8 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     stop.wait()
     LOG.info("stopping")
-    server.shutdown()
-    server.server_close()
+    server.shutdown()  # closes the socket too
     return 0
 
 
