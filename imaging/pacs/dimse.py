@@ -173,6 +173,7 @@ class DimseSession:
                              ext_neg=roles or None, evt_handlers=handlers,
                              tls_args=(tls.client_context(), self.address.host) if tls else None)
         if assoc.is_established:
+            no_delay(assoc.dul.socket.socket)
             return assoc
         if assoc.is_rejected:
             raise DimseRejected(_rejection(assoc))
@@ -321,6 +322,18 @@ class DimseSession:
             raise InstanceFailed(NOT_IN_SPOOL) from None
         fsx.remove(spool)  # identifiable bytes do not linger in the spool: this run's staging holds them now
         return data
+
+
+def no_delay(sock) -> None:
+    """TCP_NODELAY on an association's socket. pynetdicom leaves Nagle's algorithm on, and a DIMSE message
+    goes out as several small PDUs (command, then data set): each request then waited for the peer's delayed
+    ACK, about 90 ms a C-FIND or C-GET round trip on loopback (measured; dcmtk sets it too)."""
+    import socket
+
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except (OSError, AttributeError):  # not a TCP socket: nothing to tune
+        pass
 
 
 def _pixel_bytes(said: dict) -> int | None:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imaging.pacs.connection import C_MOVE
-from imaging.pacs.dimse import part10
+from imaging.pacs.dimse import no_delay, part10
 from imaging.pacs.records import file_name, iso_date
 from imaging.pacs.retrieval import is_uid
 from imaging.pacs.settings import PacsSettings, ReceiverFile
@@ -273,6 +273,8 @@ def start(receiver: Receiver, host: str | None = None, port: int | None = None):
             allowed = receiver.address_allowed(client_address[0])
             if not allowed:
                 LOG.warning("refused a connection: the address is not a listed sender's")
+            else:
+                no_delay(request)  # each C-STORE response goes out at once
             return allowed
 
     ae = AE(ae_title=config.ae_title)
