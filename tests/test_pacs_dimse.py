@@ -553,3 +553,30 @@ def test_dimse_over_tls_to_the_pacs_and_to_imaging_receive(uploaded, tmp_path):
         assert len([p for p in (landing / "images").rglob("*") if p.is_file()]) == 1
     finally:
         served.shutdown()
+
+
+def test_imaging_receive_cuts_unlisted_addresses_and_refuses_an_ae_title_from_another_senders_address(uploaded,
+                                                                                                    tmp_path):
+    """Loopback is the only address here: a receiver that lists storescu's AE title for 10.0.0.0/8 alone cuts the
+    connection; one that lists 127.0.0.1 for another AE title takes the association, but refuses storescu's
+    instances (0x0124, not authorised; dcmtk 3.6.7 names it "Unknown Status: 0x124"): an AE title counts only
+    from its own addresses."""
+    from imaging.pacs.connection import RetryPolicy
+    from imaging.pacs.receive import Receiver, start
+    from imaging.pacs.settings import PacsSettings, ReceiverFile
+
+    path = sorted(uploaded.values())[0][1]
+    for senders, expected in (
+            ([{"ae_title": PUSHER, "addresses": ["10.0.0.0/8"], "site": PUSH_SITE}], "Association Request Failed"),
+            ([{"ae_title": PUSHER, "addresses": ["10.0.0.0/8"], "site": PUSH_SITE},
+              {"ae_title": "OTHER", "addresses": ["127.0.0.1"], "site": PUSH_SITE}], "Status: 0x124")):
+        landing = tmp_path / f"landing-{len(senders)}"
+        config = ReceiverFile.model_validate({"ae_title": RECEIVER, "host": LOOPBACK, "port": free_port(),
+                                              "senders": senders})
+        served = start(Receiver(config, PacsSettings({}, RetryPolicy(0, 0, 5), 1, 1), str(landing), str(tmp_path)))
+        try:
+            sent = storescu(served.server_address[1], PUSHER, path)
+        finally:
+            served.shutdown()
+        assert expected.lower() in (sent.stdout + sent.stderr).lower(), sent.stdout + sent.stderr
+        assert not (landing / "images").exists()
