@@ -229,9 +229,20 @@ def with_suppressed(function, *args) -> None:
 
 def sweep_spool(spool: str, hours: float) -> int:
     """Remove spooled files older than `hours` (C-MOVE answers no retrieval took); how many."""
+    return _sweep(spool, hours)
+
+
+def sweep_temporary(root: str, hours: float = 1) -> int:
+    """Remove temporary files a stopped receiver left (a write it never answered success for); how many."""
     from imaging import fs as fsx
 
-    fs, base = fsx.filesystem(spool)
+    return _sweep(os.path.join(fsx.filesystem(root)[1], TEMP_FOLDER), hours)
+
+
+def _sweep(folder: str, hours: float) -> int:
+    from imaging import fs as fsx
+
+    fs, base = fsx.filesystem(folder)
     if not fsx.is_local(fs) or not os.path.isdir(base):
         return 0
     cutoff, removed = time.time() - hours * 3600, 0
@@ -314,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     receiver = Receiver(settings.pacs.receiver, settings.pacs, settings.landing, spool_root(settings.warehouse))
     sweep_spool(receiver.spool, SPOOL_HOURS)
+    for root in (settings.landing, receiver.spool):
+        sweep_temporary(root)
     server = start(receiver, args.host, args.port)
     host, port = server.server_address[:2]
     config = settings.pacs.receiver
