@@ -29,7 +29,7 @@ import yaml
 
 from compare import Output, collect, rewritten
 from conftest import ROOT
-from imaging.catalogue import PACS_INSTANCES, PACS_LANDING, RAW_IMAGE_INDEX
+from imaging.catalogue import PACS_LANDING, RAW_IMAGE_INDEX
 from services import LOOPBACK, free_port, orthanc_available, orthanc_server, port_open, skip_unless, wait_until
 from test_pacs import DATES, PIPELINE, SITE, failure, materialize, materializations, outcomes, pacs_assets
 

@@ -25,7 +25,6 @@ and a fixed reason: never a value from the file.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import io
 import ipaddress
@@ -37,7 +36,6 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from imaging.pacs.connection import C_MOVE
 from imaging.pacs.dimse import no_delay, part10
