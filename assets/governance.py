@@ -39,7 +39,7 @@ _MODULES = {
     "anonymized_images": ("assets.anonymized_images", "imaging.steps.anonymize", "imaging.header",
                           "imaging.deid", "imaging.steps.clinical", "imaging.pseudonym", "imaging.provenance",
                           *_STEP),
-    "pacs_landing": ("assets.pacs_landing", "imaging.pacs", "imaging.driver.pacs", *_COMMON),
+    "pacs_landing": ("assets.pacs_landing", "imaging.pacs", *_COMMON),
     "published_cohort": ("assets.published_cohort", "imaging.steps.release", "imaging.governance.release_bundle",
                          "imaging.governance.bundle", "imaging.governance.datacard", "imaging.governance.disclosure",
                          "imaging.governance.lineage", "imaging.governance.lineage_events",

@@ -1,17 +1,18 @@
-"""pacs_landing: a PACS site's images of a site-day, retrieved over DICOMweb into the platform's own landing root.
+"""pacs_landing: a PACS site's images of a site-day, retrieved into the platform's own landing root.
 
 For each site-day of a PACS site (platform/pacs.yaml, IMAGING_PACS_<SITE>_URL) the driver lists the studies the
-PACS dates that day and their instances (QIDO-RS: UIDs and a change marker per instance, imaging/driver/pacs.py);
-the listing is joined to what the last run landed, spread over the executors (at most `max_connections` tasks per
-server) and each instance is retrieved as its stored Part 10 bytes (WADO-RS, imaging/pacs.py), or, when its
-listing marker is unchanged and the landed copy still has its recorded sha256, kept without a request.
+PACS dates that day and their instances (QIDO-RS or C-FIND: UIDs and a change marker per instance,
+imaging/pacs/listing.py); the listing is joined to what the last run landed, spread over the executors (at most
+`max_connections` tasks per server) and each instance is retrieved as a Part 10 file (WADO-RS of its stored
+bytes, or C-GET / C-MOVE: imaging/pacs/retrieval.py), or, when its listing marker is unchanged and the landed
+copy still has its recorded sha256, kept without a request.
 
 Files land as `identifiable/pacs_landing/images/<site>/<date>/<digest>.dcm`, the layout raw_image_index reads
 (for PACS sites it reads this root instead of the landing folder, which stays read-only to the platform), and
 go through the run's journalled commit with the table `pacs_instances` (every listed instance, its outcome,
 sha256 and reason): a run that fails leaves nothing half-written, and the next one resumes. Every listed instance
 is fetched, unchanged or failed (the counts add up, per site-day, in the metadata). Each site-day's data version
-is the digest of the PACS's own listing (imaging/driver/pacs.py `listing_version`), so raw_image_index shows as
+is the digest of the PACS's own listing (imaging/pacs/listing.py `listing_version`), so raw_image_index shows as
 unsynced exactly when a site-day changed in the PACS.
 """
 
@@ -30,10 +31,10 @@ from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from assets.run_tags import label_run
 from assets.versions import EVENTS_LOGGED_BY_STEP
 from imaging.catalogue import IDENTIFIABLE, PACS_INSTANCES, PACS_LANDING, markdown_safe
-from imaging.driver import pacs as pacs_driver
-from imaging.driver.pacs import list_site_day, listing_version
 from imaging.driver.progress import MB
-from imaging.pacs import FAILED, FETCHED, OUTCOMES, UNCHANGED, FetchSetup, connect, fetch_step
+from imaging.pacs import listing as pacs_listing
+from imaging.pacs.listing import list_site_day, listing_version
+from imaging.pacs.retrieval import FAILED, FETCHED, OUTCOMES, UNCHANGED, FetchSetup, fetch_step
 from imaging.records import PacsInstance, SiteDay, schema_of
 from resources.pacs import PacsServers
 from resources.progress import SparkProgress
@@ -59,9 +60,9 @@ def subfolder(key: SiteDay) -> str:
     kinds={"spark", "dicom"},
     metadata=definition_metadata(KEY),
     description=markdown_safe(
-        "Identifiable zone. A PACS site's images of the site-day, retrieved over DICOMweb (QIDO-RS listing on the "
-        "driver, WADO-RS retrievals on the executors) as their stored Part 10 bytes into pacs_landing/images/<site>/"
-        "<date>/, which raw_image_index reads for PACS sites; table pacs_instances: every listed instance fetched, "
+        "Identifiable zone. A PACS site's images of the site-day, retrieved over DICOMweb or DIMSE (QIDO-RS or "
+        "C-FIND listing on the driver, WADO-RS, C-GET or C-MOVE retrievals on the executors) as Part 10 files into "
+        "pacs_landing/images/<site>/<date>/, which raw_image_index reads for PACS sites; table pacs_instances: every listed instance fetched, "
         "unchanged or failed with the reason. Site-days of other sites have nothing to fetch."),
 )
 def pacs_landing(context: AssetExecutionContext, spark: SparkResource, pacs: PacsServers, warehouse: Warehouse,
@@ -75,15 +76,18 @@ def pacs_landing(context: AssetExecutionContext, spark: SparkResource, pacs: Pac
     servers = {site: pacs.server(site) for site in sorted({k.site for k in ours})}  # credentials: env, now
     started = time.monotonic()
 
-    # The fan-out's first half on the driver: QIDO is small (UIDs and a marker per instance).
+    # The fan-out's first half on the driver: a listing is small (UIDs and a marker per instance).
     listing: dict[SiteDay, list[PacsInstance]] = {}
     for site, server in servers.items():
-        client = connect(server, policy)
-        for key in (k for k in ours if k.site == site):
-            listing[key] = list_site_day(client, policy, site, key.date)
+        client = pacs_listing.session(server, policy)
+        try:
+            for key in (k for k in ours if k.site == site):
+                listing[key] = list_site_day(client, site, key.date)
+        finally:
+            client.close()
     listed = sum(len(v) for v in listing.values())
     context.log.info(f"{KEY}: {len(ours)} site-days listed, {listed} instances, in {time.monotonic() - started:.1f} s")
-    pacs_driver.on_listed(len(ours), listed)  # looked up at each call: tests step in here
+    pacs_listing.on_listed(len(ours), listed)  # looked up at each call: tests step in here
 
     commit = warehouse.begin(KEY)
     tally: dict[str, dict[str, int]] = {f"{k.date}|{k.site}": {o: 0 for o in OUTCOMES} for k in keys}

@@ -1,9 +1,9 @@
 """pacs_sensor: runs exactly the PACS site-days that are new or changed in their PACS.
 
 The landing sensor's contract (automation/landing_sensor.py), with the PACS's own listing for a landing: each
-tick asks every PACS site's server once for the studies of the last `sensor_days` days (QIDO-RS, study level:
+tick asks every PACS site's server once for the studies of the last `sensor_days` days (QIDO-RS or C-FIND, study level:
 study UIDs and their series and instance counts, never the instance fan-out), makes a version per site-day
-(imaging/driver/pacs.py `list_recent`) and requests one run of `pacs_site_day_pipeline` per new or changed
+(imaging/pacs/listing.py `list_recent`) and requests one run of `pacs_site_day_pipeline` per new or changed
 site-day, run key `<date>|<site>@pacs-<version>`. The cursor is the landing sensor's, bounded the same way. On
 its first tick a site-day whose whole chain was already materialized counts as done.
 
@@ -22,8 +22,8 @@ from assets.run_tags import LAUNCHED_BY, REASON
 from automation.jobs import PACS_PIPELINE, pacs_site_day_pipeline
 from automation.landing_sensor import materialized_at
 from imaging.driver.landing import SensorCursor, SiteDayLanding, bounded_cursor, plan_requests
-from imaging.driver.pacs import list_recent
-from imaging.pacs import PacsError
+from imaging.pacs.connection import PacsError
+from imaging.pacs.listing import list_recent
 from resources.pacs import PacsServers
 
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/pacs.py [--patients 40] [--oct 16x256x256]   # throughput
     .venv/bin/python benchmarks/pacs.py --release                             # PACS -> approved release, by CLI
+    .venv/bin/python benchmarks/pacs.py --protocols [--patients 20]           # DICOMweb vs DIMSE vs dcmtk
 
 Throughput: generates one site-day of a PACS site with `synth` (OPT volumes and fundus photographs), uploads it
 to a fresh Orthanc (Debian's `orthanc` + `orthanc-dicomweb`, loopback, a login) and, in this process (one Spark
@@ -11,6 +12,13 @@ session, `local[2]`, warmed up on a small site-day first), times:
   - reading the same files from a landing folder: a plain read of every file (sha256, the floor, from the
     page cache), and `raw_image_index` on the file landing vs on the PACS landing (the same files, the same
     step; alternately, best of two each).
+
+`--protocols`: one site-day in one Orthanc with its DICOM port on (loopback), fetched by `pacs_landing` over
+DICOMweb (QIDO-RS + WADO-RS), DIMSE C-GET and DIMSE C-MOVE (to `imaging-receive`, started as deployed), each
+into a fresh warehouse (first fetch, every instance retrieved; `max_connections` 2, Spark local[2], warmed up
+on another site-day first), against dcmtk doing the same by hand: `getscu` and `movescu` (its own port as the
+move destination), bit-preserving, one process per study as an engineer's script would. Instances/s and MB/s
+of each (MB: the files landed).
 
 `--release`: the same Orthanc holds a small hospital's site-b for two days, the landing folder holds only its
 clinical extracts; then, as an operator would, with the CLIs only: `dagster asset materialize` of pacs_landing and
@@ -180,13 +188,139 @@ def release(args) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def protocols(args) -> None:
+    import pydicom
+    import yaml
+
+    from services import free_port, orthanc_server, port_open, wait_until
+    from synth import generate_hospital
+
+    shape = tuple(int(x) for x in args.oct.split("x"))
+    root = Path(tempfile.mkdtemp(prefix="pacs-protocols-"))
+    receiver_port, movescu_port = free_port(), free_port()
+    peers = {"platform": ("IMAGING", "127.0.0.1", 104), "receiver": ("IMAGING-RECV", "127.0.0.1", receiver_port),
+             "getscu": ("HAND", "127.0.0.1", 104), "movescu": ("MOVESCU", "127.0.0.1", movescu_port)}
+    with orthanc_server(dicom_modalities=peers) as orthanc:
+        hand = root / "generated"
+        generate_hospital(hand, seed=3, sites=(SITE,), dates=(WARM_DAY,), patients_per_site=2, broken_per_partition=False)
+        generate_hospital(hand, seed=3, sites=(SITE,), dates=(DAY,), patients_per_site=args.patients, oct_shape=shape,
+                          broken_per_partition=False)
+        stored = upload(orthanc, sorted(p for p in (hand / "images").rglob("*") if p.is_file()))
+        day_files = [p for p in stored if f"/{DAY}/" in str(p)]
+        studies = sorted({str(pydicom.dcmread(p, stop_before_pixels=True).StudyInstanceUID) for p in day_files})
+        (root / "pacs-landing").mkdir()
+        shutil.copytree(hand / "clinical", root / "pacs-landing" / "clinical")
+        os.environ.update(pacs_env(orthanc, root))
+        print(f"site-day {DAY}: {len(day_files)} instances in {len(studies)} studies, "
+              f"{sum(p.stat().st_size for p in day_files) / MB:.1f} MB uploaded to Orthanc")
+
+        # imaging-receive, as deployed (its console script), for the C-MOVE runs.
+        platform = root / "platform"
+        shutil.copytree(REPO / "platform", platform)
+        config = yaml.safe_load((platform / "pacs.yaml").read_text())
+        config["servers"] = {SITE: {"protocol": "dimse", "host": "127.0.0.1", "port": orthanc.dicom_port,
+                                    "called_ae": orthanc.aet, "calling_ae": "IMAGING", "retrieve": "c-move",
+                                    "move_destination": "IMAGING-RECV"}}
+        config["receiver"] = {"ae_title": "IMAGING-RECV", "host": "127.0.0.1", "port": receiver_port,
+                              "senders": [{"ae_title": orthanc.aet, "addresses": ["127.0.0.1"]}]}
+        (platform / "pacs.yaml").write_text(yaml.safe_dump(config))
+        move_warehouse = root / "warehouse-c-move"
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("IMAGING_PACS_")},
+               "IMAGING_PLATFORM_DIR": str(platform), "IMAGING_WAREHOUSE": str(move_warehouse)}
+        receiver = subprocess.Popen([str(Path(sys.executable).parent / "imaging-receive")], env=env,
+                                    stdout=open(root / "receive.log", "wb"), stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        try:
+            wait_until(lambda: port_open(receiver_port), "imaging-receive", 60, [root / "receive.log"])
+            from dagster import AssetSelection, DagsterInstance, define_asset_job
+
+            from definitions import defs
+            from resources.landing import LandingZone
+            from resources.pacs import DimseSite, PacsServers
+            from resources.warehouse import Warehouse
+
+            def landing_run(warehouse: Path, pacs, key: str) -> float:
+                pacs_root = f"{warehouse}/identifiable/pacs_landing"
+                resources = {**defs.resources, "warehouse": Warehouse(root=str(warehouse)),
+                             "landing": LandingZone(root=str(root / "pacs-landing"), files_per_task=64,
+                                                    pacs_root=pacs_root, pacs_sites=[SITE]), "pacs": pacs}
+                job = define_asset_job("bench", selection=AssetSelection.assets("pacs_landing"))
+                scoped = type(defs)(assets=defs.assets, resources=resources, jobs=[job], executor=defs.executor)
+                start = time.perf_counter()
+                result = scoped.resolve_job_def("bench").execute_in_process(instance=DagsterInstance.ephemeral(),
+                                                                             partition_key=key)
+                assert result.success
+                took = time.perf_counter() - start
+                for event in result.all_events:  # the asset's own time from its retrievals' start to the commit
+                    if event.is_step_materialization:
+                        retrieval[warehouse] = event.step_materialization_data.materialization.metadata[
+                            "run/seconds"].value
+                return took
+
+            retrieval: dict[Path, float] = {}
+
+            def dimse(retrieve: str, warehouse: Path):
+                site = DimseSite(host="127.0.0.1", port=orthanc.dicom_port, called_ae=orthanc.aet, calling_ae="IMAGING",
+                                 retrieve=retrieve, move_destination="IMAGING-RECV" if retrieve == "c-move" else "",
+                                 spool=f"{warehouse}/identifiable/pacs_spool" if retrieve == "c-move" else "")
+                return PacsServers(dimse={SITE: site}, max_connections={SITE: 2}, retries=2, backoff_seconds=0.5,
+                                   timeout_seconds=30, sensor_days=7, landing=f"{warehouse}/identifiable/pacs_landing")
+
+            web = defs.resources["pacs"]
+            warm, key = f"{WARM_DAY}|{SITE}", f"{DAY}|{SITE}"
+            landing_run(root / "warm-web", web, warm)
+            landing_run(root / "warm-get", dimse("c-get", root / "warm-get"), warm)
+            landing_run(move_warehouse, dimse("c-move", move_warehouse), warm)
+            timings, sizes, phases = {}, {}, {}
+            for name, warehouse, pacs in (("pacs_landing, DICOMweb", root / "warehouse-web", web),
+                                          ("pacs_landing, DIMSE C-GET", root / "warehouse-c-get",
+                                           dimse("c-get", root / "warehouse-c-get")),
+                                          ("pacs_landing, DIMSE C-MOVE", move_warehouse,
+                                           dimse("c-move", move_warehouse))):
+                timings[name] = landing_run(warehouse, pacs, key)
+                phases[name] = retrieval[warehouse]
+                folder = warehouse / "identifiable" / "pacs_landing" / "images" / SITE / DAY
+                sizes[name] = [p.stat().st_size for p in folder.iterdir()]
+        finally:
+            receiver.terminate()
+            receiver.wait(30)
+
+        def dcmtk(name: str, argv: list[str]) -> None:
+            out = root / name.split()[1]
+            out.mkdir()
+            start = time.perf_counter()
+            for study in studies:  # in `out` (movescu writes to its working folder whatever -od says)
+                subprocess.run([*argv, "+B", "-od", str(out), "-k", "QueryRetrieveLevel=STUDY",
+                                "-k", f"StudyInstanceUID={study}"], check=True, capture_output=True, timeout=600,
+                               cwd=out)
+            timings[name] = time.perf_counter() - start
+            sizes[name] = [p.stat().st_size for p in out.iterdir()]
+
+        target = ["-aec", orthanc.aet, "127.0.0.1", str(orthanc.dicom_port), "-S"]
+        dcmtk("dcmtk getscu (one per study)", ["getscu", "-aet", "HAND", *target])
+        dcmtk("dcmtk movescu (one per study)", ["movescu", "-aet", "MOVESCU", "-aem", "MOVESCU", "+P",
+                                                str(movescu_port), *target])
+    # s: the whole run (the asset: listing, Spark job, commit; dcmtk: every process); retrieval s: the asset's
+    # retrievals and commit alone (its `run/seconds`), the figure to set against dcmtk's.
+    print(f"{'retrieval of the site-day':34s} {'s':>6s} {'files':>6s} {'inst/s':>7s} {'MB/s':>6s}   "
+          f"{'retrieval s':>11s} {'inst/s':>7s} {'MB/s':>6s}")
+    for name, seconds in timings.items():
+        files, size = len(sizes[name]), sum(sizes[name])
+        line = f"{name:34s} {seconds:6.2f} {files:6d} {files / seconds:7.1f} {size / MB / seconds:6.1f}"
+        if name in phases:
+            line += f"   {phases[name]:11.2f} {files / phases[name]:7.1f} {size / MB / phases[name]:6.1f}"
+        print(line)
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--patients", type=int, default=40, help="patients of the timed site-day")
     parser.add_argument("--oct", default="16x256x256", help="OPT volume shape, frames x rows x columns")
     parser.add_argument("--release", action="store_true", help="take a PACS-only site-day to a release by CLI")
+    parser.add_argument("--protocols", action="store_true", help="DICOMweb vs DIMSE C-GET / C-MOVE vs dcmtk")
     args = parser.parse_args()
-    release(args) if args.release else throughput(args)
+    release(args) if args.release else protocols(args) if args.protocols else throughput(args)
 
 
 if __name__ == "__main__":

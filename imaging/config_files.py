@@ -36,6 +36,7 @@ from pydantic import (BaseModel, ConfigDict, Field, RootModel, StringConstraints
 from imaging.deid.options import BY_NAME as DEID_OPTIONS, FULL_DATES, MODIFIED_DATES
 from imaging.deid.pixel_text import IMAGE_TYPES, PAGE_SEGMENTATION, SCREENING, THRESHOLDING, PixelTextSettings
 from imaging.issuers import normalise
+from imaging.pacs.settings import PacsFile
 from imaging.quality.expectations import supported as supported_expectation
 from imaging.quality.rules import BALANCE, SEVERITIES, SUITE
 from imaging.steps.clinical import ACTIONS
@@ -386,25 +387,7 @@ class SparkFile(RootModel[dict[Annotated[str, StringConstraints(pattern=r"^spark
     model_config = ConfigDict(strict=True, frozen=True)
 
 
-# --- pacs.yaml --------------------------------------------------------------------------------------------
-
-PACS_AUTH = ("basic", "token", "none")
-
-
-class PacsServerFile(_Model):
-    url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$")]
-    auth: Literal[PACS_AUTH] = "basic"  # type: ignore[valid-type]
-    max_connections: PositiveInt | None = None
-
-
-class PacsFile(_Model):
-    servers: dict[SiteKey, PacsServerFile] = {}
-    max_connections: PositiveInt
-    retries: Annotated[int, Field(ge=0, le=20)]
-    backoff_seconds: Annotated[float, Field(ge=0, le=600)]
-    timeout_seconds: Annotated[float, Field(gt=0, le=3600)]
-    sensor_days: Annotated[int, Field(ge=1, le=366)]
-    sensor_seconds: PositiveInt
+# pacs.yaml: its model (PacsFile) is the PACS package's, imaging/pacs/settings.py.
 
 
 # --- the loader -------------------------------------------------------------------------------------------

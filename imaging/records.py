@@ -303,9 +303,9 @@ class ReleaseFile:
 
 @dataclass(frozen=True)
 class PacsListed:
-    """One instance of a site-day as its PACS lists it (QIDO-RS): its UIDs, the listing's change marker (a digest
-    of the instance's QIDO attributes, imaging/pacs.py) and `file_name`, the landed file's name (a digest of its
-    UIDs: no value from the server names a file)."""
+    """One instance of a site-day as its PACS lists it (QIDO-RS or C-FIND): its UIDs, the listing's change
+    marker (a digest of what the listing says of it, imaging/pacs/) and `file_name`, the landed file's name (a
+    digest of its UIDs: no value from the server names a file)."""
 
     date: str
     site: str
@@ -328,6 +328,7 @@ class PacsInstance(PacsListed):
     previous_marker: str | None = None
     previous_sha256: str | None = None
     pixel_bytes: int | None = None  # Rows x Columns x frames x BitsAllocated / 8 from the listing: a progress estimate
+    sop_class_uid: str | None = None  # from the listing: the storage context a C-GET must accept (DIMSE)
 
 
 @dataclass(frozen=True)

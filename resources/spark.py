@@ -37,8 +37,19 @@ _SHIPPED: set[int] = set()
 # first use may ask together, and the second must wait for the first's session, not make or ship another.
 _SESSION_LOCK = threading.RLock()
 PACKAGE = Path(__file__).resolve().parents[1] / "imaging"
-# Subpackages only the driver runs: left out of the executors' code archive (ARCHITECTURE.md, the layout).
-DRIVER_ONLY = ("governance", "driver")
+# Subpackages (and modules) only the driver runs, dotted below `imaging`: left out of the executors' code
+# archive (ARCHITECTURE.md, the layout). `pacs.receive` is imaging-receive, a service of its own.
+DRIVER_ONLY = ("governance", "driver", "pacs.receive")
+
+
+def driver_only(relative: Path) -> bool:
+    """Whether a file below the `imaging` package belongs to a driver-only subpackage or module."""
+    parts = list(relative.parts)
+    parts[-1] = parts[-1].split(".", 1)[0]
+    if parts[-1] == "__init__":
+        parts.pop()
+    dotted = ".".join(parts)
+    return any(dotted == p or dotted.startswith(p + ".") for p in DRIVER_ONLY)
 
 
 # Environment the tasks read (imaging/fs.py: gcsfs's endpoint, project and settings). A classic
@@ -213,8 +224,7 @@ def code_archive() -> str:
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(PACKAGE.rglob("*")):
             relative = path.relative_to(PACKAGE)
-            if (path.is_file() and "__pycache__" not in path.parts
-                    and not (len(relative.parts) > 1 and relative.parts[0] in DRIVER_ONLY)):
+            if path.is_file() and "__pycache__" not in path.parts and not driver_only(relative):
                 name = str(path.relative_to(PACKAGE.parent))
                 archive.writestr(zipfile.ZipInfo(name, date_time=ZIP_TIME), path.read_bytes())
                 if path.suffix == ".py":

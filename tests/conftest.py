@@ -180,6 +180,7 @@ GROUP_SECONDS = {
     "test_quality_checks": 50,
     "test_cli": 45,
     "test_pacs": 60,
+    "test_pacs_dimse": 110,
     "test_progress_spark": 25,
     "test_hostile": 35,
     "test_deid_sweep": 35,

@@ -452,13 +452,15 @@ DICOMWEB_PLUGIN = "/usr/share/orthanc/plugins/libOrthancDicomWeb.so"
 @dataclass
 class OrthancServer:
     """A running Orthanc: its DICOMweb root, its REST root and the test user (the password: `password`).
-    `kill()` stops it as a crash would (SIGKILL), `restart()` starts it again on the same port and storage."""
+    `kill()` stops it as a crash would (SIGKILL), `restart()` starts it again on the same port and storage.
+    With `dicom` (an `OrthancDicom`), its DICOM port is on too (`dicom_port`, AE title `aet`)."""
 
     port: int
     user: str
     password: str
     workdir: Path
     procs: list
+    dicom: "OrthancDicom | None" = None
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -466,7 +468,7 @@ class OrthancServer:
         self.procs[-1].wait(10)
 
     def restart(self) -> None:
-        self.procs.append(start_orthanc(self.workdir, self.port, self.user, self.password))
+        self.procs.append(start_orthanc(self.workdir, self.port, self.user, self.password, dicom=self.dicom))
 
     def __repr__(self) -> str:  # never show the password
         return f"OrthancServer(port={self.port})"
@@ -479,42 +481,81 @@ class OrthancServer:
     def dicomweb(self) -> str:
         return f"{self.rest}/dicom-web"
 
+    @property
+    def dicom_port(self) -> int:
+        assert self.dicom is not None, "this Orthanc has no DICOM port"
+        return self.dicom.port
+
+    @property
+    def aet(self) -> str:
+        assert self.dicom is not None, "this Orthanc has no DICOM port"
+        return self.dicom.aet
+
+
+@dataclass(frozen=True)
+class OrthancDicom:
+    """Orthanc's DICOM side: its port and AE title, and the peers it knows (`DicomModalities`: name ->
+    (AE title, host, port)). Unknown peers are refused everything (no `DicomAlwaysAllow*`) and a wrong called
+    AE title is rejected (`DicomCheckCalledAet`), as a hospital PACS is set up."""
+
+    port: int
+    aet: str
+    modalities: dict
+    extra: dict = None  # further settings of the DICOM side (DicomTls*)
+
 
 def orthanc_available() -> bool:
     return Path(ORTHANC).exists() and Path(DICOMWEB_PLUGIN).exists()
 
 
-def orthanc_config(workdir: Path, port: int, user: str, password: str) -> Path:
-    """Loopback only (`RemoteAccessAllowed` false), a login, no DICOM port, files stored as sent."""
+def orthanc_config(workdir: Path, port: int, user: str, password: str, dicom: OrthancDicom | None = None) -> Path:
+    """Loopback only (`RemoteAccessAllowed` false), a login, files stored as sent; a DICOM port only when asked."""
     config = workdir / "orthanc.json"
     storage = workdir / "storage"
     storage.mkdir(exist_ok=True)
-    config.write_text(json.dumps({
+    settings = {
         "Name": "imaging-test-pacs", "StorageDirectory": str(storage), "IndexDirectory": str(storage),
         "HttpPort": port, "DicomServerEnabled": False, "RemoteAccessAllowed": False,
         "AuthenticationEnabled": True, "RegisteredUsers": {user: password},
         "Plugins": [DICOMWEB_PLUGIN], "DicomWeb": {"Enable": True, "Root": "/dicom-web/"},
         "StorageCompression": False, "OverwriteInstances": True, "HttpDescribeErrors": False,
-    }))
+    }
+    if dicom is not None:
+        settings.update({
+            "DicomServerEnabled": True, "DicomPort": dicom.port, "DicomAet": dicom.aet, "DicomCheckCalledAet": True,
+            "DicomAlwaysAllowEcho": False, "DicomAlwaysAllowStore": False, "DicomAlwaysAllowFind": False,
+            "DicomAlwaysAllowGet": False, "DicomAlwaysAllowMove": False,
+            "DicomModalities": {name: {"AET": aet, "Host": host, "Port": peer_port, "AllowEcho": True,
+                                       "AllowFind": True, "AllowGet": True, "AllowMove": True, "AllowStore": True}
+                                for name, (aet, host, peer_port) in dicom.modalities.items()},
+            **(dicom.extra or {}),
+        })
+    config.write_text(json.dumps(settings))
     os.chmod(config, 0o600)
     return config
 
 
-def start_orthanc(workdir: Path, port: int, user: str, password: str, timeout: float = 30) -> subprocess.Popen:
-    """`Orthanc <config>` (again, on the same storage, after a stop) until its REST API answers."""
-    config = orthanc_config(workdir, port, user, password)
+def start_orthanc(workdir: Path, port: int, user: str, password: str, timeout: float = 30,
+                  dicom: OrthancDicom | None = None) -> subprocess.Popen:
+    """`Orthanc <config>` (again, on the same storage, after a stop) until its REST API (and DICOM port) answer."""
+    config = orthanc_config(workdir, port, user, password, dicom)
     proc = start_process([ORTHANC, str(config)], workdir / "orthanc.log", cwd=workdir)
-    wait_until(lambda: port_open(port), "Orthanc", timeout, [workdir / "orthanc.log"],
-               alive=lambda: proc.poll() is None)
+    wait_until(lambda: port_open(port) and (dicom is None or port_open(dicom.port)), "Orthanc", timeout,
+               [workdir / "orthanc.log"], alive=lambda: proc.poll() is None)
     return proc
 
 
 @contextlib.contextmanager
-def orthanc_server(timeout: float = 30) -> Iterator[OrthancServer]:
+def orthanc_server(timeout: float = 30, dicom_modalities: dict | None = None,
+                   dicom_extra: dict | None = None) -> Iterator[OrthancServer]:
+    """An Orthanc on loopback; `dicom_modalities` (name -> (AE title, host, port)) also opens its DICOM port,
+    with `dicom_extra` settings (TLS)."""
     port, user, password = free_port(), "pacs-test", secrets.token_urlsafe(12)
+    dicom = (OrthancDicom(free_port(), "ORTHANC-PACS", dict(dicom_modalities), dicom_extra)
+             if dicom_modalities is not None else None)
     with owned_processes("orthanc-") as (workdir, procs):
-        procs.append(start_orthanc(workdir, port, user, password, timeout))
-        yield OrthancServer(port, user, password, workdir, procs)
+        procs.append(start_orthanc(workdir, port, user, password, timeout, dicom))
+        yield OrthancServer(port, user, password, workdir, procs, dicom)
 
 
 # --- pytest fixtures (import them into a test module: `from services import postgres, ...`) ----

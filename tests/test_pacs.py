@@ -160,7 +160,8 @@ def materializations(result) -> dict[str, dict]:
     ("reset", True, "PacsUnavailable", 3), ("cut", True, "PacsUnavailable", 3),
 ])
 def test_the_retry_policy_tells_transient_from_permanent(failure, per_instance, raised, attempts):
-    from imaging.pacs import RetryPolicy
+    from imaging.pacs.connection import RetryPolicy
+    from imaging.pacs.dicomweb import http_failure
 
     calls = []
 
@@ -175,23 +176,26 @@ def test_the_retry_policy_tells_transient_from_permanent(failure, per_instance, 
         raise requests.HTTPError(response=response)
 
     with pytest.raises(Exception) as error:
-        RetryPolicy(retries=2, backoff_seconds=0.001, timeout_seconds=1).call("site-b", request, per_instance=per_instance)
+        RetryPolicy(retries=2, backoff_seconds=0.001, timeout_seconds=1).call("site-b", request, per_instance=per_instance,
+                                                                            classify=http_failure)
     assert type(error.value).__name__ == raised and len(calls) == attempts
     assert "http" not in str(error.value).lower().replace("http ", "")  # a status, never a URL
 
 
 def test_configuration_keeps_credentials_out_of_urls_and_reprs():
-    from imaging.driver.pacs import load_pacs
-    from imaging.pacs import credentials_from_env, marker
+    from imaging.config_files import load_file
+    from imaging.pacs.connection import credentials_from_env
+    from imaging.pacs.dicomweb import marker
+    from imaging.pacs.settings import load_pacs
 
     env = {"IMAGING_PACS_SITE_B_URL": "http://127.0.0.1:9/dicom-web", "IMAGING_PACS_SITE_B_TOKEN": "tok-secret"}
-    settings = load_pacs(["site-a", "site-b"], env)
+    settings = load_pacs(load_file("pacs.yaml"), ["site-a", "site-b"], env)
     assert list(settings.endpoints) == ["site-b"]
     server = settings.server("site-b", env)
     assert server.credentials.auth == "token" and "tok-secret" not in repr(server) + repr(settings)
     for url in ("http://user:pw@127.0.0.1:9/dicom-web", "http://127.0.0.1:9/dicom-web?token=x", "ftp://pacs/x"):
         with pytest.raises(ValueError):
-            load_pacs(["site-b"], {"IMAGING_PACS_SITE_B_URL": url})
+            load_pacs(load_file("pacs.yaml"), ["site-b"], {"IMAGING_PACS_SITE_B_URL": url})
     with pytest.raises(Exception, match="IMAGING_PACS_SITE_B_USER"):  # basic auth asked, no user: named, not shown
         credentials_from_env("site-b", "basic", {})
     # The change marker ignores where the instance is served from (a moved server changes nothing).
@@ -338,12 +342,12 @@ def delete_instance(orthanc, sop: str) -> None:
 
 def test_an_instance_that_keeps_failing_is_recorded_with_its_reason_and_the_counts_add_up(
         defs, orthanc, credentials, uploaded, monkeypatch):
-    from imaging.driver import pacs as pacs_driver
+    from imaging.pacs import listing as pacs_listing
 
     warehouse = BASE / "warehouse-failing"
     sha, path = sorted(uploaded.items())[0]
     # Listed, then gone from the server before its retrieval: WADO-RS answers 404 for it.
-    monkeypatch.setattr(pacs_driver, "on_listed", lambda site_days, instances: delete_instance(orthanc, sop_of(path)))
+    monkeypatch.setattr(pacs_listing, "on_listed", lambda site_days, instances: delete_instance(orthanc, sop_of(path)))
     result = materialize(pacs_defs(defs, warehouse, orthanc.dicomweb), ["pacs_landing"])
     assert result.success  # one instance's failure never fails the site-day
     rows = outcomes(warehouse)
@@ -531,7 +535,7 @@ def test_a_published_approved_release_goes_to_a_research_pacs_by_stow_rs_byte_fo
     from approvers import approve_all
     from imaging.governance import approval as gate
     from imaging.governance.stow import StowRefused, release_images, stow
-    from imaging.pacs import Credentials, PacsServer, RetryPolicy
+    from imaging.pacs.connection import Credentials, PacsServer, RetryPolicy
     from release_helpers import SMALL_TEST, make_hospital
     from test_signed_approvals import World, hold, materialize as publish
 
@@ -554,7 +558,7 @@ def test_a_published_approved_release_goes_to_a_research_pacs_by_stow_rs_byte_fo
     images = release_images(release)
     assert (done.sent, done.stored, done.failed) == (len(images), len(images), 0) and images
     assert count() == before + len(images)
-    from imaging.pacs import connect, retrieve_stored
+    from imaging.pacs.dicomweb import connect, retrieve_stored
 
     client = connect(research, policy)
     for path in images:  # the research PACS returns exactly the approved bytes

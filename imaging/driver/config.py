@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from imaging.driver.pacs import PacsSettings, load_pacs
+from imaging.pacs.settings import PacsSettings, load_pacs
 from imaging.config_files import PLATFORM_DIR, REPO_ROOT, SITE_KEY, ConfigError, load_file, read_raw
 
 __all__ = ["PLATFORM_DIR", "REPO_ROOT", "ConfigError", "Settings", "load_settings", "read_yaml"]
@@ -122,7 +122,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         issuers=_issuers(sites),
         pixel_text=_pixel_text(),
         min_k=_min_k(env.get("IMAGING_MIN_K", "").strip()),
-        pacs=load_pacs(sites, env),
+        pacs=load_pacs(load_file("pacs.yaml"), sites, env, warehouse),
     )
 
 

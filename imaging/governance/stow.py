@@ -19,7 +19,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imaging.pacs import InstanceFailed, PacsError, PacsServer, RetryPolicy, connect, credentials_from_env, env_name
+from imaging.pacs.connection import InstanceFailed, PacsError, PacsServer, RetryPolicy, credentials_from_env, env_name
+from imaging.pacs.dicomweb import connect, http_failure
 
 PUBLISHED = "published"
 
@@ -60,7 +61,7 @@ def stow(release: str, server: PacsServer, policy: RetryPolicy, *, warehouse: st
         chunk = [p.read_bytes() for p in images[start:start + batch]]
         try:
             response, _ = policy.call(server.site, lambda: client._http_post_multipart_application_dicom(url, chunk),
-                                      per_instance=True)
+                                      per_instance=True, classify=http_failure)
         except InstanceFailed as failed:  # the whole batch refused (e.g. HTTP 409): counted, the rest still sent
             reasons[failed.reason] = reasons.get(failed.reason, 0) + len(chunk)
             continue
