@@ -385,6 +385,7 @@ class Sampler:
     pid: int
     every: float = 0.2
     peaks: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    process_peaks: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # role -> largest one process's RSS
     series: list[tuple[float, float]] = field(default_factory=list)  # (time, CPU seconds of the tree so far)
     _cpu: dict[tuple[int, float], tuple[str, float]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -431,7 +432,9 @@ class Sampler:
                     if role == "gone":
                         continue
                     with proc.oneshot():
-                        now[role] += proc.memory_info().rss
+                        rss = proc.memory_info().rss
+                        now[role] += rss
+                        self.process_peaks[role] = max(self.process_peaks[role], rss)
                         times = proc.cpu_times()
                         self._cpu[key] = (role, times.user + times.system)
                 except psutil.Error:
@@ -462,6 +465,7 @@ class PlatformRun:
     spark: dict[str, float]
     cpu: dict[str, float]  # CPU seconds by role (sampled), see Sampler
     step_cpu: dict[str, float]  # CPU seconds of the whole tree during each step
+    process_memory: dict[str, int] = field(default_factory=dict)  # role -> the largest RSS of one process
 
     @property
     def total_cpu(self) -> float:
@@ -570,7 +574,7 @@ def materialize(label: str, landing: Path, work: Path, day: str, profile: Path |
     if spark:  # a run that started Spark: how many Python worker processes it started
         spark["Python worker processes"] = sampler.processes("executor Python")
     return PlatformRun(label, end - start, steps, run_start - start, end - run_end, dict(sampler.peaks),
-                       spark, sampler.cpu(), step_cpu)
+                       spark, sampler.cpu(), step_cpu, dict(sampler.process_peaks))
 
 
 # ------------------------------------------------------------------------------------------ profile summary
