@@ -13,7 +13,8 @@ Spark figure of each declared check (`FIGURES`). The runner owns the rest, the s
    thresholds, details and partitions `assets/quality.py` reports on empty frames
    (tests/test_empty_site_day.py holds the two equal), with no Spark session and no JVM;
 3. otherwise the body's frames are staged into one journal commit (`imaging/driver/commit.py`) and
-   applied; the quarantine reasons are tallied (a handful of fixed phrases, one aggregate);
+   applied; the quarantine reasons were tallied by the body in the action that ran its per-file work
+   (`tally_of`: one aggregate for the work, the reasons and the bytes written);
 4. the checks, on what was committed, each stamped with the partitions it covered: the figures share their
    passes over each table (`figures_scope`), and the Spark session was started in the background once the
    run was known to have data;

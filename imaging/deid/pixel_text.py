@@ -20,8 +20,9 @@ How a frame is read, in tiers (measured rates and costs: docs/deidentification.m
 1. Settings by image type (`image_type`): photographs, multi-frame images (OCT volumes),
    secondary captures, and the default for the rest each have their frames read, longest
    side and thresholding passes (platform/pixel_text.yaml, `image_types`).
-2. Each sampled frame is decoded alone (`index=` of pydicom's decoder, so a volume is never
-   decoded whole) and looked up by the hash of its pixels (`frame_key`): a frame already
+2. Each sampled frame is read alone from the file (`imaging.deid.frames`: an uncompressed frame
+   viewed as its bytes, a compressed one decoded by pydicom for that frame only), so a volume is
+   never read whole, and looked up by the hash of its pixels (`frame_key`): a frame already
    read with the same settings gets its verdict again without being read.
 3. It is turned into 8-bit grey (luminance for colour; min-max scaling for more bits;
    MONOCHROME1 inverted), downscaled if its longer side exceeds the type's `max_side`.
@@ -33,7 +34,9 @@ How a frame is read, in tiers (measured rates and costs: docs/deidentification.m
    candidates. A frame without a candidate is clean: Tesseract never sees it. Multi-frame
    images with `overlay` also screen the pixelwise minimum and mean of `overlay_frames` frames
    (a device's label is on every frame, the speckle is not), at full size when no longer than
-   `full_size_side`.
+   `full_size_side`, when those frames share still pixels at all (`still_pixels`: a clean volume's
+   speckle shares none, and its overlays are not screened). The running minima and maxima are
+   NumPy's (`_running`, exactly SciPy's filters, several times faster).
 5. Tesseract reads only the candidates (`candidate_page`): each box padded, turned so its text
    is dark (`Candidate.polarity`, from the screen's ink; both ways when it does not say), its
    background taken away, small ones enlarged towards `TEXT_HEIGHT`, all on one white page read once per thresholding pass until one finds text.
