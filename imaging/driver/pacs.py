@@ -10,9 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Annotated, Iterable, Literal, Mapping
 
-from imaging.config_files import PacsFile, load_file
+from pydantic import Field, StringConstraints
+
+from imaging.config_files import load_as
+from imaging.config_model import PositiveInt, SiteKey, StrictModel
 from imaging.pacs import (PacsServer, RetryPolicy, connect, credentials_from_env, env_name, file_name, first_value,
                           marker)
 from imaging.records import PacsInstance
@@ -20,6 +23,27 @@ from imaging.records import PacsInstance
 STUDY_UID, SERIES_UID, SOP_UID, STUDY_DATE = "0020000D", "0020000E", "00080018", "00080020"
 STUDY_INSTANCES, STUDY_SERIES = "00201208", "00201206"
 ROWS, COLUMNS, FRAMES, BITS = "00280010", "00280011", "00280008", "00280100"
+
+
+# --- platform/pacs.yaml, its model -------------------------------------------------------------------------
+
+PACS_AUTH = ("basic", "token", "none")
+
+
+class PacsServerFile(StrictModel):
+    url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$")]
+    auth: Literal[PACS_AUTH] = "basic"  # type: ignore[valid-type]
+    max_connections: PositiveInt | None = None
+
+
+class PacsFile(StrictModel):
+    servers: dict[SiteKey, PacsServerFile] = {}
+    max_connections: PositiveInt
+    retries: Annotated[int, Field(ge=0, le=20)]
+    backoff_seconds: Annotated[float, Field(ge=0, le=600)]
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)]
+    sensor_days: Annotated[int, Field(ge=1, le=366)]
+    sensor_seconds: PositiveInt
 
 
 def pixel_bytes(record) -> int | None:
@@ -63,7 +87,7 @@ class PacsSettings:
 
 def load_pacs(sites: Iterable[str], env: Mapping[str, str]) -> PacsSettings:
     """platform/pacs.yaml, with IMAGING_PACS_<SITE>_URL adding or re-pointing a partition site's server."""
-    base: PacsFile = load_file("pacs.yaml")
+    base = load_as(PacsFile, "pacs.yaml")
     sites = tuple(sites)
     endpoints = {}
     for site in sites:
