@@ -8,7 +8,7 @@ from __future__ import annotations
 
 # Every file under platform/ is validated first: a mistake stops the code location at load, naming the
 # file and the field, before anything else is imported and long before a Spark session could start.
-from imaging.config_files import load_platform
+from imaging.driver.platform_files import load_platform
 
 load_platform()
 

@@ -29,11 +29,11 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 
 from assets import quality as q
 from imaging.catalogue import LEDGER, RAW_IMAGE_INDEX, manifest
+from imaging.driver.platform_files import load_clinical_policy, load_quality_rules
 from imaging.quality.gate import (CheckEvaluation, ReleaseCheck, blocking_message, latest_by_partition,
                                   publication_blockers, release_checks)
 from imaging.quality.outcomes import CheckOutcome
-from imaging.quality.rules import ERROR, CheckRule, QualityRules, load_quality_rules
-from imaging.steps.clinical import load_policy
+from imaging.quality.rules import ERROR, CheckRule, QualityRules
 from imaging.steps.declared import CHECKS, IMAGE_STEPS
 from resources.deid import Deidentifier
 from resources.spark import SparkResource
@@ -134,7 +134,7 @@ def anonymized_images_table_checks(context, spark: SparkResource, warehouse: War
     session = spark.spark_session
     ctx = quality_context(deid)
     outcomes = q.pseudonym_bijection(warehouse.read(session, LEDGER), warehouse.read(session, RAW_IMAGE_INDEX),
-                                     warehouse.read(session, manifest(load_policy())), ctx)
+                                     warehouse.read(session, manifest(load_clinical_policy())), ctx)
     yield from _selected(context, check_results(outcomes, context.log, q.ANONYMIZED), q.ANONYMIZED)
 
 

@@ -25,7 +25,7 @@ __all__ = ["ExpectationResult", "validate_suite"]
 
 
 def validate_suite(df: DataFrame, spec: Mapping) -> list[ExpectationResult]:
-    """Validate `df` against the suite (validated: `imaging.quality.rules.load_suite`); one result per
+    """Validate `df` against the suite (validated: `imaging.quality.rules.QualityRules.suite`); one result per
     expectation, in the suite's order, counts only."""
     items = list(spec["expectations"])
     rows = [(position, item) for position, item in enumerate(items) if item["type"] not in SCHEMA_WISE]

@@ -19,15 +19,15 @@ from assets.partitions import SETTINGS
 from imaging.catalogue import (DEIDENTIFIED, IDENTIFIABLE, LINKED, PACS_INSTANCES, RAW_IMAGE_INDEX, Table, column_privacy, describe_column,
                                manifest, markdown_safe)
 from imaging.driver.config import read_yaml
+from imaging.driver.platform_files import load_clinical_policy
 from imaging.governance.code_version import code_version, module_files
 from imaging.governance.disclosure import DisclosurePolicy
 from imaging.governance.lineage import MANIFEST, RELEASE, column_lineage, dagster_column_deps
-from imaging.steps.clinical import load_policy
 from imaging.steps.declared import IMAGE_STEPS
 
 OWNERS = ["team:imaging-platform"]
 POLICY_SPEC = read_yaml("clinical_policy.yaml")
-POLICY = load_policy()
+POLICY = load_clinical_policy()
 DISCLOSURE = DisclosurePolicy.from_dict(POLICY_SPEC, min_k=SETTINGS.min_k)
 LINEAGE = tuple(column_lineage(POLICY, SETTINGS.deid_options, DISCLOSURE))
 

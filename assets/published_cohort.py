@@ -15,20 +15,19 @@ from assets.run_tags import label_run
 from assets.governance import CODE_VERSIONS, DISCLOSURE, LINEAGE, column_lineage, definition_metadata
 from imaging import fs as fsx
 from imaging.catalogue import COHORTS, DEIDENTIFIED, LEDGER, REVIEWS, manifest
-from imaging.driver.config import PLATFORM_DIR
+from imaging.driver.platform_files import load_clinical_policy, load_cohorts
 from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH, REJECTED, UNCHANGED, ApprovalError,
                                          ApprovalPolicy, Decision, ReleaseKey, ReleasePlan, building_url, carry_out,
                                          decide, list_held, load_standing, manifest_id)
 from imaging.pseudonym import DEMO_KEY_FINGERPRINT
 from imaging.governance.bundle import content_key_of, parse_manifest
-from imaging.governance.cohort import CohortDefinition, load_cohorts
+from imaging.governance.cohort import CohortDefinition
 from imaging.governance.datacard import (BREAKDOWN_COLUMNS, CheckResult, CodeVersion, DataCardInputs, DeidSummary,
                                          InputPartition, ReleaseCounts, Selection, breakdown_sql, counts_sql)
 from imaging.governance.disclosure import k_anonymity
 from imaging.governance.lineage import RELEASE, release_columns
 from imaging.governance.release_bundle import CheckedRelease, finish_release
 from imaging.quality.gate import NOT_EVALUATED, PASSED
-from imaging.steps.clinical import load_policy
 from imaging.steps.release import CopyJob, WriteParquet
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
@@ -216,12 +215,12 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     except ApprovalError as error:
         raise Failure(str(error)) from error
     demo = deid.key_fingerprint == DEMO_KEY_FINGERPRINT  # demo approver keys count only for demo releases
-    rows = warehouse.read(session, manifest(load_policy()))
+    rows = warehouse.read(session, manifest(load_clinical_policy()))
     ledger = warehouse.read(session, LEDGER)
     commit = warehouse.begin("published_cohort")
     root = warehouse.root
     plans: dict[str, ReleasePlan] = {}
-    for cohort in load_cohorts(PLATFORM_DIR / "cohorts"):
+    for cohort in load_cohorts():
         selected = rows.where(cohort.sql_predicate()).persist()
         images = selected.count()
         if images == 0:

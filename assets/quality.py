@@ -35,7 +35,7 @@ from imaging.governance.bundle import verify_release
 from imaging.quality.columns import birth_date_columns, identity_columns, java_date_pattern
 from imaging.quality.outcomes import (CheckOutcome, Distribution, Offender, evaluate_balance, evaluate_max,
                                       patient_offender, uid_offender)
-from imaging.quality.rules import QualityContext, load_suite
+from imaging.quality.rules import QualityContext
 from imaging.steps.clinical import ClinicalPolicy
 from imaging.header import DA_FORMAT
 from imaging.steps.index import MANDATORY as MANDATORY_ATTRIBUTES
@@ -733,7 +733,7 @@ def column_rules(df: DataFrame, asset: str, ctx: QualityContext, *,
 
     partitions = list(partitions)
     rule = ctx.rule(asset, "column_rules")
-    results = validate_suite(df, load_suite(rule.suite))
+    results = validate_suite(df, ctx.rules.suite(rule.suite))
     outcomes = []
     for name, severity in (("column_rules", "ERROR"), ("column_warnings", "WARN")):
         mine = [r for r in results if r.severity == severity]

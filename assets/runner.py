@@ -44,13 +44,14 @@ from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
 from assets.versions import EVENTS_LOGGED_BY_STEP, LANDING, landing_read, materialization, partition_versions
 from assets.run_tags import label_run
 from imaging.catalogue import Folder, Table
+from imaging.driver.platform_files import load_clinical_policy
 from imaging.driver.run_summary import OTHER, Counts, StageClock, StepSummary
 from imaging.quality.gate import covering
 from imaging.quality.outcomes import CheckOutcome
 from imaging.quality.rules import QualityContext
 from imaging.records import SiteDay, schema_of
 from imaging.steps.anonymize import batch_name
-from imaging.steps.clinical import ClinicalPolicy, load_policy
+from imaging.steps.clinical import ClinicalPolicy
 from imaging.steps.declared import ImageStep, empty_outcomes
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
@@ -96,7 +97,7 @@ class StepRun:
 
     @cached_property
     def policy(self) -> ClinicalPolicy:
-        return load_policy()
+        return load_clinical_policy()
 
     @property
     def partitions(self) -> list[str]:

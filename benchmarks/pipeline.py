@@ -246,7 +246,7 @@ def platform_loop(t: Tree, scratch: Path) -> float:
     from imaging.driver.config import load_settings
     from imaging.records import IndexedImage, LinkedImage, ListedFile
     from imaging.steps.anonymize import AnonymizeJob
-    from imaging.steps.clinical import load_policy
+    from imaging.driver.platform_files import load_clinical_policy
     from imaging.steps.index import index_file
     from resources.deid import Deidentifier
 
@@ -254,7 +254,7 @@ def platform_loop(t: Tree, scratch: Path) -> float:
     deid = Deidentifier(pseudonym_key="benchmark-key-not-a-secret-" + "b" * 8, options=list(settings.deid_options),
                         issuers=settings.issuers, pixel_text=settings.pixel_text)
     out = scratch / f"platform-loop-{t.label}"
-    job = AnonymizeJob(deid.pseudonym_key, tuple(deid.options), load_policy(), deid.issuer_policy(),
+    job = AnonymizeJob(deid.pseudonym_key, tuple(deid.options), load_clinical_policy(), deid.issuer_policy(),
                        deid.pixel_text_settings(), staging=str(out))
     ocr = [0.0]
     check = PixelTextDetector.check

@@ -120,7 +120,7 @@ def run_checks(index, clinical, linked, gx: bool) -> dict:
     from assets import quality as q
     from imaging.driver.config import read_yaml
     from imaging.pseudonym import Pseudonymizer
-    from imaging.quality.rules import load_quality_rules
+    from imaging.driver.platform_files import load_quality_rules
     from imaging.steps.clinical import ClinicalPolicy
 
     ctx = q.QualityContext(load_quality_rules(), Pseudonymizer("benchmark-key-not-secret"), {}, "NHS",

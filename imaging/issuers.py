@@ -8,7 +8,7 @@ devices write ("NHS", "NHSNUMBER", a trust code, ...). A value that is unknown, 
 another namespace, never splits a patient: the site's namespace wins, and the resolution says
 so (`status`), for the run to count. Pure: a dict in, named records out.
 
-    policy = IssuerPolicy.from_model(load_file("issuers.yaml"))   # imaging.config_files
+    policy = IssuerPolicy.from_model(load_file("issuers.yaml"))   # imaging.driver.platform_files
     resolution = policy.resolve("site-a", ds.get("IssuerOfPatientID"))
     resolution.namespace   # "NHS"
     resolution.status      # "configured" | "alias" | "absent" | "unknown" | "inconsistent"
@@ -19,6 +19,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from pydantic import model_validator
+
+from imaging.config_model import SiteKey, StrictModel, Text, validate
 
 CONFIGURED = "configured"  # the header names the site's namespace itself
 ALIAS = "alias"  # the header is an alias of the site's namespace
@@ -34,6 +38,29 @@ _SPACE = re.compile(r"\s+")
 def normalise(value: str | None) -> str:
     """Header values compare case-, padding- and space-insensitively ("nhs  number " == "NHS NUMBER")."""
     return _SPACE.sub(" ", str(value or "").replace("\x00", " ")).strip().upper()
+
+
+class IssuersFile(StrictModel):
+    """platform/issuers.yaml: each site's namespace and the alias table."""
+
+    sites: dict[SiteKey, Text] = {}
+    default_namespace: Text | None = None  # for sites not listed; absent: an unlisted site is an error
+    aliases: dict[Text, Text] = {}  # IssuerOfPatientID value -> namespace
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if not self.sites and self.default_namespace is None:
+            raise ValueError("no site has a namespace (give `sites` or `default_namespace`)")
+        seen: dict[str, str] = {}
+        for value, namespace in self.aliases.items():
+            key = normalise(value)
+            if seen.get(key, namespace.strip()) != namespace.strip():
+                raise ValueError(f"aliases: header value {value!r} is given to two namespaces")
+            seen[key] = namespace.strip()
+        for namespace in {n.strip() for n in [*self.sites.values(), self.default_namespace] if n}:
+            if seen.setdefault(normalise(namespace), namespace) != namespace:
+                raise ValueError(f"namespace {namespace!r} is an alias of another namespace")
+        return self
 
 
 @dataclass(frozen=True)
@@ -59,14 +86,12 @@ class IssuerPolicy:
     @classmethod
     def from_dict(cls, spec: Mapping | None, source: str = "platform/issuers.yaml") -> "IssuerPolicy":
         """From parsed YAML: `sites: {site: namespace}`, `aliases: {header value: namespace}`,
-        optional `default_namespace`; a ConfigError (imaging.config_files) names every mistake."""
-        from imaging.config_files import IssuersFile, validate
-
+        optional `default_namespace`; a ConfigError names every mistake."""
         return cls.from_model(validate(IssuersFile, spec or {}, source))
 
     @classmethod
     def from_model(cls, spec) -> "IssuerPolicy":
-        """From a validated `imaging.config_files.IssuersFile` (it has checked the alias table).
+        """From a validated `IssuersFile` (it has checked the alias table).
         Every namespace is also an alias of itself."""
         sites = {site: namespace.strip() for site, namespace in spec.sites.items()}
         default = spec.default_namespace.strip() if spec.default_namespace else None

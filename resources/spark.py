@@ -29,7 +29,8 @@ from dagster import InitResourceContext
 from dagster_pyspark import PySparkResource
 
 from imaging import worker_daemon
-from imaging.config_files import load_file
+from imaging.config_files import load_as
+from imaging.driver.config import SparkFile
 from imaging.records import BatchStep, to_batch
 
 _SHIPPED: set[int] = set()
@@ -183,7 +184,7 @@ def spark_config(master: str, env: Mapping[str, str] | None = None,
     """
     env = os.environ if env is None else env
     check_master(master, env)
-    config = dict(load_file("spark.yaml").root)  # every value a string, checked by the model
+    config = dict(load_as(SparkFile, "spark.yaml").root)  # every value a string, checked by the model
     config.pop("spark.master", None)
     if is_connect(master):
         config["spark.remote"] = master

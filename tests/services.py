@@ -88,10 +88,11 @@ def server_java_options() -> str:
     driver's class-data-sharing archive when setup made one: the same JDK and jars, so the same classes (a
     Connect server answers its first query in 6.5-7 s instead of 12-13 s); a JVM whose classpath does not
     match it ignores it."""
-    from imaging.config_files import load_file
+    from imaging.config_files import load_as
+    from imaging.driver.config import SparkFile
     from resources.spark import DRIVER_ARCHIVE
 
-    options = str(load_file("spark.yaml").root.get("spark.driver.extraJavaOptions", ""))
+    options = str(load_as(SparkFile, "spark.yaml").root.get("spark.driver.extraJavaOptions", ""))
     return f"{options} -XX:SharedArchiveFile={DRIVER_ARCHIVE}" if DRIVER_ARCHIVE.is_file() else options
 
 

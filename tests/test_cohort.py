@@ -1,11 +1,11 @@
 import pytest
 
-from imaging.driver.config import PLATFORM_DIR
-from imaging.governance.cohort import CohortDefinition, load_cohorts
+from imaging.driver.platform_files import load_cohorts
+from imaging.governance.cohort import CohortDefinition
 
 
 def test_shipped_definitions_load():
-    names = {c.name for c in load_cohorts(PLATFORM_DIR / "cohorts")}
+    names = {c.name for c in load_cohorts()}
     assert {"amd-oct", "all-fundus"} <= names
 
 

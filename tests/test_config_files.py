@@ -1,6 +1,7 @@
-"""Every file under platform/ is read into a pydantic model (imaging/config_files.py): the shipped files
-load, and a mistake in any of them is a ConfigError naming the file, the field and what is allowed,
-raised when `definitions` is imported, before anything else loads. No Spark, no Dagster, no mocks."""
+"""Every file under platform/ is read into a pydantic model (imaging/config_files.py reads them, the models
+live with their domains, imaging/driver/platform_files.py maps one to the other): the shipped files load,
+and a mistake in any of them is a ConfigError naming the file, the field and what is allowed, raised when
+`definitions` is imported, before anything else loads. No Spark, no Dagster, no mocks."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imaging.config_files import (DEFAULT_PLATFORM_DIR, FILES, ConfigError, CohortFile, load_cohort_files, load_file,
-                                  load_platform)
+from imaging.config_files import DEFAULT_PLATFORM_DIR
+from imaging.config_model import ConfigError
+from imaging.driver.platform_files import FILES, load_cohort_files, load_file, load_platform
+from imaging.governance.cohort import CohortFile
 from imaging.steps.declared import QUALITY_CHECKS
 
 ROOT = Path(__file__).resolve().parents[1]

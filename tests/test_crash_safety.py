@@ -29,7 +29,7 @@ from conftest import DATES, ROOT, SITES, rooted, run_assets
 from crash import SimulatedCrash, stopping_at
 from imaging.catalogue import ANONYMIZED_FILES, AUDIT, DEIDENTIFIED, LEDGER, REVIEWS, manifest
 from imaging.driver.commit import recover
-from imaging.steps.clinical import load_policy
+from imaging.driver.platform_files import load_clinical_policy
 
 REPO = Path(__file__).resolve().parents[1]
 CRASH_RUNNER = Path(__file__).resolve().with_name("crash.py")
@@ -116,7 +116,7 @@ def before(states, asset):
 
 def assert_consistent(warehouse: Path):
     """What a reader may rely on after recovery: files and manifest agree, nothing staged."""
-    table = manifest(load_policy())
+    table = manifest(load_clinical_policy())
     rows = pads.dataset(warehouse / table.path, format="parquet", partitioning="hive").to_table().to_pylist() \
         if (warehouse / table.path).exists() else []
     listed = {r["output_path"]: r["sha256"] for r in rows}

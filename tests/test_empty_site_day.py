@@ -110,12 +110,13 @@ def test_empty_site_day_empties_stale_partitions_through_the_journal(defs, sessi
     folder and table of the site-day is replaced, and nothing is left staged or journaled."""
     from imaging.pseudonym import Pseudonymizer
     from imaging.steps.anonymize import batch_name
-    from imaging.steps.clinical import load_policy
+    from imaging.driver.platform_files import load_clinical_policy
 
     batch = batch_name(Pseudonymizer(os.environ["IMAGING_PSEUDONYM_KEY"]), EMPTY.date, EMPTY.site)
     stale = [WAREHOUSE / t.path / partition_dir(t, EMPTY)
              for t in (RAW_IMAGE_INDEX, INDEX_QUARANTINE, LINKED, CLINICAL_QUARANTINE, LEDGER, ANONYMIZE_QUARANTINE)]
-    stale.append(WAREHOUSE / manifest(load_policy()).path / partition_dir(manifest(load_policy()), {"batch": batch}))
+    table = manifest(load_clinical_policy())
+    stale.append(WAREHOUSE / table.path / partition_dir(table, {"batch": batch}))
     for folder in stale:
         _plant(folder)
     files = WAREHOUSE / ANONYMIZED_FILES.path / batch
@@ -166,14 +167,14 @@ def test_empty_day_outcomes_equal_sparks_on_empty_frames():
     from imaging.steps.declared import empty_outcomes, step_of
     from imaging.quality.gate import covering
     from imaging.records import ClinicalRow, schema_of
-    from imaging.steps.clinical import load_policy
+    from imaging.driver.platform_files import load_clinical_policy
     from resources.deid import Deidentifier
     from resources.spark import SparkResource, spark_config, spark_schema
     from assets.checks import quality_context
     from assets.partitions import SETTINGS
 
     session = SparkResource(spark_config=spark_config(os.environ["IMAGING_SPARK_MASTER"])).spark_session
-    policy = load_policy()
+    policy = load_clinical_policy()
     ctx = quality_context(Deidentifier(pseudonym_key=os.environ["IMAGING_PSEUDONYM_KEY"],
                                        options=list(SETTINGS.deid_options), issuers=SETTINGS.issuers,
                                        pixel_text=SETTINGS.pixel_text))

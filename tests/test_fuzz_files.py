@@ -34,10 +34,10 @@ from pydicom.datadict import dictionary_keyword
 from fuzz_corpus import KINDS, MARK, write_corpus
 from imaging.deid import RESEARCH_DEFAULT, load_pixel_text_settings, quiet
 from imaging.driver.config import read_yaml
+from imaging.driver.platform_files import load_clinical_policy
 from imaging.issuers import IssuerPolicy
 from imaging.records import IndexedImage, LinkedImage, ListedFile, PublishedImage, Quarantined
 from imaging.steps.anonymize import AnonymizeJob
-from imaging.steps.clinical import load_policy
 from imaging.steps.index import index_file
 
 KEY = "fuzz-test-key-" + "k" * 16
@@ -105,7 +105,7 @@ def run(tmp_path_factory):
     folder = root / "landing" / "images" / SITE / "2024-03-01"
     corpus = write_corpus(folder, limit=_size())
     staging = root / "warehouse" / "deidentified" / "_staging" / "fuzz"
-    policy = load_policy()
+    policy = load_clinical_policy()
     job = AnonymizeJob(KEY, RESEARCH_DEFAULT, policy, IssuerPolicy.from_dict(read_yaml("issuers.yaml")),
                        load_pixel_text_settings(read_yaml("pixel_text.yaml")), str(staging))
     before = _files(root)

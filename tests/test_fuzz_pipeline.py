@@ -18,7 +18,7 @@ import pytest
 from conftest import DATES, SITES, publish_cohorts, run_assets
 from fuzz_corpus import KINDS, write_corpus
 from imaging.catalogue import ANONYMIZE_QUARANTINE, INDEX_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX, manifest
-from imaging.steps.clinical import load_policy
+from imaging.driver.platform_files import load_clinical_policy
 
 SITE, DAYS = SITES[0], DATES[:2]
 PER_KIND = int(os.environ.get("FUZZ_PIPELINE_PER_KIND", "16"))
@@ -55,7 +55,7 @@ def test_every_mutated_file_is_published_or_quarantined_and_the_counts_add_up(fu
     assert len(corpus) == PER_KIND * len(KINDS)
     index, index_held = _table(warehouse, RAW_IMAGE_INDEX), _table(warehouse, INDEX_QUARANTINE)
     linked, link_held = _table(warehouse, LINKED), _table(warehouse, LINK_QUARANTINE)
-    published, held = _table(warehouse, manifest(load_policy())), _table(warehouse, ANONYMIZE_QUARANTINE)
+    published, held = _table(warehouse, manifest(load_clinical_policy())), _table(warehouse, ANONYMIZE_QUARANTINE)
     for day in DAYS:  # per site-day, as the accounting checks do
         listed = sum(1 for d, _ in corpus if d == day)
         on = lambda rows: [r for r in rows if r.get("date") == day]  # noqa: E731

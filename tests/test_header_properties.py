@@ -20,11 +20,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from imaging.deid import RESEARCH_DEFAULT, load_pixel_text_settings, quiet
 from imaging.driver.config import read_yaml
+from imaging.driver.platform_files import load_clinical_policy, load_quality_rules
 from imaging.issuers import IssuerPolicy
-from imaging.quality.rules import load_quality_rules
 from imaging.records import IndexedImage, LinkedImage, ListedFile, PublishedImage, Quarantined
 from imaging.steps.anonymize import AnonymizeJob
-from imaging.steps.clinical import load_policy
 from imaging.header import dicom_date
 from imaging.steps.index import DICOM_ROOT, IndexRules, index_file, is_uid
 from synth import generate_hospital
@@ -57,7 +56,7 @@ def world(tmp_path_factory):
     base = root / "landing" / summary.dicom_files[(DAY, SITE)][0]
     with quiet():
         template = pydicom.dcmread(base)
-    publish = AnonymizeJob("property-test-key-" + "k" * 16, RESEARCH_DEFAULT, load_policy(),
+    publish = AnonymizeJob("property-test-key-" + "k" * 16, RESEARCH_DEFAULT, load_clinical_policy(),
                            IssuerPolicy.from_dict(read_yaml("issuers.yaml")),
                            load_pixel_text_settings(read_yaml("pixel_text.yaml")), str(root / "staging"))()
     return root, template, publish

@@ -27,10 +27,11 @@ from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_
                                LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX, manifest)
 from imaging.deid import RESEARCH_DEFAULT, load_pixel_text_settings, quiet
 from imaging.driver.config import read_yaml
+from imaging.driver.platform_files import load_clinical_policy
 from imaging.issuers import IssuerPolicy
 from imaging.records import IndexedImage, LinkedImage, ListedFile, PublishedImage
 from imaging.steps.anonymize import AnonymizeJob
-from imaging.steps.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH, load_policy
+from imaging.steps.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH
 from imaging.steps.index import (ELSEWHERE, MALFORMED_UID, PLACEHOLDER_PATIENT_ID, STUDY_DATE_AFTER_INDEXING,
                                  UID_UNDER_DICOM_ROOT, index_file)
 from synth import generate_hospital
@@ -136,7 +137,7 @@ def test_a_patient_id_spelled_like_a_path_is_published_under_a_pseudonym(hostile
     warehouse = root / "warehouse"
     ledger = {Path(r["source_path"]).stem: r for r in _table(warehouse, LEDGER)}
     row = ledger["patient-id-like-a-path"]
-    published = {r["output_path"]: r for r in _table(warehouse, manifest(load_policy()))}[row["output_path"]]
+    published = {r["output_path"]: r for r in _table(warehouse, manifest(load_clinical_policy()))}[row["output_path"]]
     assert re.fullmatch(r"P[0-9A-F]{24}", published["patient_pseudonym"])
     data = (warehouse / "deidentified" / row["output_path"]).read_bytes()
     assert b"etc/passwd" not in data and b"../" not in data
@@ -148,7 +149,7 @@ def test_every_file_is_accounted_for_and_the_rest_published(hostile):
     listed = sum(1 for p in (root / "landing" / "images").rglob("*") if p.is_file())
     index, index_held = _table(warehouse, RAW_IMAGE_INDEX), _table(warehouse, INDEX_QUARANTINE)
     linked, link_held = _table(warehouse, LINKED), _table(warehouse, LINK_QUARANTINE)
-    published, held = _table(warehouse, manifest(load_policy())), _table(warehouse, ANONYMIZE_QUARANTINE)
+    published, held = _table(warehouse, manifest(load_clinical_policy())), _table(warehouse, ANONYMIZE_QUARANTINE)
     assert listed == len(index) + len(index_held)
     assert len(index) == len(linked) + len(link_held)
     assert len(linked) == len(published) + len(held)
@@ -184,7 +185,7 @@ def test_the_deidentification_names_files_by_derived_uids_even_when_the_index_is
     fields = {**image.__dict__, "source_path": str(hostile), "size_bytes": hostile.stat().st_size,
               "sha256": hashlib.sha256(hostile.read_bytes()).hexdigest(), "sop_instance_uid": TRAVERSAL}
     staging = tmp_path / "staging"
-    publish = AnonymizeJob("hostile-test-key-" + "k" * 16, RESEARCH_DEFAULT, load_policy(),
+    publish = AnonymizeJob("hostile-test-key-" + "k" * 16, RESEARCH_DEFAULT, load_clinical_policy(),
                            IssuerPolicy.from_dict(read_yaml("issuers.yaml")),
                            load_pixel_text_settings(read_yaml("pixel_text.yaml")), str(staging))()
     out = publish(LinkedImage(**fields, has_clinical_record=False))

@@ -24,14 +24,14 @@ from fuzz_corpus import source_files  # pydicom's and pydicom-data's files on di
 
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINK_QUARANTINE,
                                LINKED, RAW_IMAGE_INDEX, manifest)
-from imaging.steps.clinical import load_policy
+from imaging.driver.platform_files import load_clinical_policy
 
 from conftest import DATES, SITES, publish_cohorts, run_assets
 from imaging.deid import load_profile, quiet
 from imaging.steps.index import MANDATORY
 from test_deid_planted import TOKEN, UID_ROOT, _allowed, _survivors, planted
 
-MANIFEST = manifest(load_policy())
+MANIFEST = manifest(load_clinical_policy())
 
 CLINICAL_LEAKS = {"full_name": "Zebedee LEAKCLIN01", "nhs_number": "LEAKCLIN02", "address": "1 LEAKCLIN03 Road",
                   "notes": "seen by LEAKCLIN04", "favourite_colour": "LEAKCLIN05", "postcode": "LEAKCLIN06"}

@@ -183,7 +183,7 @@ def test_the_retry_policy_tells_transient_from_permanent(failure, per_instance, 
 
 
 def test_configuration_keeps_credentials_out_of_urls_and_reprs():
-    from imaging.config_files import load_file
+    from imaging.driver.platform_files import load_file
     from imaging.pacs.connection import credentials_from_env
     from imaging.pacs.dicomweb import marker
     from imaging.pacs.settings import load_pacs

@@ -10,12 +10,12 @@ import pytest
 
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINKED,
                                RAW_IMAGE_INDEX, manifest)
-from imaging.steps.clinical import load_policy
+from imaging.driver.platform_files import load_clinical_policy
 
 from conftest import DATES, ROOT, SITES, run_assets
 from imaging.governance.bundle import verify_release
 
-MANIFEST = manifest(load_policy())
+MANIFEST = manifest(load_clinical_policy())
 
 LANDING = ROOT / "landing"
 

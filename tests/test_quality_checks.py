@@ -16,8 +16,8 @@ from assets import quality as q
 from assets.linkage import as_of_join
 from imaging.catalogue import LINKED, RAW_IMAGE_INDEX
 from imaging.driver.config import read_yaml
+from imaging.driver.platform_files import load_quality_rules
 from imaging.pseudonym import Pseudonymizer
-from imaging.quality.rules import load_quality_rules
 from imaging.records import ClinicalRow, schema_of
 from imaging.steps.clinical import ClinicalPolicy
 from resources.spark import spark_schema

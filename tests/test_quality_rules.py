@@ -4,13 +4,16 @@ import json
 
 import pytest
 
+from imaging.config_model import validate
 from imaging.driver.config import read_yaml
+from imaging.driver.platform_files import load_quality_rules
 from imaging.pseudonym import Pseudonymizer
 from imaging.quality.columns import java_date_pattern
 from imaging.quality.gate import (CheckEvaluation, blocking_message, latest_by_partition, publication_blockers,
                                   release_checks)
 from imaging.quality.outcomes import Distribution, evaluate_balance, evaluate_max, patient_offender, uid_offender
-from imaging.quality.rules import ERROR, WARN, QualityRules, load_quality_rules
+from imaging.quality.rules import ERROR, WARN
+from imaging.steps.declared import QualityFile
 from imaging.header import dicom_date
 
 RULES = load_quality_rules()
@@ -40,9 +43,9 @@ def test_bad_severity_and_percentiles_are_refused():
     spec = read_yaml("quality.yaml")
     spec["checks"]["raw_image_index"]["series_per_study"]["severity"] = "fatal"
     with pytest.raises(ValueError, match=r"checks\.raw_image_index\.series_per_study\.severity: must be 'ERROR' or 'WARN'"):
-        QualityRules.from_dict(spec)
+        validate(QualityFile, spec, "platform/quality.yaml")
     with pytest.raises(ValueError, match=r"percentiles\[0\]: must be < 1"):
-        QualityRules.from_dict({**read_yaml("quality.yaml"), "percentiles": [50]})
+        validate(QualityFile, {**read_yaml("quality.yaml"), "percentiles": [50]}, "platform/quality.yaml")
 
 
 def test_placeholders_are_compared_trimmed_and_upper_case():

@@ -84,9 +84,9 @@ def test_an_outcome_batch_holds_both_kinds_and_tells_them_apart_by_reason():
 
 
 def test_the_manifest_and_ledger_are_projections_of_the_published_record():
-    from imaging.steps.clinical import load_policy
+    from imaging.driver.platform_files import load_clinical_policy
 
-    table = catalogue.manifest(load_policy())
+    table = catalogue.manifest(load_clinical_policy())
     fields = set(schema_of(PublishedImage).names)
     assert {table.source_of(c) for c in table.columns} - set(table.extra.names) <= fields
     assert table.columns[-1] == "batch" and table.source_of("sha256") == "output_sha256"

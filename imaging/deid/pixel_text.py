@@ -9,7 +9,7 @@ with the reason "text in pixel data".
 Set-up (loading Tesseract's English model) costs tens of milliseconds and memory, so a
 `PixelTextDetector` is made once per process or Spark partition and reused for every file:
 
-    settings = PixelTextSettings.from_model(load_file("pixel_text.yaml"))   # imaging.config_files
+    settings = PixelTextSettings.from_model(load_file("pixel_text.yaml"))   # imaging.driver.platform_files
     with PixelTextDetector(settings) as detector:
         for ds in files:
             out = deidentify(ds, ..., pixel_text=detector)
@@ -58,10 +58,14 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
+from typing import Annotated, Literal
 
 import numpy as np
+from pydantic import Field, field_validator
 from pydicom.dataset import Dataset
 from pydicom.uid import UID
+
+from imaging.config_model import PositiveInt, StrictModel, Text, validate
 
 from .burned_in import PHOTOGRAPHS, is_secondary_capture
 from .errors import NotDeidentifiable
@@ -148,14 +152,12 @@ class PixelTextSettings:
     @classmethod
     def from_dict(cls, spec: Mapping | None, source: str = "platform/pixel_text.yaml") -> "PixelTextSettings":
         """Settings from a parsed YAML mapping; unknown keys and bad values are a ConfigError
-        (imaging.config_files), naming each, not ignored."""
-        from imaging.config_files import PixelTextFile, validate
-
+        (`PixelTextFile`), naming each, not ignored."""
         return cls.from_model(validate(PixelTextFile, spec or {}, source))
 
     @classmethod
     def from_model(cls, spec) -> "PixelTextSettings":
-        """From a validated `imaging.config_files.PixelTextFile`."""
+        """From a validated `PixelTextFile`."""
         types = tuple(sorted(
             (name, ImageTypeSettings(frame_sample=t.frame_sample, max_side=t.max_side,
                                      thresholding=tuple(t.thresholding) if t.thresholding else None,
@@ -175,8 +177,6 @@ class PixelTextSettings:
 
     def validate(self) -> None:
         """Settings made in code (not from the file) meet the file's rules too."""
-        from imaging.config_files import PixelTextFile, validate
-
         spec = {f.name: getattr(self, f.name) for f in fields(self)}
         types = {name: {k: list(v) if isinstance(v, tuple) else v
                         for k, v in vars(t).items() if v is not None} for name, t in self.image_types}
@@ -225,6 +225,58 @@ class PixelTextSettings:
 def load_pixel_text_settings(spec: Mapping | None) -> PixelTextSettings:
     """The settings in a parsed platform/pixel_text.yaml (pure: no file, no OCR)."""
     return PixelTextSettings.from_dict(spec)
+
+
+# --- platform/pixel_text.yaml, its model --------------------------------------------------------------------
+
+_PT = PixelTextSettings()  # the engine's defaults; a file that omits a key gets them
+Thresholding = Literal[tuple(THRESHOLDING)]  # type: ignore[valid-type]
+
+
+def _one_pass(value):
+    return [value] if isinstance(value, str) else value
+
+
+class PixelTextTypeFile(StrictModel):
+    """One image type's own settings (`image_types`); a key left out takes the top-level value."""
+
+    frame_sample: PositiveInt | None = None
+    max_side: Annotated[int, Field(ge=64)] | None = None
+    thresholding: Annotated[list[Thresholding], Field(min_length=1)] | None = None
+    despeckle: bool | None = None
+    min_contrast: Annotated[int, Field(ge=1, le=254)] | None = None
+    overlay: bool | None = None
+    overlay_frames: Annotated[int, Field(ge=2)] | None = None
+    full_size_side: Annotated[int, Field(ge=0)] | None = None
+    screening: Literal[SCREENING] | None = None  # type: ignore[valid-type]
+
+    _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))
+
+
+class PixelTextFile(StrictModel):
+    min_confidence: float = Field(_PT.min_confidence, ge=0, le=100)
+    min_word_chars: PositiveInt = _PT.min_word_chars
+    min_words: PositiveInt = _PT.min_words
+    frame_sample: PositiveInt = _PT.frame_sample
+    thresholding: list[Thresholding] = Field(list(_PT.thresholding), min_length=1)
+    page_segmentation: Literal[PAGE_SEGMENTATION] = _PT.page_segmentation  # type: ignore[valid-type]
+    max_side: int = Field(_PT.max_side, ge=64)
+    pass_max_side: dict[Thresholding, Annotated[int, Field(ge=64)]] = dict(_PT.pass_max_side)
+    pad: int = Field(_PT.pad, ge=0)
+    language: Text = _PT.language
+    tessdata: str | None = _PT.tessdata  # empty: TESSDATA_PREFIX, then Debian's folders
+    screening: Literal[SCREENING] = _PT.screening  # type: ignore[valid-type]
+    min_contrast: int = Field(_PT.min_contrast, ge=1, le=254)
+    stroke_max: int = Field(_PT.stroke_max, ge=4, le=64)
+    despeckle: bool = _PT.despeckle
+    min_crossings: float = Field(_PT.min_crossings, ge=0)
+    overlay: bool = _PT.overlay
+    overlay_frames: int = Field(_PT.overlay_frames, ge=2)
+    full_size_side: int = Field(_PT.full_size_side, ge=0)
+    cache_frames: int = Field(_PT.cache_frames, ge=0)
+    image_types: dict[Literal[IMAGE_TYPES], PixelTextTypeFile] = {}  # type: ignore[valid-type]
+
+    _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))
 
 
 @dataclass

@@ -24,8 +24,9 @@ Environment variables (all optional but the key; defaults in brackets):
 
 Every other setting lives in `platform/` and nowhere else (`platform.yaml`, `issuers.yaml`,
 `pixel_text.yaml`): code reads it from `Settings`, never restates a default. Each file is read
-through its pydantic model (imaging/config_files.py): a mistake is a ConfigError naming the file
-and the field.
+through its pydantic model (`imaging.config_files.load_as`; `PlatformFile` and `SparkFile` below, the
+others with their domains, all listed in imaging/driver/platform_files.py): a mistake is a ConfigError
+naming the file and the field.
 """
 
 from __future__ import annotations
@@ -35,10 +36,16 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Annotated, Literal, Mapping
 
-from imaging.pacs.settings import PacsSettings, load_pacs
-from imaging.config_files import PLATFORM_DIR, REPO_ROOT, SITE_KEY, ConfigError, load_file, read_raw
+from pydantic import ConfigDict, Field, RootModel, StringConstraints, field_validator
+
+from imaging.config_files import PLATFORM_DIR, REPO_ROOT, load_as, read_raw
+from imaging.config_model import SITE_KEY, ConfigError, PositiveInt, SiteKey, StrictModel, Text
+from imaging.deid.options import BY_NAME as DEID_OPTIONS, FULL_DATES, MODIFIED_DATES
+from imaging.deid.pixel_text import PixelTextFile
+from imaging.pacs.settings import PacsFile, PacsSettings, load_pacs
+from imaging.issuers import IssuerPolicy, IssuersFile
 
 __all__ = ["PLATFORM_DIR", "REPO_ROOT", "ConfigError", "Settings", "load_settings", "read_yaml"]
 
@@ -46,6 +53,51 @@ __all__ = ["PLATFORM_DIR", "REPO_ROOT", "ConfigError", "Settings", "load_setting
 DEFAULT_LANDING = "./data/landing"
 DEFAULT_WAREHOUSE = "./data/warehouse"
 DEFAULT_SPARK_MASTER = "local[*]"
+
+
+# --- platform/platform.yaml and platform/spark.yaml, their models ------------------------------------------
+
+class PlatformFile(StrictModel):
+    start_date: dt.date
+    sites: list[SiteKey] = Field(min_length=1)
+    # SUPERSEDED by issuers.yaml; allowed until the old executor path that reads it is gone.
+    default_issuer: Text | None = None
+    deid_options: list[Literal[tuple(DEID_OPTIONS)]]  # type: ignore[valid-type]
+    files_per_task: PositiveInt
+    landing_sensor_seconds: PositiveInt
+
+    @field_validator("start_date", mode="before")
+    @classmethod
+    def _iso_date(cls, value):
+        if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+            return value
+        if isinstance(value, str):
+            try:
+                return dt.date.fromisoformat(value)
+            except ValueError:
+                pass
+        raise ValueError("must be a date, YYYY-MM-DD")
+
+    @field_validator("sites")
+    @classmethod
+    def _unique_sites(cls, sites):
+        if len(set(sites)) != len(sites):
+            raise ValueError("a site is listed twice")
+        return sites
+
+    @field_validator("deid_options")
+    @classmethod
+    def _options(cls, options):
+        if FULL_DATES in options and MODIFIED_DATES in options:
+            raise ValueError(f"{FULL_DATES} and {MODIFIED_DATES} exclude each other")
+        return options
+
+
+class SparkFile(RootModel[dict[Annotated[str, StringConstraints(pattern=r"^spark\.[A-Za-z0-9_.-]+$")], str]]):
+    """Spark properties the driver starts its session with, each a string as Spark reads it (quote numbers
+    and booleans)."""
+
+    model_config = ConfigDict(strict=True, frozen=True)
 
 
 def _root(value: str) -> str:
@@ -88,7 +140,7 @@ class Settings:
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
-    base = load_file("platform.yaml")
+    base = load_as(PlatformFile, "platform.yaml")
     sites_env = env.get("IMAGING_SITES", "").strip()
     sites = tuple(s.strip() for s in sites_env.split(",") if s.strip()) if sites_env else tuple(base.sites)
     for site in sites:
@@ -122,7 +174,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         issuers=_issuers(sites),
         pixel_text=_pixel_text(),
         min_k=_min_k(env.get("IMAGING_MIN_K", "").strip()),
-        pacs=load_pacs(load_file("pacs.yaml"), sites, env, warehouse),
+        pacs=load_pacs(load_as(PacsFile, "pacs.yaml"), sites, env, warehouse),
     )
 
 
@@ -137,9 +189,7 @@ def _min_k(value: str) -> int | None:
 def _issuers(sites: tuple[str, ...]) -> dict:
     """platform/issuers.yaml (the resource passes it on as a dict), checked now: every configured
     site must resolve to a namespace."""
-    from imaging.issuers import IssuerPolicy
-
-    policy = IssuerPolicy.from_model(load_file("issuers.yaml"))
+    policy = IssuerPolicy.from_model(load_as(IssuersFile, "issuers.yaml"))
     for site in sites:
         policy.namespace(site)  # raises, naming the site, when it has none
     return read_raw("issuers.yaml")
@@ -147,5 +197,5 @@ def _issuers(sites: tuple[str, ...]) -> dict:
 
 def _pixel_text() -> dict:
     """platform/pixel_text.yaml, validated here so a mistake fails at load, not on an executor."""
-    load_file("pixel_text.yaml")
+    load_as(PixelTextFile, "pixel_text.yaml")
     return read_raw("pixel_text.yaml")

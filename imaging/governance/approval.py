@@ -33,13 +33,14 @@ from typing import Mapping, Sequence
 
 from imaging import fs as fsx
 from imaging.catalogue import APPROVALS, AUDIT, COHORTS, HELD, Folder
-from imaging.config_files import DEFAULT_APPROVALS_REQUIRED, PLATFORM_DIR
+from imaging.config_files import PLATFORM_DIR, load_as
 from imaging.driver.commit import CommitBuilder
 from imaging.governance import audit
 from imaging.governance.bundle import APPROVAL, SUMS_FILE, content_key_of, verify_bundle
 from imaging.governance.cohort import CohortDefinition
 from imaging.governance.signing import (AllowedSigners, SignatureError, is_demo_key, load_allowed_signers,
                                         verify_signature)
+from imaging.steps.clinical import ClinicalPolicyFile
 
 HOLD, PUBLISH, UNCHANGED, CONFLICT, BLOCKED, REJECTED = (
     "held", "publish", "unchanged", "conflict", "blocked", "rejected")
@@ -150,17 +151,13 @@ class ApprovalPolicy:
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None) -> "ApprovalPolicy":
         """IMAGING_APPROVERS (default platform/approvers) and the clinical policy's approvals_required."""
-        from imaging.config_files import ClinicalPolicyFile, load_file
-
         env = os.environ if env is None else env
         path = env.get("IMAGING_APPROVERS", "").strip() or str(PLATFORM_DIR / "approvers")
         try:
             signers = load_allowed_signers(Path(path).expanduser())
         except SignatureError as error:
             raise ApprovalError(f"IMAGING_APPROVERS: {error}") from error
-        policy = load_file("clinical_policy.yaml")
-        required = policy.approvals_required if isinstance(policy, ClinicalPolicyFile) else DEFAULT_APPROVALS_REQUIRED
-        return cls(required, signers)
+        return cls(load_as(ClinicalPolicyFile, "clinical_policy.yaml").approvals_required, signers)
 
 
 def standing_of(release_id: str, decisions: Sequence[SignedDecision], policy: ApprovalPolicy,

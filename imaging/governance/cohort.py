@@ -2,13 +2,43 @@
 
 A definition is data, not code: the fields below are the whole language, so a reviewer can
 read exactly who is in a release. The predicate is built here (pure, testable) and Spark
-evaluates it natively.
+evaluates it natively. A definition's file, platform/cohorts/<file>.yaml, is read into `CohortFile`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints, model_validator
+
+from imaging.config_model import PositiveInt, StrictModel, Text, validate
+
+COHORT_NAME = r"^[a-z0-9][a-z0-9-]{0,62}$"  # becomes a folder: cohorts/<name>/v<version>
+LATERALITIES = ("R", "L", "B", "U")
+
+
+# --- platform/cohorts/*.yaml, their model -----------------------------------------------------------------
+
+class AgeRange(StrictModel):
+    min: Annotated[int, Field(ge=0)] | None = None
+    max: Annotated[int, Field(ge=0)] | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError("min must not be above max")
+        return self
+
+
+class CohortFile(StrictModel):
+    name: Annotated[str, StringConstraints(pattern=COHORT_NAME)]  # a folder name of the release
+    version: PositiveInt  # the release folder is v<version>
+    description: str = ""
+    modalities: list[Annotated[str, StringConstraints(pattern=r"^[A-Z0-9_ ]{1,16}$")]] = []  # DICOM Modality (CS)
+    diagnosis_code_prefixes: list[Text] = []
+    lateralities: list[Literal[LATERALITIES]] = []  # type: ignore[valid-type]
+    age_at_scan: AgeRange | None = None
 
 
 def _quote(value: str) -> str:
@@ -28,14 +58,12 @@ class CohortDefinition:
 
     @classmethod
     def from_dict(cls, spec: dict, source: str = "cohort definition") -> "CohortDefinition":
-        """From a parsed cohort YAML; a ConfigError (imaging.config_files) names every mistake."""
-        from imaging.config_files import CohortFile, validate
-
+        """From a parsed cohort YAML; a ConfigError names every mistake."""
         return cls.from_model(validate(CohortFile, spec, source))
 
     @classmethod
     def from_model(cls, spec) -> "CohortDefinition":
-        """From a validated `imaging.config_files.CohortFile`."""
+        """From a validated `CohortFile`."""
         age = spec.age_at_scan
         return cls(
             name=spec.name, version=spec.version, description=spec.description,
@@ -43,13 +71,6 @@ class CohortDefinition:
             lateralities=tuple(spec.lateralities),
             age_min=age.min if age else None, age_max=age.max if age else None,
         )
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> "CohortDefinition":
-        from imaging.config_files import load_file
-
-        path = Path(path)
-        return cls.from_model(load_file(f"cohorts/{path.name}", path.parent.parent))
 
     @property
     def release(self) -> str:
@@ -72,9 +93,3 @@ class CohortDefinition:
         # A null in any tested column leaves the row out: unknown is not a match.
         return " AND ".join(f"coalesce({t}, false)" for t in terms) if terms else "true"
 
-
-def load_cohorts(folder: str | Path) -> list[CohortDefinition]:
-    """Every `<folder>/*.yaml` (a platform folder's `cohorts/`), validated; names must be unique."""
-    from imaging.config_files import load_cohort_files
-
-    return [CohortDefinition.from_model(c) for c in load_cohort_files(Path(folder).parent)]

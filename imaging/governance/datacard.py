@@ -22,10 +22,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from imaging.config_files import DEFAULT_SUPPRESS_BELOW
 from imaging.governance.disclosure import KAnonymity, suppress
 from imaging.governance.lineage import MANIFEST, RELEASE, ColumnLineage
 from imaging.pseudonym import DEMO_KEY_FINGERPRINT
+from imaging.steps.clinical import DEFAULT_SUPPRESS_BELOW
 
 _TOKEN = re.compile(r"^[0-9a-f]{8,64}$")  # the opaque batch token of a site-day
 _VERSIONISH = re.compile(r"^[0-9A-Za-z._:+-]{1,128}$")  # run ids, data and code versions: no free text

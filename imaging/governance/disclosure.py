@@ -17,7 +17,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from imaging.config_files import DEFAULT_MIN_K, DEFAULT_SUPPRESS_BELOW
+from imaging.config_model import validate
+from imaging.steps.clinical import DEFAULT_MIN_K, DEFAULT_SUPPRESS_BELOW, ClinicalPolicyFile
 from imaging.steps.release import HeaderRule
 
 
@@ -85,17 +86,15 @@ class DisclosurePolicy:
     def from_dict(cls, spec: Mapping, min_k: int | None = None,
                   source: str = "platform/clinical_policy.yaml") -> "DisclosurePolicy":
         """From the clinical policy's `quasi_identifiers:` list and `disclosure:` settings (a parsed
-        clinical_policy.yaml; a ConfigError from imaging.config_files names every mistake).
+        clinical_policy.yaml; a ConfigError names every mistake).
 
         `min_k` (IMAGING_MIN_K, see imaging.driver.config) overrides the policy's minimum when given.
         """
-        from imaging.config_files import ClinicalPolicyFile, validate
-
         return cls.from_model(validate(ClinicalPolicyFile, spec, source), min_k=min_k)
 
     @classmethod
     def from_model(cls, spec, min_k: int | None = None) -> "DisclosurePolicy":
-        """From a validated `imaging.config_files.ClinicalPolicyFile` (it has checked every column)."""
+        """From a validated `imaging.steps.clinical.ClinicalPolicyFile` (it has checked every column)."""
         qis = []
         for item in spec.quasi_identifiers:
             top = spec.columns[item.column].top_code if item.band_years is not None else None

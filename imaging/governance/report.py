@@ -13,9 +13,9 @@ import pyarrow.dataset as ds
 
 from imaging.catalogue import ANONYMIZED_FILES, COHORTS, DEIDENTIFIED, HELD, IDENTIFIABLE, TABLES, manifest
 from imaging.driver.config import load_settings
+from imaging.driver.platform_files import load_clinical_policy
 from imaging.governance.approval import DecisionText, approval_copy, list_held, manifest_id
 from imaging.governance.bundle import verify_release
-from imaging.steps.clinical import load_policy
 
 
 def rows(path: Path) -> int:
@@ -36,7 +36,7 @@ def main() -> int:
     print(f"  {DEIDENTIFIED}/ (releasable)")
     files = list((root / ANONYMIZED_FILES.path).rglob("*.dcm"))
     print(f"    {ANONYMIZED_FILES.name:32s} {len(files):6d} DICOM files")
-    table = manifest(load_policy())
+    table = manifest(load_clinical_policy())
     print(f"    {table.name:32s} {rows(root / table.path):6d} rows")
     failed = 0
     for release in sorted((root / COHORTS.path).glob("*/*")):

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from imaging import fs as fsx
 from imaging.catalogue import COHORTS, HELD, LEDGER
-from imaging.config_files import ConfigError
+from imaging.config_model import ConfigError
 from imaging.deid.quiet import quiet
 from imaging.driver.config import read_yaml
 from imaging.governance import audit
@@ -108,6 +108,17 @@ class Review:
         if self.standing is None or not self.standing.approved:
             return AWAITING
         return VERIFIED
+
+    @property
+    def settled(self) -> bool | None:
+        """True when VERIFIED, None while AWAITING approval, False when FAILED or REJECTED (how a report
+        colours the verdict)."""
+        return {VERIFIED: True, AWAITING: None}.get(self.verdict, False)
+
+    @property
+    def sha256(self) -> str:
+        """The review report's sha256 (`report_sha256`): what an approval signs."""
+        return report_sha256(self)
 
     @property
     def release_id(self) -> str | None:

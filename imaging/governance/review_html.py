@@ -131,11 +131,9 @@ STYLE = ("body{font:14px system-ui,sans-serif;margin:24px;color:#1b2733}"
 
 def render_html(review) -> str:
     """The report of a `imaging.governance.review.Review`: verdict, problems and approvals first."""
-    from imaging.governance.review import AWAITING, VERIFIED, report_sha256
-
     card = review.card or {}
     verdict = review.verdict
-    cls = "ok" if verdict == VERIFIED else "wait" if verdict == AWAITING else "bad"
+    cls = {True: "ok", None: "wait", False: "bad"}[review.settled]
     out = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
            f"<title>Release review: {escape(str(card.get('cohort', '')))} {verdict}</title>",
            f"<style>{STYLE}</style></head><body>",
@@ -165,7 +163,7 @@ def render_html(review) -> str:
                                 ["data digest (recomputed)", card.get("data_digest")],
                                 ["files checked", f"{review.check.checked} of {review.check.listed} listed"],
                                 ["reviewed file", review.file or "(whole release)"],
-                                ["review report sha256 (what an approval signs)", report_sha256(review)]]))
+                                ["review report sha256 (what an approval signs)", review.sha256]]))
     if review.counts:
         c = review.counts
         out += ["<h2>Counts (exact)</h2>",

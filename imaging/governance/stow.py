@@ -79,12 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--to", required=True, help="the research PACS' name: IMAGING_PACS_<NAME>_URL and credentials")
     parser.add_argument("--batch", type=int, default=16, help="images per STOW-RS request")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    from imaging.config_files import load_file
+    from imaging.config_files import load_as
+    from imaging.pacs.settings import PacsFile
 
     url = os.environ.get(env_name(args.to, "URL"), "").strip()
     if not url.startswith(("http://", "https://")) or "@" in url.split("/")[2]:
         parser.error(f"set {env_name(args.to, 'URL')} to the research PACS' DICOMweb root (credentials apart)")
-    settings = load_file("pacs.yaml")
+    settings = load_as(PacsFile, "pacs.yaml")
     policy = RetryPolicy(settings.retries, settings.backoff_seconds, settings.timeout_seconds)
     try:
         server = PacsServer(args.to, url.rstrip("/"), credentials_from_env(args.to, None))

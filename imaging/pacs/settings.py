@@ -19,29 +19,21 @@ from typing import Annotated, Iterable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from imaging.config_model import PositiveInt, SiteKey, StrictModel, Text
 from imaging.pacs.connection import (C_GET, C_MOVE, DICOMWEB, DIMSE, DimseAddress, PacsServer, RetryPolicy, Tls,
                                      credentials_from_env, env_name)
 
 PACS_AUTH = ("basic", "token", "none")
-SITE_KEY = r"^[A-Za-z0-9_-]+$"
 # PS3.5 6.2 AE: at most 16 characters of the default repertoire, no backslash or control character, not only
 # spaces. Stricter here (letters, digits, space, '_', '.', '-'; no leading or trailing space): an AE title is
 # shown in logs and errors, so it carries nothing but a name.
 AE_TITLE = r"^[A-Za-z0-9_.-]([A-Za-z0-9 _.-]{0,14}[A-Za-z0-9_.-])?$"
 HOST = r"^[A-Za-z0-9]([A-Za-z0-9.:-]{0,252})$"  # a DNS name, an IPv4 or an IPv6 address (no brackets)
 
-Text = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
-SiteKey = Annotated[str, StringConstraints(pattern=SITE_KEY)]
 AeTitle = Annotated[str, StringConstraints(pattern=AE_TITLE)]
 Host = Annotated[str, StringConstraints(pattern=HOST)]
 Port = Annotated[int, Field(ge=1, le=65535)]
-PositiveInt = Annotated[int, Field(ge=1)]
-
-
-class _Model(BaseModel):
-    """Unknown keys are errors; values are not coerced (a quoted number is not a number)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+_Model = StrictModel  # unknown keys are errors; values are not coerced (imaging.config_model)
 
 
 class TlsFile(_Model):

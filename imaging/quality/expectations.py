@@ -26,9 +26,13 @@ import json
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping
+from typing import Annotated, Any, Iterable, Iterator, Mapping
 
 import pyarrow as pa
+from pydantic import Field, StringConstraints, field_validator
+
+from imaging.config_model import StrictModel, Text
+from imaging.quality.rules import Severity
 
 ROW_WISE = frozenset({
     "expect_column_values_to_not_be_null", "expect_column_values_to_be_null",
@@ -58,6 +62,32 @@ RESULT_FORMAT = {"result_format": "BASIC", "partial_unexpected_count": 0}
 def supported(expectation_type: str) -> bool:
     """Whether per-batch validation can evaluate this GX expectation type."""
     return expectation_type in ROW_WISE or expectation_type in SCHEMA_WISE
+
+
+# --- platform/expectations/*.json, their model ------------------------------------------------------------
+
+class Expectation(StrictModel):
+    type: Annotated[str, StringConstraints(pattern=r"^expect_[a-z0-9_]+$")]  # a GX expectation, snake case
+    kwargs: dict[str, Any] = {}
+    severity: Severity = "ERROR"
+
+    @field_validator("type")
+    @classmethod
+    def _per_batch(cls, value: str) -> str:
+        # Suites run batch by batch on the executors: only expectations whose counts add up over
+        # batches, or that read the schema, can be evaluated that way.
+        if not supported(value):
+            raise ValueError("must be a row-wise GX expectation (its counts add up over batches) or a column "
+                             "type expectation; see imaging/quality/expectations.py")
+        return value
+
+
+class SuiteFile(StrictModel):
+    """A suite of platform/expectations/: its `name` is the file's name without `.json`."""
+
+    name: Text  # the file's name without .json
+    description: str = ""
+    expectations: list[Expectation] = Field(min_length=1)
 
 
 @dataclass(frozen=True)

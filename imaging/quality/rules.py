@@ -7,15 +7,20 @@ columns the checks read), `gate` (whether publication waits, across runs) and `f
 side, `verify_file_frames`). It is shipped to the executors with the steps; `files` is what runs there.
 
 Every check has a threshold and a severity in `platform/quality.yaml`; the Spark side (`assets/quality.py`)
-reduces a table to a few figures per check and `outcomes` judges them.
+reduces a table to a few figures per check and `outcomes` judges them. The file's model is made here from the
+checks the steps declare (`quality_file_model`; `imaging.steps.declared.QualityFile` is the one for the
+platform's steps), and the caller loads it with the suites it names (`imaging.driver.platform_files`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Annotated, Literal, Mapping
 
+from pydantic import Field, StringConstraints, create_model
+
+from imaging.config_model import PositiveInt, StrictModel, Text
 from imaging.pseudonym import Pseudonymizer
 
 ERROR = "ERROR"
@@ -27,6 +32,54 @@ SEVERITIES = (ERROR, WARN)
 # platform/expectations/. Which checks each asset has, and their kinds, is declared with the steps
 # (imaging/steps/declared.py `QUALITY_CHECKS`); platform/quality.yaml must configure exactly those.
 MAX, BALANCE, SUITE = "max", "balance", "suite"
+
+Severity = Literal[SEVERITIES]  # type: ignore[valid-type]
+
+
+# --- platform/quality.yaml, its model ----------------------------------------------------------------------
+
+class MaxCheck(StrictModel):
+    """A check that passes while the observed value is at most `max`."""
+
+    severity: Severity
+    max: float = Field(ge=0)
+    description: Text
+
+
+class BalanceCheck(StrictModel):
+    """An accounting equation: passes when both sides are equal, so it has no `max`."""
+
+    severity: Severity
+    description: Text
+
+
+class SuiteCheck(MaxCheck):
+    """Failed expectations of a Great Expectations suite in `expectations/`."""
+
+    suite: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+\.json$")]
+
+
+_CHECK_MODELS = {BALANCE: BalanceCheck, SUITE: SuiteCheck}
+
+
+class QualitySettings(StrictModel):
+    """What quality.yaml holds besides the checks (`quality_file_model` adds them)."""
+
+    top_offenders: PositiveInt = 5
+    percentiles: list[Annotated[float, Field(gt=0, lt=1)]] = Field([0.5, 0.9, 0.99], min_length=1)
+    placeholder_keys: list[str] = []
+
+
+def quality_file_model(declared: Mapping[str, Mapping[str, str]]) -> type[QualitySettings]:
+    """The model of quality.yaml for the declared checks ({asset: {check: kind}}): every asset and check
+    required, any other an error, each check with the fields of its kind."""
+    def asset_checks(asset: str, checks: Mapping[str, str]) -> type[StrictModel]:
+        fields = {name: (_CHECK_MODELS.get(kind, MaxCheck), ...) for name, kind in checks.items()}
+        return create_model(f"{asset}_checks", __base__=StrictModel, **fields)
+
+    checks = create_model("QualityChecks", __base__=StrictModel,
+                          **{asset: (asset_checks(asset, named), ...) for asset, named in declared.items()})
+    return create_model("QualityFile", __base__=QualitySettings, checks=(checks, ...))
 
 
 @dataclass(frozen=True)
@@ -51,36 +104,40 @@ def _float(value) -> float | None:
 
 @dataclass(frozen=True)
 class QualityRules:
-    """Every check's rule, plus the shared settings of offenders, percentiles and placeholders."""
+    """Every check's rule, plus the shared settings of offenders, percentiles and placeholders, and the
+    suites (platform/expectations/) the checks name."""
 
     checks: Mapping[str, Mapping[str, CheckRule]]
     top_offenders: int = 5
     percentiles: tuple[float, ...] = (0.5, 0.9, 0.99)
     placeholder_keys: frozenset[str] = frozenset()
+    suites: Mapping[str, Mapping] = field(default_factory=dict)  # file name -> suite (name, expectations)
 
     @classmethod
-    def from_dict(cls, spec: Mapping, source: str = "platform/quality.yaml") -> "QualityRules":
-        """From a parsed quality.yaml; a ConfigError (imaging.config_files) names every mistake."""
-        from imaging.config_files import QualityFile, validate
-
-        return cls.from_model(validate(QualityFile, spec, source))
-
-    @classmethod
-    def from_model(cls, spec) -> "QualityRules":
-        """From a validated `imaging.config_files.QualityFile`."""
+    def from_model(cls, spec, suites: Mapping[str, Mapping] | None = None) -> "QualityRules":
+        """From a validated quality.yaml (`quality_file_model`) and the validated suites its checks name
+        (`imaging.quality.expectations.SuiteFile`, as dicts)."""
         checks = {asset: {name: CheckRule(asset=asset, name=name, severity=rule.severity,
                                           maximum=_float(getattr(rule, "max", None)), description=rule.description.strip(),
                                           suite=getattr(rule, "suite", None))
                           for name, rule in named}
                   for asset, named in spec.checks}
         return cls(checks=checks, top_offenders=spec.top_offenders, percentiles=tuple(spec.percentiles),
-                   placeholder_keys=frozenset(normal_key(k) for k in spec.placeholder_keys))
+                   placeholder_keys=frozenset(normal_key(k) for k in spec.placeholder_keys), suites=dict(suites or {}))
 
     def rule(self, asset: str, name: str) -> CheckRule:
         try:
             return self.checks[asset][name]
         except KeyError:
             raise KeyError(f"no quality check {asset}.{name} in platform/quality.yaml") from None
+
+    def suite(self, name: str) -> Mapping:
+        """A suite a check names (`platform/expectations/<name>`: name + expectations of type, kwargs and
+        severity), validated when the rules were loaded."""
+        try:
+            return self.suites[name]
+        except KeyError:
+            raise KeyError(f"no suite expectations/{name} among the quality rules' suites") from None
 
     def for_asset(self, asset: str) -> tuple[CheckRule, ...]:
         return tuple(self.checks.get(asset, {}).values())
@@ -97,21 +154,6 @@ class QualityRules:
 
 def normal_key(key: str | None) -> str:
     return (key or "").strip().upper()
-
-
-def load_quality_rules() -> QualityRules:
-    """The rules of `platform/quality.yaml`."""
-    from imaging.config_files import load_file
-
-    return QualityRules.from_model(load_file("quality.yaml"))
-
-
-def load_suite(name: str) -> dict:
-    """A suite in `platform/expectations/<name>` (JSON: name + expectations of type, kwargs and severity),
-    validated (imaging.config_files.SuiteFile)."""
-    from imaging.config_files import load_file
-
-    return load_file(f"expectations/{name}").model_dump()
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Pure functions. The policy is the only way a clinical value reaches the de-identified
 zone: unknown columns are dropped, kept columns must match a pattern or a number range,
 birth dates become age at scan, dates are shifted by the patient's own shift, identifiers
-that researchers need to group by become keyed tokens.
+that researchers need to group by become keyed tokens. The policy's file, platform/clinical_policy.yaml,
+is read into `ClinicalPolicyFile` (below), which also holds the release's disclosure settings and the signed
+approvals it needs (imaging.governance reads those from the same model).
 """
 
 from __future__ import annotations
@@ -14,11 +16,110 @@ import functools
 import io
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from typing import Annotated, Callable, Iterator, Literal, Mapping
 
+from pydantic import Field, field_validator, model_validator
+
+from imaging.config_model import PositiveInt, StrictModel, Text, validate
 from imaging.records import BatchStep, ClinicalExtract, ClinicalRow, Quarantined, outcome_schema
 
 ACTIONS = {"keep", "generalise", "age_at_scan", "shift_date", "pseudonymise", "drop"}
+
+# The disclosure control's defaults (imaging/governance/disclosure.py), for a policy file that omits them.
+DEFAULT_MIN_K = 5
+DEFAULT_SUPPRESS_BELOW = 10
+# Signed approvals a release needs before publication (imaging/governance/approval.py).
+DEFAULT_APPROVALS_REQUIRED = 2
+
+
+# --- platform/clinical_policy.yaml, its model -------------------------------------------------------------
+
+class ColumnPolicy(StrictModel):
+    aliases: list[Text] | None = None  # absent: the column's own name
+    action: Literal[tuple(sorted(ACTIONS))]  # type: ignore[valid-type]
+    pattern: Text | None = None  # keep: the whole value must match
+    number: Annotated[list[float], Field(min_length=2, max_length=2)] | None = None  # keep: [low, high]
+    values: dict[str, str] = {}  # generalise: value -> released value
+    top_code: PositiveInt = 90  # age_at_scan: ages from it are reported as it
+
+    @field_validator("pattern")
+    @classmethod
+    def _regex(cls, pattern):
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ValueError(f"not a regular expression: {error}") from None
+        return pattern
+
+    @field_validator("number")
+    @classmethod
+    def _range(cls, number):
+        if number[0] > number[1]:
+            raise ValueError("must be [low, high] with low <= high")
+        return number
+
+    @model_validator(mode="after")
+    def _fits_action(self):
+        if self.action == "keep" and not (self.pattern or self.number):
+            raise ValueError("'keep' needs a pattern or a number range")
+        if self.pattern is not None and self.number is not None:
+            raise ValueError("give `pattern` or `number`, not both")
+        if (self.pattern is not None or self.number is not None) and self.action != "keep":
+            raise ValueError("`pattern` and `number` are for action 'keep'")
+        if self.values and self.action != "generalise":
+            raise ValueError("`values` is for action 'generalise'")
+        return self
+
+
+class QuasiIdentifierPolicy(StrictModel):
+    column: Text  # a released column of `columns`
+    band_years: PositiveInt | None = None  # only for an age_at_scan column
+    released_as: Text | None = None  # absent: the column's name
+    header: Text | None = None  # the DICOM attribute (keyword) that holds the same fact in released files
+
+    @field_validator("header")
+    @classmethod
+    def _keyword(cls, keyword):
+        from pydicom.datadict import tag_for_keyword
+
+        if keyword is not None and tag_for_keyword(keyword) is None:
+            raise ValueError(f"{keyword!r} is not a DICOM keyword")
+        return keyword
+
+
+class DisclosureSettings(StrictModel):
+    min_k: PositiveInt = DEFAULT_MIN_K
+    suppress_below: PositiveInt = DEFAULT_SUPPRESS_BELOW
+
+
+class ClinicalPolicyFile(StrictModel):
+    columns: dict[Text, ColumnPolicy]
+    identifiers: list[Text] = []
+    date_formats: list[Text] = Field(["%Y-%m-%d"], min_length=1)
+    quasi_identifiers: list[QuasiIdentifierPolicy] = []
+    disclosure: DisclosureSettings = DisclosureSettings()
+    approvals_required: PositiveInt = DEFAULT_APPROVALS_REQUIRED  # signed approvals, by distinct approvers
+
+    @field_validator("quasi_identifiers", mode="before")
+    @classmethod
+    def _names(cls, items):
+        """A bare column name is short for `{column: name}`."""
+        return [{"column": item} if isinstance(item, str) else item for item in items] \
+            if isinstance(items, list) else items
+
+    @field_validator("quasi_identifiers")
+    @classmethod
+    def _released(cls, items, info):
+        columns = info.data.get("columns")
+        if columns is None:  # `columns` itself is invalid: reported there
+            return items
+        for item in items:
+            rule = columns.get(item.column)
+            if rule is None or rule.action == "drop":
+                raise ValueError(f"{item.column!r} is not a released column of `columns`")
+            if item.band_years is not None and rule.action != "age_at_scan":
+                raise ValueError(f"{item.column!r}: band_years needs an age_at_scan column")
+        return items
 
 
 class ExtractError(ValueError):
@@ -86,14 +187,12 @@ class ClinicalPolicy:
 
     @classmethod
     def from_dict(cls, spec: Mapping, source: str = "platform/clinical_policy.yaml") -> "ClinicalPolicy":
-        """From a parsed clinical_policy.yaml; a ConfigError (imaging.config_files) names every mistake."""
-        from imaging.config_files import ClinicalPolicyFile, validate
-
+        """From a parsed clinical_policy.yaml; a ConfigError names every mistake."""
         return cls.from_model(validate(ClinicalPolicyFile, spec, source))
 
     @classmethod
     def from_model(cls, spec) -> "ClinicalPolicy":
-        """From a validated `imaging.config_files.ClinicalPolicyFile`."""
+        """From a validated `ClinicalPolicyFile`."""
         rules = tuple(ColumnRule(
             name=name, action=rule.action,
             aliases=tuple(a.lower() for a in rule.aliases or [name]),
@@ -160,13 +259,6 @@ class ClinicalPolicy:
         if rule.action == "shift_date":
             return (day + dt.timedelta(days=shift_days)).isoformat()
         return age_in_years(day, scan_date, rule.top_code)
-
-
-def load_policy() -> ClinicalPolicy:
-    """The deployment's clinical policy, `platform/clinical_policy.yaml`."""
-    from imaging.config_files import load_file
-
-    return ClinicalPolicy.from_model(load_file("clinical_policy.yaml"))
 
 
 def age_in_years(birth: dt.date, on: dt.date | None, top_code: int = 90) -> int | None:

@@ -25,7 +25,7 @@ from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_
                                IDENTIFIABLE, INDEX_QUARANTINE, LEDGER, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX,
                                Folder, Table, manifest)
 from imaging.quality.outcomes import CheckOutcome, Distribution, evaluate_balance, evaluate_max
-from imaging.quality.rules import BALANCE, ERROR, MAX, SUITE, WARN, QualityContext, load_suite
+from imaging.quality.rules import BALANCE, ERROR, MAX, SUITE, WARN, QualityContext, quality_file_model
 from imaging.steps.anonymize import AnonymizeJob
 from imaging.steps.clinical import PLACEHOLDER_ROW, STUDY_BEFORE_BIRTH, ExtractJob
 from imaging.steps.index import DUPLICATES, ELSEWHERE, MANDATORY, IndexJob
@@ -189,8 +189,10 @@ IMAGE_STEPS = (INDEX, LINK, ANONYMIZE)
 # Every asset's checks; published_cohort is not an image step, but its one check is declared beside theirs.
 CHECKS: dict[str, tuple[Check, ...]] = {s.asset: s.checks for s in IMAGE_STEPS} | {
     "published_cohort": (count("release_checksums"),)}
-# What platform/quality.yaml must configure (imaging/config_files.py): every declared check, by kind.
+# What platform/quality.yaml must configure: every declared check, by kind; and the file's model, which
+# requires exactly those (imaging/quality/rules.py).
 QUALITY_CHECKS: dict[str, dict[str, str]] = {asset: {c.name: c.kind for c in checks} for asset, checks in CHECKS.items()}
+QualityFile = quality_file_model(QUALITY_CHECKS)
 
 
 def step_of(asset: str) -> ImageStep:
@@ -213,7 +215,7 @@ def empty_outcome(asset: str, check: Check, ctx: QualityContext) -> CheckOutcome
     if figure.kind == SUITE_COUNTS:
         # Over no rows every column-map expectation holds vacuously and type expectations read the
         # catalogue's schema: the suite's expectations of this severity, none failed.
-        suite = load_suite(ctx.rule(asset, "column_rules").suite)
+        suite = ctx.rules.suite(ctx.rule(asset, "column_rules").suite)
         return evaluate_max(rule, 0, details={"expectations": sum(1 for e in suite["expectations"]
                                                                   if e["severity"] == figure.severity)})
     raise ValueError(f"unknown empty-day figure {figure.kind!r}")
