@@ -1,5 +1,11 @@
 """anonymized_images: every linked image rewritten de-identified (PS3.15 Annex E), with a manifest
-(step: imaging/steps/declared.py ANONYMIZE)."""
+(step: imaging/steps/declared.py ANONYMIZE).
+
+Images of patients on the opt-out list in force are held back before the executor step sees them (a Spark
+join on the person, `assets/optouts.py`): quarantined as "patient opted out", counted per site-day, never
+listed by id. A site-day re-materialized after a patient opted out is committed without their files, which
+withdraws them from the de-identified zone through the same journalled commit.
+"""
 
 import datetime as dt
 import math
@@ -9,15 +15,18 @@ from pyspark.sql import functions as F
 
 from assets import quality as q
 from assets.governance import CODE_VERSIONS
+from assets.optouts import OPTED, mark, namespaces
+from assets.partitions import SETTINGS
 from assets.runner import Body, StepOutput, StepRun, image_asset
-from imaging.catalogue import ANONYMIZE_QUARANTINE, DEIDENTIFIED, LEDGER, LINKED
+from imaging.catalogue import ANONYMIZE_QUARANTINE, DEIDENTIFIED, LEDGER, LINKED, OPTOUT_APPLIED, OPTOUT_QUARANTINE
 from imaging.driver.run_summary import Footprint
 from imaging.governance.datacard import DeidSummary
 from imaging.issuers import SUSPECT, IssuerPolicy
-from imaging.records import QUARANTINED
+from imaging.optout import OPTED_OUT
+from imaging.records import QUARANTINED, OptOutApplied, Quarantined, schema_of
 from imaging.steps.anonymize import AnonymizeJob
 from imaging.steps.declared import ANONYMIZE
-from resources.spark import map_batches
+from resources.spark import frame_of, map_batches
 
 
 def issuer_statuses(policy: IssuerPolicy, counted) -> dict[str, int]:
@@ -45,7 +54,27 @@ def per_site_day(frame, size_column: str) -> dict[str, Footprint]:
 
 
 def nothing_linked(run: StepRun) -> bool:
-    return not run.warehouse.present(LINKED, run.keys)
+    """No linked image, and no opt-out list file of these days to account for (its quarantine rows)."""
+    return not run.warehouse.present(LINKED, run.keys) and not list_quarantine(run)
+
+
+def list_quarantine(run: StepRun) -> list[Quarantined]:
+    """The quarantine rows of the opt-out list files the run's site-days account for (each file on its own day)."""
+    return run.optouts.quarantined(((k.date, k.site) for k in run.keys), SETTINGS.start_date)
+
+
+def lists_applied(run: StepRun) -> list[OptOutApplied]:
+    """Which list versions apply to each site-day of the run: every site's list in force now."""
+    key, lists = run.deid.key, run.optouts.lists()
+    return [OptOutApplied(k.date, k.site, site, v.version(key), v.received, len(v.patients))
+            for k in run.keys for site, v in sorted(lists.items())]
+
+
+def optout_metadata(run: StepRun) -> dict:
+    """The list versions applied (keyed digests) and the day each was received: never an id."""
+    lists = run.optouts.lists()
+    return {"optout_list_versions": {s: v.version(run.deid.key) for s, v in sorted(lists.items())},
+            "optout_list_received": {s: v.received for s, v in sorted(lists.items())}}
 
 
 def deid_metadata(run: StepRun, issuers: dict[str, int]) -> dict:
@@ -58,13 +87,22 @@ def deid_metadata(run: StepRun, issuers: dict[str, int]) -> dict:
 
 def anonymize(run: StepRun) -> StepOutput:
     deid, session = run.deid, run.session
-    linked = run.read(LINKED)
+    spaces = namespaces(deid.issuer_policy())
+    # The opt-out list in force now, whatever the site-day's date: listed patients never reach the executor step.
+    linked = mark(run.read(LINKED), session, run.optouts.keys(spaces), spaces)
     job = AnonymizeJob(deid.key, tuple(deid.options), run.policy, deid.issuer_policy(), deid.pixel_text_settings(),
                        staging=run.commit.staging(run.warehouse.zone(DEIDENTIFIED)))
-    read = per_site_day(linked, "size_bytes")
-    images, bytes_in = sum(f.files for f in read.values()), sum(f.bytes for f in read.values())
+    counted = linked.groupBy("date", "site").agg(
+        F.count("*").alias("n"), F.sum("size_bytes").alias("bytes"),
+        F.sum(F.col(OPTED).cast("int")).alias("held"),
+        F.sum(F.when(F.col(OPTED), F.col("size_bytes")).otherwise(0)).alias("held_bytes")).collect()
+    read = {f"{r['date']}|{r['site']}": Footprint(r["n"], r["bytes"] or 0) for r in counted}
+    images = sum(r["n"] - r["held"] for r in counted)
+    bytes_in = sum((r["bytes"] or 0) - (r["held_bytes"] or 0) for r in counted)
+    held = linked.where(F.col(OPTED)).select(*[F.lit(OPTED_OUT).alias(c) if c == "reason" else F.col(c)
+                                              for c in schema_of(Quarantined).names])
     tasks = max(1, math.ceil(images / run.landing.files_per_task))
-    outcomes = map_batches(linked.repartition(tasks), job.step()).persist()
+    outcomes = map_batches(linked.where(~F.col(OPTED)).drop(OPTED).repartition(tasks), job.step()).persist()
     with run.clock.stage("deidentify"), run.progress.track(run.context.log, session, label=ANONYMIZE.asset,
                                                            files=images, bytes=bytes_in):
         outcomes.count()  # run the writes exactly once; every table below reads the persisted outcome
@@ -80,14 +118,18 @@ def anonymize(run: StepRun) -> StepOutput:
     if suspect:
         run.context.log.warning(f"{suspect} images name an IssuerOfPatientID that is unknown or names another "
                                 f"namespace; their site's configured namespace was used (platform/issuers.yaml)")
+    bad_lists = frame_of(session, list_quarantine(run), schema_of(Quarantined))
     return StepOutput(
         rows={ANONYMIZE.output_table(run.policy).name: published,
               LEDGER.name: published.withColumns({k: F.lit(v) for k, v in provenance.items()}),
-              ANONYMIZE_QUARANTINE.name: outcomes.where(QUARANTINED)},
-        tallied=[outcomes], read=read,
+              ANONYMIZE_QUARANTINE.name: outcomes.where(QUARANTINED).select(*schema_of(Quarantined).names)
+              .unionByName(held),
+              OPTOUT_APPLIED.name: frame_of(session, lists_applied(run), schema_of(OptOutApplied)),
+              OPTOUT_QUARANTINE.name: bad_lists},
+        tallied=[outcomes, held, bad_lists], read=read,
         # Batch folders are keyed tokens of the site-day: the manifest's path names no real date or site.
         written=per_site_day(published, "output_size_bytes"),
-        metadata={"spark_tasks": tasks, **deid_metadata(run, issuers)}, release=[outcomes])
+        metadata={"spark_tasks": tasks, **deid_metadata(run, issuers), **optout_metadata(run)}, release=[outcomes])
 
 
 # Data quality on what was committed: `linked = published + quarantined` is the images_accounted check
@@ -103,5 +145,6 @@ FIGURES = {
 
 anonymized_images = image_asset(ANONYMIZE, Body(
     idle=nothing_linked, work=anonymize,
-    idle_metadata=lambda run: {"spark_tasks": 0, **deid_metadata(run, issuer_statuses(run.deid.issuer_policy(), []))}),
+    idle_metadata=lambda run: {"spark_tasks": 0, **deid_metadata(run, issuer_statuses(run.deid.issuer_policy(), [])),
+                               **optout_metadata(run)}),
     FIGURES)

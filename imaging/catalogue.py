@@ -18,7 +18,8 @@ from typing import Mapping
 import pyarrow as pa
 
 from imaging.provenance import RUN_COLUMNS
-from imaging.records import (IndexedImage, LinkedImage, PacsOutcome, PublishedImage, Quarantined, fields_of)
+from imaging.records import (IndexedImage, LinkedImage, OptOutApplied, PacsOutcome, PublishedImage, Quarantined,
+                             fields_of)
 
 IDENTIFIABLE = "identifiable"
 DEIDENTIFIED = "deidentified"
@@ -110,6 +111,15 @@ ANONYMIZE_QUARANTINE = Table(
     IDENTIFIABLE, "quarantine/anonymized_images", Quarantined, SITE_DAY, ("source_path",),
     "linked images that could not be published, with the reason")
 
+OPTOUT_APPLIED = Table(
+    IDENTIFIABLE, "optout_applied", OptOutApplied, SITE_DAY, ("list_site",),
+    "which opt-out list versions applied to each site-day's de-identification (one row per site's list in force "
+    "then; the images of its patients are quarantined as 'patient opted out')")
+OPTOUT_QUARANTINE = Table(
+    IDENTIFIABLE, "quarantine/optout_lists", Quarantined, SITE_DAY, ("source_path",),
+    "opt-out list files that cannot be read (or are not named by a date) and list rows keyed by an empty or "
+    "placeholder patient_id or with an unknown action, with the reason, accounted to the file's own day")
+
 ANONYMIZED_FILES = Folder(
     DEIDENTIFIED, "anonymized_images/files",
     "de-identified DICOM files, <batch>/<new SOP Instance UID>.dcm; a batch is a keyed token of a site-day")
@@ -149,7 +159,7 @@ def manifest(policy) -> Table:
 
 # Every table whose shape does not depend on configuration, in data-flow order.
 TABLES = (RAW_IMAGE_INDEX, INDEX_QUARANTINE, CLINICAL_QUARANTINE, LINKED, LINK_QUARANTINE, LEDGER,
-          ANONYMIZE_QUARANTINE)
+          ANONYMIZE_QUARANTINE, OPTOUT_APPLIED, OPTOUT_QUARANTINE)
 
 
 def partition_dir(table: Table, values) -> str:
@@ -214,6 +224,10 @@ COLUMN_DESCRIPTIONS = {
     "file_name": "the landed file's name under pacs_landing/images/<site>/<date>/ (a digest of its UIDs)",
     "outcome": "fetched, unchanged (the last run's copy kept) or failed",
     "attempts": "requests the retrieval took (retries of transient errors included)",
+    "list_site": "the site whose opt-out list this is (optouts/<site>/)",
+    "list_version": "keyed digest of the opt-out list's patients (never the ids)",
+    "list_received": "the date of the newest opt-out list file applied (the day it was received)",
+    "list_patients": "patients on that opt-out list",
 }
 
 
