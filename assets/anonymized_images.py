@@ -18,7 +18,8 @@ from assets.governance import CODE_VERSIONS
 from assets.optouts import OPTED, mark, namespaces
 from assets.partitions import SETTINGS
 from assets.runner import Body, StepOutput, StepRun, image_asset
-from imaging.catalogue import ANONYMIZE_QUARANTINE, DEIDENTIFIED, LEDGER, LINKED, OPTOUT_APPLIED, OPTOUT_QUARANTINE
+from imaging.catalogue import (ANONYMIZE_QUARANTINE, DEIDENTIFIED, LEDGER, LINKED, OPTOUT_APPLIED, OPTOUT_QUARANTINE,
+                               WITHDRAWN)
 from imaging.driver.run_summary import Footprint
 from imaging.governance.datacard import DeidSummary
 from imaging.issuers import SUSPECT, IssuerPolicy
@@ -119,9 +120,16 @@ def anonymize(run: StepRun) -> StepOutput:
         run.context.log.warning(f"{suspect} images name an IssuerOfPatientID that is unknown or names another "
                                 f"namespace; their site's configured namespace was used (platform/issuers.yaml)")
     bad_lists = frame_of(session, list_quarantine(run), schema_of(Quarantined))
+    # Images held back now that were de-identified before (their patient opted out since): their ledger rows move
+    # to withdrawn_images (read before this run's commit swaps the ledger), so released copies stay traceable; a
+    # row leaves it when its image is de-identified again. The files go with the commit.
+    key = ["date", "site", "source_path"]
+    withdrawn = (run.read(WITHDRAWN).unionByName(run.read(LEDGER).join(held.select(*key), key, "left_semi"))
+                 .dropDuplicates(key).join(published.select(*key), key, "left_anti"))
     return StepOutput(
         rows={ANONYMIZE.output_table(run.policy).name: published,
               LEDGER.name: published.withColumns({k: F.lit(v) for k, v in provenance.items()}),
+              WITHDRAWN.name: withdrawn,
               ANONYMIZE_QUARANTINE.name: outcomes.where(QUARANTINED).select(*schema_of(Quarantined).names)
               .unionByName(held),
               OPTOUT_APPLIED.name: frame_of(session, lists_applied(run), schema_of(OptOutApplied)),

@@ -17,7 +17,8 @@ from pyspark.sql import DataFrame, functions as F
 
 from assets.partitions import SETTINGS
 from imaging.governance.datacard import CheckResult, OptOutList, OptOutSection
-from imaging.governance.optout import Flag, Successor, flags, log_flags, published_releases, version_to_build
+from imaging.governance.optout import (Flag, PublishedRelease, Successor, flags, log_flags, published_releases,
+                                       record_site_tokens, version_to_build)
 from imaging.optout import OPTED_OUT, SPARK_FOLD, OptOutLists, PersonKey, SiteNamespace, read_lists, site_token
 from imaging.records import schema_of
 from imaging.quality.rules import load_quality_rules
@@ -130,6 +131,8 @@ class ReleaseOptOuts:
         for event in optout_read(context.instance, lists, deid.key):
             context.log_event(event)
         spaces = namespaces(deid.issuer_policy())
+        # Released cards name each site's list by a keyed token: the identifiable zone maps it back, for reviews.
+        record_site_tokens(warehouse.root, {s: site_token(deid.key, s) for s in lists.sites})
         linked = warehouse.read(session, LINKED)
         listed = listed_pseudonyms(linked, session, lists.ever_listed(spaces), spaces, deid.pseudonymizer())
         held = warehouse.read(session, ANONYMIZE_QUARANTINE).where(F.col("reason") == OPTED_OUT)
@@ -145,9 +148,16 @@ class ReleaseOptOuts:
     def pseudonyms(self, keys: Iterable[PersonKey]) -> frozenset[str]:
         return frozenset(p for k in keys for p in self.listed.get(k, ()))
 
-    def at(self, as_of: str | None) -> frozenset[str]:
-        """The pseudonyms of the persons on the lists in force on `as_of` (none before any list)."""
-        return self.pseudonyms(self.lists.keys(self.spaces, as_of)) if as_of else frozenset()
+    def at(self, release: PublishedRelease) -> frozenset[str]:
+        """The pseudonyms of the persons on the lists in force when `release` was built: each site's files up to
+        the day its card says that site's list was received (a site its card does not name had none)."""
+        received = release.lists or {}
+        keys = set()
+        for site in self.lists.sites:
+            day = received.get(site_token(self.key, site))
+            if day is not None:
+                keys |= {PersonKey(self.spaces[site], p) for p in self.lists.site_list(site, day).patients}
+        return self.pseudonyms(keys)
 
     def _frame(self, pseudonyms: Iterable[str]) -> DataFrame:
         return F.broadcast(pseudonyms_frame(self.session, pseudonyms))

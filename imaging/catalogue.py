@@ -107,6 +107,13 @@ LEDGER = Table(
     "checksums, a keyed hash of the source SOP Instance UID, and the run, code version, profile and options",
     keep=("source_path", "source_sha256", "source_uid_hash", "batch", "output_path", "output_sha256", "date", "site"),
     extra=RUN_COLUMNS)
+# A released copy of an image withdrawn afterwards (its patient opted out) must stay traceable: its ledger row
+# moves here when its site-day is materialized again, and leaves again if the image is de-identified anew.
+WITHDRAWN = Table(
+    IDENTIFIABLE, "withdrawn_images", PublishedImage, SITE_DAY, ("source_path",),
+    "provenance ledger rows of images withdrawn from the de-identified zone because their patient opted out after "
+    "they were de-identified: released copies of them stay traceable to their landing files",
+    keep=LEDGER.keep, extra=RUN_COLUMNS)
 ANONYMIZE_QUARANTINE = Table(
     IDENTIFIABLE, "quarantine/anonymized_images", Quarantined, SITE_DAY, ("source_path",),
     "linked images that could not be published, with the reason")
@@ -138,6 +145,10 @@ PACS_INSTANCES = Table(
     IDENTIFIABLE, "pacs_instances", PacsOutcome, SITE_DAY, ("file_name",),
     "every instance a site's PACS listed for a site-day and what became of it: fetched, unchanged (kept) or "
     "failed with the reason; sha256 of each landed file")
+# A released data card names each site's opt-out list by a keyed token; the review (which has no key) maps a token
+# back to its site here, to re-read exactly the files that were in force for that site when the release was built.
+OPTOUT_SITES = Folder(IDENTIFIABLE, "optout_sites", "<token>: the site a data card's opt-out list token stands for "
+                                                    "(written once by published_cohort)")
 REVIEWS = Folder(IDENTIFIABLE, "reviews", "review reports of releases (imaging-review's HTML), <cohort>-<release id>.html")
 
 _MANIFEST_FIELDS = (
@@ -159,7 +170,7 @@ def manifest(policy) -> Table:
 
 # Every table whose shape does not depend on configuration, in data-flow order.
 TABLES = (RAW_IMAGE_INDEX, INDEX_QUARANTINE, CLINICAL_QUARANTINE, LINKED, LINK_QUARANTINE, LEDGER,
-          ANONYMIZE_QUARANTINE, OPTOUT_APPLIED, OPTOUT_QUARANTINE)
+          ANONYMIZE_QUARANTINE, WITHDRAWN, OPTOUT_APPLIED, OPTOUT_QUARANTINE)
 
 
 def partition_dir(table: Table, values) -> str:

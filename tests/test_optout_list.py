@@ -91,7 +91,8 @@ def test_a_list_version_is_a_keyed_digest_of_its_patients():
 
 
 def _published(version, patients, as_of="2024-03-01", follows=None):
-    return PublishedRelease("c", version, f"/w/c/v{version}", "0" * 64, frozenset(patients), as_of, True, follows)
+    return PublishedRelease("c", version, f"/w/c/v{version}", "0" * 64, frozenset(patients), as_of, True, follows,
+                            {"ab" * 8: as_of})
 
 
 def test_the_next_version_follows_a_release_whose_patients_opted_out_or_came_back():
@@ -105,10 +106,10 @@ def test_the_next_version_follows_a_release_whose_patients_opted_out_or_came_bac
     assert (s.version, s.follows.version, s.left, s.returned) == (2, 1, 1, 0)
     # v2 published without P2, nothing new: build v2 again (unchanged), not v3.
     v2 = _published(2, {"P1"}, as_of="2024-03-04", follows=1)
-    assert version_to_build(1, {1: v1, 2: v2}, frozenset({"P2"}), lambda a: frozenset({"P2"}), none_back).version == 2
+    assert version_to_build(1, {1: v1, 2: v2}, frozenset({"P2"}), lambda r: frozenset({"P2"}), none_back).version == 2
     # P2's opt-out removed and P2 selectable again: v1 holds P2 and is unaffected now, but v2 follows it and
     # stands; v3 follows v2, with P2 back.
-    s = version_to_build(1, {1: v1, 2: v2}, frozenset(), lambda a: frozenset({"P2"}) if a == "2024-03-04" else
+    s = version_to_build(1, {1: v1, 2: v2}, frozenset(), lambda r: frozenset({"P2"}) if r.version == 2 else
                          frozenset(), lambda ps: len(ps & {"P2"}))
     assert (s.version, s.follows.version, s.left, s.returned) == (3, 2, 0, 1)
     # An unpublished defined version is simply built.
@@ -123,14 +124,23 @@ def test_flags_count_released_patients_who_opted_out_since_never_who():
 
 def test_the_recheck_tells_a_patient_listed_at_the_build_from_one_who_opted_out_since(tmp_path):
     write(tmp_path, "a", "2024-03-01.csv", "patient_id\n111\n")
+    write(tmp_path, "b", "2024-03-02.csv", "patient_id\n888\n")
+    # Both after the build: a's change is dated after its list's day; b's list arrived later the same day as the
+    # card's newest (site b's list was not in force, though its file is dated on the card's newest day).
     write(tmp_path, "a", "2024-03-04.csv", "patient_id,action\n222,add\n")
-    lists = read_lists(str(tmp_path), ["a"], PLACEHOLDERS)
-    spaces = {"a": "NHS"}
-    card = {"optouts": {"as_of": "2024-03-02", "lists": [{"list": "ab" * 8, "version": "cd" * 16,
-                                                          "received": "2024-03-01"}]}}
-    released = [PersonKey("NHS", "222"), PersonKey("NHS", "222"), PersonKey("NHS", "333"), None]
-    rc = recheck(card, released, lists, spaces)
-    assert (rc.on_list_at_build_images, rc.since_patients, rc.untraced, rc.patients) == (0, 1, 1, 2)
-    assert rc.lists_changed == 1 and rc.received_now == "2024-03-04"
-    forged = recheck(card, [PersonKey("NHS", "111")], lists, spaces)
-    assert (forged.on_list_at_build_images, forged.on_list_at_build_patients) == (1, 1)
+    write(tmp_path, "c", "2024-03-02.csv", "patient_id\n999\n")
+    lists = read_lists(str(tmp_path), ["a", "b", "c"], PLACEHOLDERS)
+    spaces = {"a": "NHS", "b": "NHS", "c": "NHS"}
+    ta, tb = site_token(KEY, "a"), site_token(KEY, "b")
+    card = {"optouts": {"as_of": "2024-03-02", "lists": [{"list": ta, "version": "cd" * 16, "received": "2024-03-01"},
+                                                         {"list": tb, "version": "ef" * 16, "received": "2024-03-02"}]}}
+    sites_of = {ta: "a", tb: "b"}
+    released = [PersonKey("NHS", "222"), PersonKey("NHS", "222"), PersonKey("NHS", "999"), PersonKey("NHS", "333"), None]
+    rc = recheck(card, released, lists, spaces, sites_of)
+    assert (rc.on_list_at_build_images, rc.since_patients, rc.untraced, rc.patients) == (0, 2, 1, 3)
+    assert rc.lists_changed == 2 and rc.received_now == "2024-03-04" and rc.unmapped == 0
+    forged = recheck(card, [PersonKey("NHS", "111"), PersonKey("NHS", "888")], lists, spaces, sites_of)
+    assert (forged.on_list_at_build_images, forged.on_list_at_build_patients) == (2, 2)
+    # Without the token map (another warehouse), every site is read up to the card's newest day: stricter.
+    strict = recheck(card, [PersonKey("NHS", "999")], lists, spaces, {})
+    assert strict.unmapped == 2 and strict.on_list_at_build_patients == 1

@@ -3,9 +3,10 @@
 The lists themselves (files, effective lists, keyed versions) are `imaging.optout`'s. Here:
 
 - **At build**: the selection loses every patient on the list in force (the asset's Spark anti-join on
-  pseudonyms), and the data card states the lists applied (keyed site token, keyed digest, day received),
-  the newest received date (`as_of`: the lists in force were every list file dated on or before it) and
-  counts held back (`imaging.governance.datacard.OptOutSection`).
+  pseudonyms), and the data card states the lists applied (keyed site token, keyed digest, the day its newest
+  file was received: that site's files up to that day were in force), the newest of those days (`as_of`) and
+  counts held back (`imaging.governance.datacard.OptOutSection`). The identifiable zone maps each token back to
+  its site (`record_site_tokens`), for a review that holds no key.
 - **After release**: a published release holding patients who opted out since is flagged
   (`Flag.message`: "N patients in this release have since opted out", never who), once per release and
   count in the audit log (`log_flags`), and the next version is built without them (`version_to_build`):
@@ -13,8 +14,8 @@ The lists themselves (files, effective lists, keyed versions) are `imaging.optou
   from it may come back) is followed by the next version number, built, held and approved as usual. A
   published version whose content differs for any other reason is still a conflict (releases are immutable).
 - **Review**: `recheck` walks the released images back to their patients through the identifiable zone and
-  checks them against the lists in force when the release was built (the landing's list files dated on or
-  before the card's `as_of`) and against the lists now. A released patient on the list in force at the
+  checks them against the lists in force when the release was built (each site's list files up to the day the
+  card says its list was received) and against the lists now. A released patient on the list in force at the
   build is a problem; one who opted out since is a flag on a published release and a problem on a held one
   (it can no longer be published: the next build leaves them out).
 
@@ -43,9 +44,10 @@ class PublishedRelease:
     root: str
     release_id: str | None
     patients: frozenset[str]
-    as_of: str | None  # the card's `optouts.as_of`: the lists in force at its build (None: no list then)
+    as_of: str | None  # the card's `optouts.as_of`: the newest list received before its build (None: no list then)
     recorded: bool  # whether its card has an opt-out section (a release made before opt-outs were applied has none)
     follows: int | None = None  # the version it follows because opt-outs changed (its card's `optouts.follows`)
+    lists: Mapping[str, str] | None = None  # site token -> the day its newest list file applied was received
 
 
 def _card(root: str) -> dict:
@@ -81,8 +83,9 @@ def published_releases(warehouse: str, cohort: str | None = None) -> list[Publis
         card = _card(root)
         section = card.get("optouts")
         follows = (section or {}).get("follows") or {}
+        lists = {x["list"]: x["received"] for x in (section or {}).get("lists") or []}
         out.append(PublishedRelease(name, int(release[1:]), root, manifest_id(root), release_patients(root),
-                                    (section or {}).get("as_of"), section is not None, follows.get("version")))
+                                    (section or {}).get("as_of"), section is not None, follows.get("version"), lists))
     return sorted(out, key=lambda r: (r.cohort, r.version))
 
 
@@ -143,14 +146,14 @@ class Successor:
 
 
 def version_to_build(defined: int, published: Mapping[int, PublishedRelease], now: frozenset[str],
-                     listed_at: Callable[[str | None], frozenset[str]],
+                     listed_at: Callable[[PublishedRelease], frozenset[str]],
                      selectable: Callable[[frozenset[str]], int]) -> Successor:
     """The version to build for a cohort defined at `defined`.
 
     From the defined version up, along the versions that already follow one another because of opt-outs (the
     newest of them is the one that stands), a published version whose patients' opt-outs changed since its
     build is followed by the next: some of its patients are on the list now (`now`, pseudonyms), or patients
-    held back from it (on the list in force then, `listed_at(as_of)`) are off the list now and selected again
+    held back from it (on the lists in force at its build, `listed_at(release)`) are off the list now and selected again
     (`selectable` counts them in the current selection). The first version that is not published, or is
     published and unaffected, is the one to build (and `decide` then says unchanged, conflict, or held)."""
     version, follows, left, returned = defined, None, 0, 0
@@ -161,7 +164,7 @@ def version_to_build(defined: int, published: Mapping[int, PublishedRelease], no
             version, follows, left, returned = version + 1, release, 0, 0
             continue
         gone = len(release.patients & now)
-        back = selectable(listed_at(release.as_of) - now - release.patients) if release.as_of else 0
+        back = selectable(listed_at(release) - now - release.patients) if release.as_of else 0
         if not gone and not back:
             break
         version, follows, left, returned = version + 1, release, gone, back
@@ -186,27 +189,62 @@ class Recheck:
     lists_changed: int  # sites whose list now differs from the one in force at the build
     received_now: str | None  # newest list received now
     unreadable: int  # list files that cannot be read now
+    unmapped: int = 0  # lists the card names whose site token the identifiable zone does not map
+
+
+def in_force_at_build(card: Mapping, lists: OptOutLists, sites_of: Mapping[str, str]) -> dict[str, str | None]:
+    """Each list site's last day in force at the release's build: the day its newest file applied was received
+    (the card's list of that site, found by its token), or None when the site had no list then. A list the card
+    names whose token maps to no site leaves every site without a mapped list at the card's newest date (the
+    stricter reading: a later file of that day counts as in force)."""
+    section = card.get("optouts") or {}
+    received = {sites_of[x["list"]]: x["received"] for x in section.get("lists") or [] if x["list"] in sites_of}
+    unmapped = any(x["list"] not in sites_of for x in section.get("lists") or [])
+    return {s: received.get(s, section.get("as_of") if unmapped else None) for s in lists.sites}
 
 
 def recheck(card: Mapping, released: Iterable[PersonKey | None], lists: OptOutLists,
-            namespaces: Mapping[str, str]) -> Recheck:
+            namespaces: Mapping[str, str], sites_of: Mapping[str, str]) -> Recheck:
     """Each released image's patient (`released`: one person key per image, None when it could not be found)
-    against the lists in force at the build (as the landing's files now say) and now."""
+    against the lists in force at the build (each site's files up to the day the card says its list was
+    received, as the landing's files now say; `sites_of` maps the card's site tokens) and now."""
     section = card.get("optouts")
-    as_of = (section or {}).get("as_of")
-    at_build = lists.keys(namespaces, as_of) if as_of else frozenset()
+    until = in_force_at_build(card, lists, sites_of)
+    then = {s: lists.site_list(s, d) for s, d in until.items() if d is not None}
+    at_build = frozenset(PersonKey(namespaces[s], p) for s, v in then.items() for p in v.patients)
     now = lists.keys(namespaces)
     people = list(released)
     found = [p for p in people if p is not None]
     on_list = [p for p in found if p in at_build]
     distinct = set(found)
-    then, current = lists.lists(as_of) if as_of else {}, lists.lists()
+    current = lists.lists()
     changed = sum(1 for s in set(then) | set(current)
                   if (then[s].patients if s in then else frozenset()) != (current[s].patients if s in current
                                                                           else frozenset()))
-    return Recheck(section is not None, as_of, len((section or {}).get("lists") or []), len(found),
-                   len(people) - len(found), len(distinct), len(on_list), len(set(on_list)),
-                   len((distinct & now) - at_build), changed, lists.received, len(lists.unreadable))
+    return Recheck(section is not None, (section or {}).get("as_of"), len((section or {}).get("lists") or []),
+                   len(found), len(people) - len(found), len(distinct), len(on_list), len(set(on_list)),
+                   len((distinct & now) - at_build), changed, lists.received, len(lists.unreadable),
+                   sum(1 for x in (section or {}).get("lists") or [] if x["list"] not in sites_of))
+
+
+def record_site_tokens(warehouse: str, tokens: Mapping[str, str]) -> None:
+    """Write each site's list token once (identifiable zone), for reviews to map a card's lists to sites."""
+    from imaging.catalogue import OPTOUT_SITES
+
+    for site, token in tokens.items():
+        url = fsx.under(warehouse, f"{OPTOUT_SITES.path}/{token}")
+        if not fsx.exists(url):
+            fsx.write_bytes(url, site.encode())
+
+
+def sites_of_tokens(warehouse: str) -> dict[str, str]:
+    """Token -> site, as published_cohort recorded them."""
+    from imaging.catalogue import OPTOUT_SITES
+
+    out = {}
+    for url, _ in fsx.list_files(f"{warehouse}/{OPTOUT_SITES.path}"):
+        out[url.rsplit("/", 1)[-1]] = fsx.read_bytes(url).decode()
+    return out
 
 
 def released_persons(tables: str, records: Iterable, namespaces: Mapping[str, str]) -> list[PersonKey | None]:

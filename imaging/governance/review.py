@@ -36,7 +36,7 @@ import sys
 from dataclasses import dataclass, field
 
 from imaging import fs as fsx
-from imaging.catalogue import COHORTS, HELD, LEDGER
+from imaging.catalogue import COHORTS, HELD, LEDGER, WITHDRAWN
 from imaging.config_files import ConfigError
 from imaging.deid.quiet import quiet
 from imaging.driver.config import read_yaml
@@ -50,7 +50,7 @@ from imaging.governance.disclosure import DisclosurePolicy
 from imaging.governance.evidence import (AttributeCount, ExactCounts, KFromFiles, QuarantineCount, arrived_columns,
                                          attribute_evidence, cross_check, exact_counts, k_from_files,
                                          quarantine_summary, read_metadata, release_summary)
-from imaging.governance.optout import SINCE, Recheck, recheck, released_persons
+from imaging.governance.optout import SINCE, Recheck, recheck, released_persons, sites_of_tokens
 from imaging.governance.signing import SignatureError, fingerprint, public_key_of, sign, verify_signature
 from imaging.provenance import ProvenanceRecord
 
@@ -198,16 +198,20 @@ def _lookup_by_name(warehouse: str, batches: list[str], names: set[str]) -> dict
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    root = f"{warehouse}/{LEDGER.path}"
-    if not names or not fsx.exists(root):
-        return {}
-    filesystem, path = fsx.filesystem(root)
-    dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
-    table = dataset.to_table(filter=pc.field("batch").isin(batches)) if batches else dataset.to_table()
     found: dict[str, list[ProvenanceRecord]] = {}
     from dataclasses import fields as record_fields
 
-    for row in table.to_pylist():
+    # The ledger, and the rows of images withdrawn since (their patient opted out): released copies stay traced.
+    roots = [r for r in (f"{warehouse}/{LEDGER.path}", f"{warehouse}/{WITHDRAWN.path}") if fsx.exists(r)]
+    if not names or not roots:
+        return {}
+    rows = []
+    for root in roots:
+        filesystem, path = fsx.filesystem(root)
+        dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
+        table = dataset.to_table(filter=pc.field("batch").isin(batches)) if batches else dataset.to_table()
+        rows += table.to_pylist()
+    for row in rows:
         name = str(row["output_path"]).rsplit("/", 1)[-1]
         if name in names:
             record = ProvenanceRecord(**{f.name: None if row.get(f.name) is None else str(row[f.name])
@@ -424,7 +428,8 @@ def _optouts(result: Review) -> None:
             result.problems.append("a site of the opt-out lists or of the release has no patient-id namespace in "
                                    "platform/issuers.yaml: its patients cannot be matched")
     lists = read_lists(landing, [s for s in list_sites if s in spaces], placeholders)
-    rc = result.optouts = recheck(result.card or {}, released_persons(result.tables, records, spaces), lists, spaces)
+    rc = result.optouts = recheck(result.card or {}, released_persons(result.tables, records, spaces), lists, spaces,
+                                  sites_of_tokens(result.warehouse))
     if not rc.recorded:
         result.notes.append("the data card records no opt-out list (a release made before opt-outs were applied): "
                             "every released patient is checked against the lists now")
@@ -437,13 +442,17 @@ def _optouts(result: Review) -> None:
     if rc.on_list_at_build_images:
         result.problems.append(
             f"{rc.on_list_at_build_images} released images of {rc.on_list_at_build_patients} patients are on the "
-            f"opt-out list in force when the release was built (list files received on or before {rc.as_of})")
+            f"opt-out list in force when the release was built (each site's list files up to the day the data card "
+            f"says its list was received)")
     if rc.since_patients and result.state == "held":
         result.problems.append(f"{rc.since_patients} patients of this held release have opted out since it was "
                                f"built: it will not be published; the next build leaves them out")
     elif rc.since_patients:
         result.flags.append(f"{rc.since_patients} {SINCE}: the next published_cohort run builds the next version "
                             f"without them, for approval")
+    if rc.unmapped:
+        result.notes.append(f"{rc.unmapped} opt-out lists of the data card name a site token the identifiable zone "
+                            f"does not map: every unmapped site is checked against its files up to {rc.as_of}")
     if rc.lists_changed:
         result.notes.append(f"built before an opt-out list changed: {rc.lists_changed} sites' lists differ from those "
                             f"in force at the build (received on or before {rc.as_of or 'no list'}; newest now "
@@ -559,7 +568,8 @@ def _optout_lines(card: dict, rc: Recheck | None) -> list[str]:
     else:
         lines += [f"  list {x['list']} version {x['version']} received {x['received']}" for x in section["lists"]] or [
             "  no list had been received"]
-        lines.append(f"  lists in force at the build: list files received on or before {section['as_of'] or '-'}")
+        lines.append(f"  lists in force at the build: each site's files up to the day its list was received "
+                     f"(newest {section['as_of'] or '-'})")
         at_build, before = section["excluded_at_build"], section["not_deidentified"]
         lines.append(f"  left out at the build: images {at_build['images']}, patients {at_build['patients']}; never "
                      f"de-identified (every site-day): images {before['images']}, patients {before['patients']}")

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_QUARANTINE, DEIDENTIFIED,
                                IDENTIFIABLE, INDEX_QUARANTINE, LEDGER, LINK_QUARANTINE, LINKED, OPTOUT_APPLIED,
-                               OPTOUT_QUARANTINE, RAW_IMAGE_INDEX, Folder, Table, manifest)
+                               OPTOUT_QUARANTINE, RAW_IMAGE_INDEX, WITHDRAWN, Folder, Table, manifest)
 from imaging.optout import OPTED_OUT
 from imaging.quality.outcomes import CheckOutcome, Distribution, evaluate_balance, evaluate_max
 from imaging.quality.rules import BALANCE, ERROR, MAX, SUITE, WARN, QualityContext, load_suite
@@ -175,7 +175,7 @@ LINK = ImageStep(
 
 ANONYMIZE = ImageStep(
     asset="anonymized_images", input="linked_patient_metadata", zone=DEIDENTIFIED, executor=AnonymizeJob,
-    output=manifest, quarantine=ANONYMIZE_QUARANTINE, also=(LEDGER, OPTOUT_APPLIED, OPTOUT_QUARANTINE),
+    output=manifest, quarantine=ANONYMIZE_QUARANTINE, also=(LEDGER, WITHDRAWN, OPTOUT_APPLIED, OPTOUT_QUARANTINE),
     folders=(ANONYMIZED_FILES,), stages=("deidentify", "commit"), idle="nothing linked", labels=("files", "manifest"),
     # The opt-out list (assets/optout_list.py): patients on it are held back before anything is de-identified.
     also_reads=("landing_zone", "optout_list"), known_reasons=(OPTED_OUT,),
