@@ -90,6 +90,14 @@ def pseudonyms_frame(session, pseudonyms: Iterable[str]) -> DataFrame:
 # --- published_cohort: the lists at build time, and after release -------------------------------------------
 
 @dataclass(frozen=True)
+class NotDeidentified:
+    """Images never de-identified because their patient opted out (every site-day), and their patients."""
+
+    images: int = 0
+    patients: int = 0
+
+
+@dataclass(frozen=True)
 class Applied:
     """One cohort in a run: the version to build, the selection without listed patients, what was held back."""
 
@@ -110,10 +118,11 @@ class ReleaseOptOuts:
     pseudonyms (imaging/governance/optout.py) and Spark joins against a small broadcast frame."""
 
     def __init__(self, session, lists: OptOutLists, spaces: dict[str, str], key: str,
-                 listed: dict[PersonKey, frozenset[str]], not_deidentified: tuple[int, int]):
+                 listed: dict[PersonKey, frozenset[str]], not_deidentified: NotDeidentified):
         self.session, self.lists, self.spaces, self.key, self.listed = session, lists, spaces, key, listed
         self.not_deidentified = not_deidentified
         self.now = self.pseudonyms(lists.keys(spaces))
+        self.withdraw: list[str] = []
 
     @classmethod
     def gather(cls, context, session, warehouse, landing, deid) -> "ReleaseOptOuts":
@@ -143,7 +152,24 @@ class ReleaseOptOuts:
                                     .join(linked.select("date", "site", "source_path", "patient_id"),
                                           ["date", "site", "source_path"]), session, spaces)
                         .select("namespace", "person").distinct().count())
-        return cls(session, lists, spaces, deid.key, listed, (images, patients))
+        out = cls(session, lists, spaces, deid.key, listed, NotDeidentified(images, patients))
+        out.withdraw = out.to_withdraw(warehouse)
+        return out
+
+    def to_withdraw(self, warehouse) -> list[str]:
+        """The site-days (`date|site`) whose de-identified images include a patient on the list now: materializing
+        anonymized_images for them withdraws those images. One row per such site-day reaches the driver."""
+        from assets.quality import partition_key
+        from imaging.catalogue import LEDGER, manifest
+        from imaging.steps.clinical import load_policy
+
+        if not self.now:
+            return []
+        batches = (warehouse.read(self.session, manifest(load_policy())).select("batch", "patient_pseudonym")
+                   .join(self._frame(self.now), "patient_pseudonym", "left_semi").select("batch").distinct())
+        keys = (warehouse.read(self.session, LEDGER).join(batches, "batch", "left_semi")
+                .select(partition_key().alias("key")).distinct().collect())
+        return sorted(r["key"] for r in keys)
 
     def pseudonyms(self, keys: Iterable[PersonKey]) -> frozenset[str]:
         return frozenset(p for k in keys for p in self.listed.get(k, ()))
@@ -205,8 +231,8 @@ class ReleaseOptOuts:
             lists=tuple(OptOutList(site_token(self.key, s), v.version(self.key), v.received)
                         for s, v in sorted(lists.items())),
             as_of=self.lists.received, excluded_images=applied.excluded_images,
-            excluded_patients=applied.excluded_patients, not_deidentified_images=self.not_deidentified[0],
-            not_deidentified_patients=self.not_deidentified[1],
+            excluded_patients=applied.excluded_patients, not_deidentified_images=self.not_deidentified.images,
+            not_deidentified_patients=self.not_deidentified.patients,
             follows=None if follows is None else follows.version, left=applied.successor.left,
             returned=applied.successor.returned)
 
@@ -222,16 +248,22 @@ class ReleaseOptOuts:
             "optout_list_versions": {s: v.version(self.key) for s, v in sorted(lists.items())},
             "optout_list_received": {s: v.received for s, v in sorted(lists.items())},
             "optout_since": {f.release: f.message for f in flagged},
+            # Site-days still holding de-identified images of listed patients (never released: left out at build).
+            "optout_withdraw": self.withdraw,
             "optout_excluded": {name: {"images": a.excluded_images, "patients": a.excluded_patients}
                                 for name, a in sorted(applied.items())},
             "optout_follows": {name: f"v{a.successor.follows.version} -> v{a.successor.version}"
                                for name, a in sorted(applied.items()) if a.successor.follows is not None},
         }
 
-    @staticmethod
-    def markdown(flagged: list[Flag]) -> list[str]:
-        """Lines for the run's summary: each flagged release (a count, never who)."""
-        if not flagged:
-            return []
-        return ["", "**Opt-outs since release** (the next version is built without them, for approval):", ""] + [
-            f"- {f.release}: {f.message}" for f in flagged]
+    def markdown(self, flagged: list[Flag]) -> list[str]:
+        """Lines for the run's summary: each flagged release (a count, never who), the site-days to withdraw."""
+        out = []
+        if flagged:
+            out += ["", "**Opt-outs since release** (the next version is built without them, for approval):", ""]
+            out += [f"- {f.release}: {f.message}" for f in flagged]
+        if self.withdraw:
+            out += ["", f"**{len(self.withdraw)} site-days** still hold de-identified images of patients who opted out "
+                        "(left out of every release): materialize `anonymized_images` for them to withdraw them "
+                        "(`optout_withdraw`)."]
+        return out

@@ -281,7 +281,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     table_md += [f"| {name} | {p.decision.action} | {p.decision.release_id or ''} | {p.images} | "
                  f"{('`' + paths[name] + '`') if name in paths else ''} |"
                  for name, p in sorted(plans.items())]
-    table_md += ReleaseOptOuts.markdown(flagged)
+    table_md += optouts.markdown(flagged)
     return MaterializeResult(check_results=check_results([checksums], context.log), metadata={
         "dagster/row_count": sum(p.images for p in plans.values() if p.decision.action in (PUBLISH, UNCHANGED)),
         "cohorts": len(plans),

@@ -92,8 +92,8 @@ def input_version_over(instance, asset: str, partitions: Sequence[str], *, obser
     pointers = [v.pointer for v in found.values() if v.pointer]
     if not pointers:
         return InputVersion(asset, DEFAULT_DATA_VERSION.value, None)
-    digest = hashlib.sha256("".join(f"{p}={v.version}\n" for p, v in found.items()).encode()).hexdigest()
-    return InputVersion(asset, digest[:32], max(pointers))
+    digest = hashlib.blake2b("".join(f"{p}={v.version}\n" for p, v in found.items()).encode(), digest_size=16)
+    return InputVersion(asset, digest.hexdigest(), max(pointers))
 
 
 def partition_versions(instance, partitions: Sequence[str], code_version: str, deps: Sequence[str],

@@ -157,6 +157,9 @@ def test_a_patient_who_opts_out_after_release_flags_it_and_the_next_version_leav
     meta = latest_metadata(instance, "published_cohort")
     assert meta["optout_since"]["all-fundus/v1"] == SINCE
     assert meta["states"]["all-fundus"] == "held" and meta["optout_follows"]["all-fundus"] == "v1 -> v2"
+    # B's site-days still hold B's de-identified images (left out of the build): listed for withdrawal.
+    assert meta["optout_withdraw"] == sorted({f"{i.date}|{i.site}" for i in world["hospital"].instances
+                                              if i.patient_id == b})
     (v2_held,) = held(warehouse, "all-fundus")
     assert json.loads((v2_held / "release.json").read_text())["release"] == "v2"
     assert pseudonym(b) not in release_patients(v2_held)
@@ -236,6 +239,7 @@ def test_a_removed_opt_out_lets_the_patient_back_in_the_next_version(world):
     run_assets(world["defs"], ["published_cohort"], instance=world["instance"])
     meta = latest_metadata(world["instance"], "published_cohort")
     assert meta["states"]["all-fundus"] == "held" and meta["optout_follows"]["all-fundus"] == "v2 -> v3"
+    assert meta["optout_withdraw"] == []  # every site-day of B's has been materialized since B opted out
     (v3,) = held(warehouse, "all-fundus")
     assert pseudonym(a) in release_patients(v3) and pseudonym(world["b"]) not in release_patients(v3)
     follows = json.loads((v3 / "datacard.json").read_text())["optouts"]["follows"]

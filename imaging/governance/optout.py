@@ -263,9 +263,11 @@ def released_persons(tables: str, records: Iterable, namespaces: Mapping[str, st
         filesystem, path = fsx.filesystem(url)
         dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
         dates = sorted({d for d, _ in wanted})
+        if not dataset.files:  # only emptied partition folders
+            dates = []
         table = dataset.to_table(columns=["date", "site", "source_path", "patient_id"],
-                                 filter=pc.field("date").isin(dates))
-        for row in table.to_pylist():
+                                 filter=pc.field("date").isin(dates)) if dates else None
+        for row in table.to_pylist() if table is not None else []:
             ids[(str(row["date"]), str(row["site"]), row["source_path"])] = row["patient_id"]
     out: list[PersonKey | None] = []
     for r in records:

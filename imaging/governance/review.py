@@ -436,7 +436,7 @@ def _optouts(result: Review) -> None:
     if rc.lists_applied and not lists.files:
         result.problems.append(f"the data card names {rc.lists_applied} opt-out lists but the landing zone "
                                f"({OPTOUTS}/ under IMAGING_LANDING) holds none: the lists in force cannot be re-read")
-    if rc.untraced:
+    if rc.untraced and (lists.files or rc.lists_applied):  # with no list anywhere, nobody can be on one
         result.problems.append(f"{rc.untraced} released images could not be walked back to their patient "
                                f"(linked_patient_metadata): not checked against the opt-out list")
     if rc.on_list_at_build_images:
