@@ -202,8 +202,9 @@ class ReleaseOptOuts:
         return found
 
     def described(self) -> str:
-        """The lists in force now, by site, version and day received (for the audit log: identifiable zone)."""
-        return "lists in force: " + (", ".join(f"{s} {v.version(self.key)} received {v.received}"
+        """The lists in force now, as data cards name them (site token, keyed version, day received): the audit
+        log's detail, which review reports show."""
+        return "lists in force: " + (", ".join(f"{site_token(self.key, s)} {v.version(self.key)} received {v.received}"
                                                for s, v in sorted(self.lists.lists().items())) or "none")
 
     def apply(self, cohort, selected: DataFrame, warehouse_root: str) -> Applied:

@@ -67,7 +67,8 @@ def latest_metadata(instance, asset: str, partition: str | None = None) -> dict:
 @pytest.fixture(scope="module")
 def world(defs, tmp_path_factory):
     """A small hospital (2 sites x 2 days), A on site-a's list from the first day (with a blank and a placeholder
-    row), materialized and published; B, released in all-fundus v1, is who opts out later."""
+    row), materialized and published; B, released in all-fundus v1, is who opts out later; A's opt-out is removed
+    later still."""
     from dagster import DagsterInstance
 
     root = tmp_path_factory.mktemp("optouts")
@@ -134,6 +135,17 @@ def test_a_listed_patient_is_never_de_identified_nor_released_and_only_counted(w
         record = world["instance"].get_latest_data_version_record(AssetKey("optout_list"), True, site)
         assert record.asset_observation.tags["dagster/data_version"] == list_version(KEY, patients)
 
+    # The review re-checks every released patient from the identifiable zone: none on the list; its HTML names
+    # no site and no id.
+    from imaging.governance.review import VERIFIED, review
+    from imaging.governance.review_html import render_html
+
+    report = review(str(releases["all-fundus/v1"]), str(warehouse))
+    assert report.verdict == VERIFIED and report.optouts.on_list_at_build_images == 0
+    assert report.optouts.images == len(report.traces) > 0 and report.optouts.untraced == 0
+    html = render_html(report)
+    assert "optout-lists" in html and not any(s in html for s in (*SITES, a, pseudonym(a)))
+
     # Named nowhere: not in the Dagster instance's events (metadata, logs) nor in any released file.
     instance = world["instance"]
     events = "\n".join(str(e) for r in instance.get_runs() for e in instance.all_logs(r.run_id))
@@ -148,8 +160,6 @@ def test_a_patient_who_opts_out_after_release_flags_it_and_the_next_version_leav
     from imaging.governance.approval import manifest_id
     from imaging.governance.review import VERIFIED, review
 
-    from approvers import approve_all
-
     warehouse, instance, b, v1 = world["warehouse"], world["instance"], world["b"], world["v1"]
     assert pseudonym(b) in release_patients(v1)
     write_list(world["landing"], SITES[1], DATES[1], [(b, "add")])  # received the next day, as a change
@@ -160,10 +170,10 @@ def test_a_patient_who_opts_out_after_release_flags_it_and_the_next_version_leav
     # B's site-days still hold B's de-identified images (left out of the build): listed for withdrawal.
     assert meta["optout_withdraw"] == sorted({f"{i.date}|{i.site}" for i in world["hospital"].instances
                                               if i.patient_id == b})
-    (v2_held,) = held(warehouse, "all-fundus")
-    assert json.loads((v2_held / "release.json").read_text())["release"] == "v2"
-    assert pseudonym(b) not in release_patients(v2_held)
-    assert json.loads((v2_held / "datacard.json").read_text())["optouts"]["follows"] == {
+    (v2,) = held(warehouse, "all-fundus")
+    assert json.loads((v2 / "release.json").read_text())["release"] == "v2"
+    assert pseudonym(b) not in release_patients(v2) and pseudonym(b) in manifest_patients(warehouse)
+    assert json.loads((v2 / "datacard.json").read_text())["optouts"]["follows"] == {
         "version": 1, "left": "<10", "returned": 0}
     # The audit log says so (a count), and the reviewer sees the flag on v1, which was built before the change.
     flagged = [e for e in audit.read_events(str(warehouse), manifest_id(str(v1))).events if e.event == audit.OPTED_OUT]
@@ -171,33 +181,25 @@ def test_a_patient_who_opts_out_after_release_flags_it_and_the_next_version_leav
     report = review(str(v1), str(warehouse))
     assert any(f.startswith(SINCE) for f in report.all_flags) and report.verdict == VERIFIED
     assert any("built before an opt-out list changed" in n for n in report.notes)
-    assert review(str(v2_held), str(warehouse)).ok
-
-    approve_all(str(v2_held))
-    run_assets(world["defs"], ["published_cohort"], instance=instance)
-    v2 = published(warehouse)["all-fundus/v2"]
-    assert pseudonym(b) not in release_patients(v2) and (v1 / "SHA256SUMS").exists()  # v1 stays, flagged
-    run_assets(world["defs"], ["published_cohort"], instance=instance)  # nothing new: v2 stands, logged once
-    assert latest_metadata(instance, "published_cohort")["states"]["all-fundus"] == "unchanged"
-    again = [e for e in audit.read_events(str(warehouse), manifest_id(str(v1))).events if e.event == audit.OPTED_OUT]
-    assert again == flagged
+    assert review(str(v2), str(warehouse)).ok
+    world["v2"] = v2
 
 
-def test_a_site_day_materialized_again_withdraws_a_patient_who_opted_out(world):
+def test_materializing_site_days_again_withdraws_an_opted_out_patient_and_readmits_a_removed_one(world):
     from imaging.governance.review import review
 
-    warehouse, hospital, b = world["warehouse"], world["hospital"], world["b"]
-    # B's images at site-b (the site-days re-run here; a site-day not re-run keeps its files until it is).
-    b_sources = {str(world["landing"] / i.rel_path) for i in hospital.instances
-                 if i.patient_id == b and i.site == SITES[1]}
+    warehouse, hospital, a, b = world["warehouse"], world["hospital"], world["a"], world["b"]
+    b_sources = {str(world["landing"] / i.rel_path) for i in hospital.instances if i.patient_id == b}
     outputs = [warehouse / "deidentified" / r["output_path"] for r in rows(warehouse, LEDGER) if r["source_path"] in b_sources]
     assert outputs and all(p.exists() for p in outputs)
-    site_b = (f"{DATES[0]}|{SITES[1]}", f"{DATES[-1]}|{SITES[1]}")
-    run_assets(world["defs"], ["anonymized_images"], site_b, instance=world["instance"])
-    assert not any(p.exists() for p in outputs)
+    write_list(world["landing"], SITES[0], DATES[1], [(a, "remove")])  # A's opt-out removed the next day
+    every = (f"{DATES[0]}|{SITES[0]}", f"{DATES[-1]}|{SITES[-1]}")
+    run_assets(world["defs"], ["anonymized_images"], every, instance=world["instance"])
+    # B's files went with the commit; B's images are held back; A's are de-identified now.
+    assert not any(p.exists() for p in outputs) and pseudonym(b) not in manifest_patients(warehouse)
     assert not b_sources & {r["source_path"] for r in rows(warehouse, LEDGER)}
-    held_back = {r["source_path"] for r in rows(warehouse, ANONYMIZE_QUARANTINE) if r["reason"] == OPTED_OUT}
-    assert b_sources <= held_back
+    assert {r["source_path"] for r in rows(warehouse, ANONYMIZE_QUARANTINE) if r["reason"] == OPTED_OUT} == b_sources
+    assert pseudonym(a) in manifest_patients(warehouse)
     # The ledger rows moved to withdrawn_images: v1's copies of B's images still trace to their landing files.
     assert {r["source_path"] for r in rows(warehouse, WITHDRAWN)} == b_sources
     report = review(str(world["v1"]), str(warehouse))
@@ -205,7 +207,7 @@ def test_a_site_day_materialized_again_withdraws_a_patient_who_opted_out(world):
     assert any(f.startswith(SINCE) for f in report.all_flags)
     files = sorted(p.relative_to(warehouse) for p in (warehouse / "deidentified/anonymized_images").rglob("*")
                    if p.is_file())
-    run_assets(world["defs"], ["anonymized_images"], site_b, instance=world["instance"])  # idempotent
+    run_assets(world["defs"], ["anonymized_images"], every, instance=world["instance"])  # idempotent
     assert sorted(p.relative_to(warehouse) for p in (warehouse / "deidentified/anonymized_images").rglob("*")
                   if p.is_file()) == files
 
@@ -219,7 +221,7 @@ def test_the_reviewer_fails_a_forged_release_that_carries_an_opted_out_patient(w
     shutil.copytree(world["v1"], forged)
     (forged / "APPROVAL.json").unlink()
     card = json.loads((forged / "datacard.json").read_text())
-    newer = json.loads((published(world["warehouse"])["all-fundus/v2"] / "datacard.json").read_text())["optouts"]
+    newer = json.loads((world["v2"] / "datacard.json").read_text())["optouts"]
     card["optouts"].update(as_of=newer["as_of"], lists=newer["lists"])
     (forged / "datacard.json").write_text(json.dumps(card, indent=2, sort_keys=True))
     (forged / SUMS_FILE).unlink()
@@ -231,16 +233,17 @@ def test_the_reviewer_fails_a_forged_release_that_carries_an_opted_out_patient(w
 
 
 def test_a_removed_opt_out_lets_the_patient_back_in_the_next_version(world):
-    warehouse, a = world["warehouse"], world["a"]
-    write_list(world["landing"], SITES[0], DATES[1], [(a, "remove")])
-    site_a = (f"{DATES[0]}|{SITES[0]}", f"{DATES[-1]}|{SITES[0]}")
-    run_assets(world["defs"], ["anonymized_images"], site_a, instance=world["instance"])
-    assert pseudonym(a) in manifest_patients(warehouse)
+    from imaging.governance import audit
+    from imaging.governance.approval import manifest_id
+
+    warehouse, a, b = world["warehouse"], world["a"], world["b"]
     run_assets(world["defs"], ["published_cohort"], instance=world["instance"])
     meta = latest_metadata(world["instance"], "published_cohort")
-    assert meta["states"]["all-fundus"] == "held" and meta["optout_follows"]["all-fundus"] == "v2 -> v3"
-    assert meta["optout_withdraw"] == []  # every site-day of B's has been materialized since B opted out
-    (v3,) = held(warehouse, "all-fundus")
-    assert pseudonym(a) in release_patients(v3) and pseudonym(world["b"]) not in release_patients(v3)
-    follows = json.loads((v3 / "datacard.json").read_text())["optouts"]["follows"]
-    assert follows == {"version": 2, "left": 0, "returned": "<10"}
+    assert meta["states"]["all-fundus"] == "held" and meta["optout_follows"]["all-fundus"] == "v1 -> v2"
+    v2 = warehouse / HELD.path / "all-fundus" / meta["release_ids"]["all-fundus"]
+    assert v2 != world["v2"] and json.loads((v2 / "release.json").read_text())["release"] == "v2"
+    assert pseudonym(a) in release_patients(v2) and pseudonym(b) not in release_patients(v2)
+    assert meta["optout_withdraw"] == []  # every site-day holding B has been materialized since B opted out
+    # v1 was flagged again with the same count: logged once.
+    events = audit.read_events(str(warehouse), manifest_id(str(world["v1"]))).events
+    assert [e.event for e in events].count(audit.OPTED_OUT) == 1

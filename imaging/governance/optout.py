@@ -118,18 +118,19 @@ def flags(releases: Iterable[PublishedRelease], now: frozenset[str]) -> list[Fla
 
 
 def log_flags(warehouse: str, found: Iterable[Flag], detail: str = "") -> list[Flag]:
-    """Append each flag to the audit log once per release and count (a run that finds the same count again
-    writes nothing); returns the flags newly logged."""
+    """Append each flag to the audit log once per release and count (a run that finds the same count again, under
+    whatever lists, writes nothing); returns the flags newly logged."""
     from imaging.governance import audit
 
     logged = []
     for flag in found:
         if flag.release_id is None:
             continue
-        said = {e.detail for e in audit.read_events(warehouse, flag.release_id).events if e.event == audit.OPTED_OUT}
-        text = flag.message + (f" ({detail})" if detail else "")
-        if text in said:
+        said = [e.detail or "" for e in audit.read_events(warehouse, flag.release_id).events
+                if e.event == audit.OPTED_OUT]
+        if any(d == flag.message or d.startswith(flag.message + " (") for d in said):
             continue
+        text = flag.message + (f" ({detail})" if detail else "")
         audit.record(warehouse, audit.OPTED_OUT, flag.release_id, flag.cohort, flag.version, detail=text)
         logged.append(flag)
     return logged
