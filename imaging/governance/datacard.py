@@ -185,8 +185,8 @@ class OptOutList:
 class OptOutSection:
     """What the opt-out list did to a release (counts only, suppressed as every count of the card).
 
-    `as_of`: the newest received date of the lists applied; the lists in force at the build were every readable
-    list file dated on or before it (None: no list). `excluded_*`: images and patients the cohort selected that
+    `as_of`: the newest received date of the lists applied (None: no list); the lists in force at the build were
+    each site's readable list files up to its own list's `received` day. `excluded_*`: images and patients the cohort selected that
     the build held back. `not_deidentified_*`: images (and their patients) never de-identified because their
     patient opted out, in every site-day (the cohort cannot be evaluated on images that were not de-identified).
     `follows`: the published version this one follows because its patients' opt-outs changed since (`left`
@@ -410,9 +410,9 @@ def _optout_markdown(section: Mapping | None, below: int) -> list[str]:
            "Patients on a site's opt-out list (national data opt-out, local objections) are never released. "
            f"Counts from 1 to {below - 1} are shown as \"<{below}\".\n\n"]
     if section["lists"]:
-        out += [f"Lists in force at this build: every list file received on or before {section['as_of']}. Each "
-                "site's list is named by a keyed token and versioned by a keyed digest of its patients (no site, "
-                "no id):\n\n",
+        out += ["Lists in force at this build: each site's list files up to the day its newest was received "
+                f"(below; the newest of them {section['as_of']}). Each site's list is named by a keyed token and "
+                "versioned by a keyed digest of its patients (no site, no id):\n\n",
                 _table(["list", "version", "received"], [[x["list"], x["version"], x["received"]] for x in section["lists"]])]
     else:
         out.append("No opt-out list had been received when this release was built.\n")
