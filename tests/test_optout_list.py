@@ -144,3 +144,20 @@ def test_the_recheck_tells_a_patient_listed_at_the_build_from_one_who_opted_out_
     # Without the token map (another warehouse), every site is read up to the card's newest day: stricter.
     strict = recheck(card, [PersonKey("NHS", "999")], lists, spaces, {})
     assert strict.unmapped == 2 and strict.on_list_at_build_patients == 1
+
+
+def test_the_data_card_names_lists_by_token_and_suppresses_small_counts():
+    from imaging.governance.datacard import OptOutList, OptOutSection, _optout_markdown, optout_section
+
+    with pytest.raises(ValueError):
+        OptOutList("site-a", list_version(KEY, ["1"]), "2024-03-01")  # never a site's name
+    with pytest.raises(ValueError):
+        OptOutList(site_token(KEY, "a"), "9434765919", "2024-03-01")  # never an id
+    section = OptOutSection((OptOutList(site_token(KEY, "a"), list_version(KEY, ["1"]), "2024-03-01"),), "2024-03-01",
+                            excluded_images=0, excluded_patients=0, not_deidentified_images=12,
+                            not_deidentified_patients=3, follows=1, left=2, returned=0)
+    card = optout_section(section, 10)
+    assert card["not_deidentified"] == {"images": 12, "patients": "<10"}
+    assert card["follows"] == {"version": 1, "left": "<10", "returned": 0}
+    text = "".join(_optout_markdown(card, 10))
+    assert "## Opt-outs" in text and "follows v1" in text and site_token(KEY, "a") in text

@@ -175,7 +175,8 @@ class OptOutList:
     received: str
 
     def __post_init__(self):
-        if not _TOKEN.match(self.list) or not _TOKEN.match(self.version):
+        # Exactly the shapes imaging.optout makes (16 and 32 hex digits): a site's name or a patient's id is neither.
+        if not re.fullmatch(r"[0-9a-f]{16}", self.list) or not re.fullmatch(r"[0-9a-f]{32}", self.version):
             raise ValueError("an opt-out list is named by its keyed site token and keyed digest, never a site or an id")
         if not _DATE.match(self.received):
             raise ValueError("an opt-out list's received date is YYYY-MM-DD")
