@@ -22,6 +22,7 @@ from assets.governance import CODE_VERSIONS, OWNERS, code_references, tags
 from imaging.catalogue import markdown_safe
 from assets.landing_zone import landing_zone
 from assets.linked_patient_metadata import linked_patient_metadata
+from assets.optout_list import optout_list
 from assets.pacs_landing import pacs_landing
 from assets.partitions import SETTINGS
 from assets.published_cohort import published_cohort
@@ -65,8 +66,8 @@ def policies(spec: AssetSpec) -> AssetSpec:
 
 
 defs = Definitions(
-    # landing_zone is observed, not materialized: it has no policy to apply.
-    assets=[landing_zone, *map_asset_specs(policies, [pacs_landing, raw_image_index, linked_patient_metadata,
+    # landing_zone and optout_list are observed, not materialized: they have no policy to apply.
+    assets=[landing_zone, optout_list, *map_asset_specs(policies, [pacs_landing, raw_image_index, linked_patient_metadata,
                                                                anonymized_images, published_cohort])],
     asset_checks=TABLE_CHECKS,
     # The named jobs an operator launches (docs/ui.md): the site-day pipeline, and publishing.

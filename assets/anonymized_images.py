@@ -1,5 +1,11 @@
 """anonymized_images: every linked image rewritten de-identified (PS3.15 Annex E), with a manifest
-(step: imaging/steps/declared.py ANONYMIZE)."""
+(step: imaging/steps/declared.py ANONYMIZE).
+
+Images of patients on the opt-out list in force are held back before the executor step sees them (a Spark
+join on the person, `assets/optouts.py`): quarantined as "patient opted out", counted per site-day, never
+listed by id. A site-day re-materialized after a patient opted out is committed without their files, which
+withdraws them from the de-identified zone through the same journalled commit.
+"""
 
 import datetime as dt
 import math
@@ -9,15 +15,19 @@ from pyspark.sql import functions as F
 
 from assets import quality as q
 from assets.governance import CODE_VERSIONS
-from assets.runner import Body, StepOutput, StepRun, image_asset, tally_of
-from imaging.catalogue import ANONYMIZE_QUARANTINE, DEIDENTIFIED, LEDGER, LINKED
+from assets.optouts import OPTED, mark, namespaces
+from assets.partitions import SETTINGS
+from assets.runner import Body, StepOutput, StepRun, image_asset, merged, tally_of
+from imaging.catalogue import (ANONYMIZE_QUARANTINE, DEIDENTIFIED, LEDGER, LINKED, OPTOUT_APPLIED, OPTOUT_QUARANTINE,
+                               WITHDRAWN)
 from imaging.driver.run_summary import Footprint
 from imaging.governance.datacard import DeidSummary
 from imaging.issuers import SUSPECT, IssuerPolicy
-from imaging.records import QUARANTINED
+from imaging.optout import OPTED_OUT
+from imaging.records import QUARANTINED, OptOutApplied, Quarantined, schema_of
 from imaging.steps.anonymize import AnonymizeJob
 from imaging.steps.declared import ANONYMIZE
-from resources.spark import map_batches
+from resources.spark import frame_of, map_batches
 
 
 def issuer_statuses(policy: IssuerPolicy, counted) -> dict[str, int]:
@@ -39,7 +49,27 @@ def _started(context: AssetExecutionContext) -> str:
 
 
 def nothing_linked(run: StepRun) -> bool:
-    return not run.warehouse.present(LINKED, run.keys)
+    """No linked image, and no opt-out list file of these days to account for (its quarantine rows)."""
+    return not run.warehouse.present(LINKED, run.keys) and not list_quarantine(run)
+
+
+def list_quarantine(run: StepRun) -> list[Quarantined]:
+    """The quarantine rows of the opt-out list files the run's site-days account for (each file on its own day)."""
+    return run.optouts.quarantined(((k.date, k.site) for k in run.keys), SETTINGS.start_date)
+
+
+def lists_applied(run: StepRun) -> list[OptOutApplied]:
+    """Which list versions apply to each site-day of the run: every site's list in force now."""
+    key, lists = run.deid.key, run.optouts.lists()
+    return [OptOutApplied(k.date, k.site, site, v.version(key), v.received, len(v.patients))
+            for k in run.keys for site, v in sorted(lists.items())]
+
+
+def optout_metadata(run: StepRun) -> dict:
+    """The list versions applied (keyed digests) and the day each was received: never an id."""
+    lists = run.optouts.lists()
+    return {"optout_list_versions": {s: v.version(run.deid.key) for s, v in sorted(lists.items())},
+            "optout_list_received": {s: v.received for s, v in sorted(lists.items())}}
 
 
 def deid_metadata(run: StepRun, issuers: dict[str, int]) -> dict:
@@ -52,20 +82,30 @@ def deid_metadata(run: StepRun, issuers: dict[str, int]) -> dict:
 
 def anonymize(run: StepRun) -> StepOutput:
     deid, session = run.deid, run.session
-    linked = run.read(LINKED)
+    spaces = namespaces(deid.issuer_policy())
+    # The opt-out list in force now, whatever the site-day's date: listed patients never reach the executor step.
+    linked = mark(run.read(LINKED), session, run.optouts.keys(spaces), spaces)
     job = AnonymizeJob(deid.key, tuple(deid.options), run.policy, deid.issuer_policy(), deid.pixel_text_settings(),
                        staging=run.commit.staging(run.warehouse.zone(DEIDENTIFIED)))
-    # One pass over the input: files and bytes per site-day, and the IssuerOfPatientID values a site's
-    # devices write (a handful, whatever the input size).
+    # One pass over the input: files and bytes per site-day, those held back for an opt-out, and the
+    # IssuerOfPatientID values a site's devices write (a handful, whatever the input size).
     counted = linked.groupBy("date", "site", "issuer_of_patient_id").agg(
-        F.count(F.lit(1)).alias("count"), F.sum("size_bytes").alias("bytes")).collect()
+        F.count(F.lit(1)).alias("count"), F.sum("size_bytes").alias("bytes"),
+        F.sum(F.col(OPTED).cast("int")).alias("held"),
+        F.sum(F.when(F.col(OPTED), F.col("size_bytes")).otherwise(0)).alias("held_bytes")).collect()
     read: dict[str, Footprint] = {}
+    held_tally: dict[str, dict[str | None, int]] = {}
     for r in counted:
         key = f"{r['date']}|{r['site']}"
         read[key] = read.get(key, Footprint()) + Footprint(r["count"], r["bytes"] or 0)
-    images, bytes_in = sum(f.files for f in read.values()), sum(f.bytes for f in read.values())
+        if r["held"]:
+            held_tally.setdefault(key, {OPTED_OUT: 0})[OPTED_OUT] += r["held"]
+    images = sum(r["count"] - (r["held"] or 0) for r in counted)
+    bytes_in = sum((r["bytes"] or 0) - (r["held_bytes"] or 0) for r in counted)
+    held = linked.where(F.col(OPTED)).select(*[F.lit(OPTED_OUT).alias(c) if c == "reason" else F.col(c)
+                                              for c in schema_of(Quarantined).names])
     tasks = max(1, math.ceil(images / run.landing.files_per_task))
-    outcomes = map_batches(linked.repartition(tasks), job.step()).persist()
+    outcomes = map_batches(linked.where(~F.col(OPTED)).drop(OPTED).repartition(tasks), job.step()).persist()
     with run.clock.stage("deidentify"), run.progress.track(run.context.log, session, label=ANONYMIZE.asset,
                                                            files=images, bytes=bytes_in):
         # Run the writes exactly once (every table below reads the persisted outcome), tallied on the way with
@@ -82,14 +122,30 @@ def anonymize(run: StepRun) -> StepOutput:
     if suspect:
         run.context.log.warning(f"{suspect} images name an IssuerOfPatientID that is unknown or names another "
                                 f"namespace; their site's configured namespace was used (platform/issuers.yaml)")
+    bad = list_quarantine(run)
+    bad_lists = frame_of(session, bad, schema_of(Quarantined))
+    bad_tally: dict[str, dict[str | None, int]] = {}
+    for row in bad:
+        counts = bad_tally.setdefault(f"{row.date}|{row.site}", {})
+        counts[row.reason] = counts.get(row.reason, 0) + 1
+    # Images held back now that were de-identified before (their patient opted out since): their ledger rows move
+    # to withdrawn_images (read before this run's commit swaps the ledger), so released copies stay traceable; a
+    # row leaves it when its image is de-identified again. The files go with the commit.
+    key = ["date", "site", "source_path"]
+    withdrawn = (run.read(WITHDRAWN).unionByName(run.read(LEDGER).join(held.select(*key), key, "left_semi"))
+                 .dropDuplicates(key).join(published.select(*key), key, "left_anti"))
     return StepOutput(
         rows={ANONYMIZE.output_table(run.policy).name: published,
               LEDGER.name: published.withColumns({k: F.lit(v) for k, v in provenance.items()}),
-              ANONYMIZE_QUARANTINE.name: outcomes.where(QUARANTINED)},
-        tally=tally, read=read,
+              WITHDRAWN.name: withdrawn,
+              ANONYMIZE_QUARANTINE.name: outcomes.where(QUARANTINED).select(*schema_of(Quarantined).names)
+              .unionByName(held),
+              OPTOUT_APPLIED.name: frame_of(session, lists_applied(run), schema_of(OptOutApplied)),
+              OPTOUT_QUARANTINE.name: bad_lists},
+        tally=merged(tally, held_tally, bad_tally), read=read,
         # Batch folders are keyed tokens of the site-day: the manifest's path names no real date or site.
         written={p: Footprint(tally[p].get(None, 0), sums.get(p, {}).get("output_size_bytes", 0)) for p in tally},
-        metadata={"spark_tasks": tasks, **deid_metadata(run, issuers)}, release=[outcomes])
+        metadata={"spark_tasks": tasks, **deid_metadata(run, issuers), **optout_metadata(run)}, release=[outcomes])
 
 
 # Data quality on what was committed: `linked = published + quarantined` is the images_accounted check
@@ -105,5 +161,6 @@ FIGURES = {
 
 anonymized_images = image_asset(ANONYMIZE, Body(
     idle=nothing_linked, work=anonymize,
-    idle_metadata=lambda run: {"spark_tasks": 0, **deid_metadata(run, issuer_statuses(run.deid.issuer_policy(), []))}),
+    idle_metadata=lambda run: {"spark_tasks": 0, **deid_metadata(run, issuer_statuses(run.deid.issuer_policy(), [])),
+                               **optout_metadata(run)}),
     FIGURES)

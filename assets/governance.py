@@ -38,12 +38,13 @@ _MODULES = {
     "linked_patient_metadata": ("assets.linked_patient_metadata", "imaging.steps.clinical", *_STEP),
     "anonymized_images": ("assets.anonymized_images", "imaging.steps.anonymize", "imaging.header",
                           "imaging.deid", "imaging.steps.clinical", "imaging.pseudonym", "imaging.provenance",
-                          *_STEP),
+                          "assets.optouts", "imaging.optout", *_STEP),
     "pacs_landing": ("assets.pacs_landing", "imaging.pacs", *_COMMON),
     "published_cohort": ("assets.published_cohort", "imaging.steps.release", "imaging.governance.release_bundle",
                          "imaging.governance.bundle", "imaging.governance.datacard", "imaging.governance.disclosure",
                          "imaging.governance.lineage", "imaging.governance.lineage_events",
-                         "imaging.governance.approval", "imaging.governance.cohort", *_COMMON),
+                         "imaging.governance.approval", "imaging.governance.cohort", "assets.optouts", "imaging.optout",
+                         "imaging.governance.optout", *_COMMON),
 }
 # What besides code decides each asset's output.
 _DECIDED_BY = {

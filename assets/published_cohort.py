@@ -5,7 +5,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
+from dagster import AllPartitionMapping, AssetDep, AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -13,6 +13,7 @@ from assets import quality as q
 from assets.checks import RULES, RecordedFacts, check_results, check_specs, publication_refusal, quality_context
 from assets.run_tags import label_run
 from assets.governance import CODE_VERSIONS, DISCLOSURE, LINEAGE, column_lineage, definition_metadata
+from assets.optouts import ReleaseOptOuts
 from imaging import fs as fsx
 from imaging.catalogue import COHORTS, DEIDENTIFIED, LEDGER, REVIEWS, manifest
 from imaging.driver.platform_files import load_clinical_policy, load_cohorts
@@ -23,7 +24,8 @@ from imaging.pseudonym import DEMO_KEY_FINGERPRINT
 from imaging.governance.bundle import content_key_of, parse_manifest
 from imaging.governance.cohort import CohortDefinition
 from imaging.governance.datacard import (BREAKDOWN_COLUMNS, CheckResult, CodeVersion, DataCardInputs, DeidSummary,
-                                         InputPartition, ReleaseCounts, Selection, breakdown_sql, counts_sql)
+                                         InputPartition, OptOutSection, ReleaseCounts, Selection, breakdown_sql,
+                                         counts_sql)
 from imaging.governance.disclosure import k_anonymity
 from imaging.governance.lineage import RELEASE, release_columns
 from imaging.governance.release_bundle import CheckedRelease, finish_release
@@ -141,13 +143,16 @@ def with_landing_versions(facts: RecordedFacts, inputs: ReleaseInputs) -> tuple[
 
 def build_release(session, cohort: CohortDefinition, selected, ledger, images: int, building: str, work: str,
                   source_root: str, files_per_task: int, deid: Deidentifier,
-                  facts: RecordedFacts | None = None) -> CheckedRelease:
+                  facts: RecordedFacts | None = None, optout_section: OptOutSection | None = None,
+                  optout_check: CheckResult | None = None) -> CheckedRelease:
     """Stage one cohort's release bundle in `building`; returns what `finish_release` made and what it checked.
 
     With what the Dagster instance recorded (`facts`), the data card lists the latest result of every
     upstream check on the partitions the release read and each input's landing data version. Only
     evaluations recorded before this build are read (published_cohort's own checks are the three
-    below), so a rebuild of the same inputs after the same runs gives the same bytes.
+    below), so a rebuild of the same inputs after the same runs gives the same bytes. The card states the
+    opt-out lists applied and what they held back (`optout_section`), and the release's own checks include that no
+    listed patient is in it (`optout_check`).
     """
     sizes = [r["size"] for r in session.sql(DISCLOSURE.class_sizes_sql(_view(selected, "cohort_selected"))).collect()]
     k = k_anonymity(sizes, DISCLOSURE)
@@ -166,6 +171,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
                     description="every selected image copied, its manifest checksum verified"),
         CheckResult("published_cohort", "metadata_row_per_image", totals["images"] == images,
                     description="one metadata row per released image"),
+        *((optout_check,) if optout_check is not None else ()),
     )
     card = DataCardInputs(
         selection=Selection.from_cohort(cohort),
@@ -174,7 +180,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
         inputs=with_landing_versions(facts, read) if facts is not None else read.partitions,
         code_versions=tuple(CodeVersion(a, v) for a, v in sorted(CODE_VERSIONS.items())),
         disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below,
-        key_fingerprint=deid.key_fingerprint)
+        key_fingerprint=deid.key_fingerprint, optouts=optout_section)
     built = finish_release(building, card, images=_image_entries(f"{work}/images.sha256"))
     copied_frame.unpersist()
     # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.
@@ -183,7 +189,8 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
 
 
 @asset(
-    deps=["anonymized_images"],
+    # Every site's opt-out list applies at build time (assets/optout_list.py).
+    deps=["anonymized_images", AssetDep("optout_list", partition_mapping=AllPartitionMapping())],
     kinds={"spark", "dicom", "parquet"},
     metadata=definition_metadata("published_cohort"),
     pool=WAREHOUSE_POOL,
@@ -194,7 +201,9 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
                 "generalised as the metadata is), held in identifiable/held/ until `approvals_required` listed "
                 "approvers have signed an approval of that exact content (`imaging-review approve`), then published to deidentified/cohorts/<name>/"
                 "v<version>/. Published releases are immutable. Refuses while the latest evaluation of an ERROR "
-                "data-quality check of an upstream partition has failed.",
+                "data-quality check of an upstream partition has failed, or while an opt-out list file cannot be "
+                "read. Patients on the opt-out list in force are never released; a published release holding "
+                "patients who opted out since is flagged (a count) and the next version is built without them.",
 )
 def published_cohort(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
                      warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
@@ -215,13 +224,19 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     except ApprovalError as error:
         raise Failure(str(error)) from error
     demo = deid.key_fingerprint == DEMO_KEY_FINGERPRINT  # demo approver keys count only for demo releases
+    # The opt-out lists in force now (an unreadable list file refuses the run); published releases holding patients
+    # who opted out since are flagged (a count) and logged, and each cohort's next version is built without them.
+    optouts = ReleaseOptOuts.gather(context, session, warehouse, landing, deid)
+    flagged = optouts.flag_published(warehouse.root)
     rows = warehouse.read(session, manifest(load_clinical_policy()))
     ledger = warehouse.read(session, LEDGER)
     commit = warehouse.begin("published_cohort")
     root = warehouse.root
     plans: dict[str, ReleasePlan] = {}
+    applied = {}
     for cohort in load_cohorts():
-        selected = rows.where(cohort.sql_predicate()).persist()
+        applied[cohort.name] = optout = optouts.apply(cohort, rows.where(cohort.sql_predicate()), root)
+        cohort, selected = optout.cohort, optout.kept.persist()
         images = selected.count()
         if images == 0:
             selected.unpersist()
@@ -233,7 +248,8 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         # Spark writes the checksum list and the CSV: on a tables root it can write (not gs:// files).
         work = warehouse.scratch(commit, cohort.name)
         release = build_release(session, cohort, selected, ledger, images, building, work,
-                                warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts)
+                                warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts,
+                                optout_section=optouts.section(optout), optout_check=optouts.check(optout))
         selected.unpersist()
         if not release.verified:
             raise Failure(f"cohort {cohort.name}: the release's own checks failed (see its data card)")
@@ -264,6 +280,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     table_md += [f"| {name} | {p.decision.action} | {p.decision.release_id or ''} | {p.images} | "
                  f"{('`' + paths[name] + '`') if name in paths else ''} |"
                  for name, p in sorted(plans.items())]
+    table_md += optouts.markdown(flagged)
     return MaterializeResult(check_results=check_results([checksums], context.log), metadata={
         "dagster/row_count": sum(p.images for p in plans.values() if p.decision.action in (PUBLISH, UNCHANGED)),
         "cohorts": len(plans),
@@ -280,6 +297,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         "images": {name: p.images for name, p in plans.items()},
         "min_k": DISCLOSURE.min_k,
         "dagster/column_lineage": column_lineage(RELEASE),
+        **optouts.metadata(flagged, applied),
         **links,
     })
 

@@ -34,18 +34,22 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Iterator, Mapping, Sequence
 
-from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, asset
+from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, AssetsDefinition, MaterializeResult,
+                     MetadataValue, asset)
 from pyspark.sql import DataFrame, functions as F
 
 from assets.checks import check_results, check_specs, quality_context, summary
 from assets.quality import plain_plans, shared_passes
 from assets.governance import definition_metadata
-from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
-from assets.versions import EVENTS_LOGGED_BY_STEP, LANDING, landing_read, materialization, partition_versions
+from assets.optouts import read_optouts
+from assets.partitions import PARTITIONS, SETTINGS, SINGLE_RUN, site_days
+from assets.versions import (EVENTS_LOGGED_BY_STEP, LANDING, OPTOUT, landing_read, materialization, optout_read,
+                             partition_versions)
 from assets.run_tags import label_run
 from imaging.catalogue import Folder, Table
 from imaging.driver.platform_files import load_clinical_policy
 from imaging.driver.run_summary import OTHER, Counts, StageClock, StepSummary
+from imaging.optout import OptOutLists
 from imaging.quality.gate import covering
 from imaging.quality.outcomes import CheckOutcome
 from imaging.quality.rules import QualityContext
@@ -98,6 +102,11 @@ class StepRun:
     @cached_property
     def policy(self) -> ClinicalPolicy:
         return load_clinical_policy()
+
+    @cached_property
+    def optouts(self) -> OptOutLists:
+        """The opt-out lists in the landing zone, read once per run (by the steps that read `optout_list`)."""
+        return read_optouts(self.landing.root)
 
     @property
     def partitions(self) -> list[str]:
@@ -184,7 +193,8 @@ def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, .
 
     @asset(
         name=step.asset,
-        deps=list(step.deps),
+        # Every site's opt-out list applies to every site-day (an opt-out is a person's, at every site).
+        deps=[AssetDep(d, partition_mapping=AllPartitionMapping()) if d == OPTOUT else d for d in step.deps],
         partitions_def=PARTITIONS,
         backfill_policy=SINGLE_RUN,
         kinds=set(step.kinds),
@@ -200,6 +210,8 @@ def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, .
         run = StepRun(context, step, site_days(context), clock, spark, landing, warehouse, deid, progress)
         if LANDING in step.deps:  # the landing it reads, recorded before it reads it (yielded: stored at once)
             yield from landing_read(context.instance, landing.root, run.keys)
+        if OPTOUT in step.deps:  # the same for the opt-out lists it applies
+            yield from optout_read(context.instance, run.optouts, deid.key)
         if body.idle(run):
             yield from _idle(run, body)
             return
@@ -349,7 +361,7 @@ def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Co
               # Which key keyed the pseudonyms, batch tokens and offenders: its fingerprint, never the key.
               **run.deid.run_metadata()}
     versions = partition_versions(context.instance, run.partitions, code_version(context, asset), run.step.deps,
-                                  observed=frozenset({LANDING}))
+                                  observed=frozenset({LANDING, OPTOUT}), whole={OPTOUT: SETTINGS.sites})
     for partition in run.partitions:
         yield materialization(asset, versions[partition], {
             **summary_.values(partition), **shared,

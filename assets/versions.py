@@ -18,8 +18,9 @@ The UI then marks exactly the partitions whose inputs moved as unsynced (tests/t
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from dagster import AssetKey, AssetMaterialization, AssetObservation, DataVersion, MetadataValue, MultiPartitionKey
 # Dagster's provenance tags and its version hash: 1.13 has no public names for them (see STACK-NOTES).
@@ -33,9 +34,11 @@ from dagster._core.definitions.partitions.utils import get_tags_from_multi_parti
 from dagster._core.definitions.source_asset import SYSTEM_METADATA_KEY_SOURCE_ASSET_OBSERVATION
 
 from imaging.driver.landing import SiteDayLanding, scan_site_days
+from imaging.optout import OptOutLists
 
 EVENTS_LOGGED_BY_STEP = {SYSTEM_METADATA_KEY_SOURCE_ASSET_OBSERVATION: True}
 LANDING = "landing_zone"  # the observed source
+OPTOUT = "optout_list"  # the observed opt-out lists, one partition per site, each read whole by its readers
 
 
 @dataclass(frozen=True)
@@ -81,10 +84,27 @@ def input_version(instance, asset: str, partition: str, *, observed: bool) -> In
     return InputVersion(asset, version.value, record.storage_id)
 
 
+def input_version_over(instance, asset: str, partitions: Sequence[str], *, observed: bool) -> InputVersion:
+    """One input that is every partition of `asset` (every site's opt-out list applies to every site-day): a hash
+    of each partition's latest version, pointing at the newest of their events. Dagster's staleness then looks for
+    a later event of any of those partitions with another version, which is exactly a list that changed."""
+    found = {p: input_version(instance, asset, p, observed=observed) for p in sorted(partitions)}
+    pointers = [v.pointer for v in found.values() if v.pointer]
+    if not pointers:
+        return InputVersion(asset, DEFAULT_DATA_VERSION.value, None)
+    digest = hashlib.blake2b("".join(f"{p}={v.version}\n" for p, v in found.items()).encode(), digest_size=16)
+    return InputVersion(asset, digest.hexdigest(), max(pointers))
+
+
 def partition_versions(instance, partitions: Sequence[str], code_version: str, deps: Sequence[str],
-                       observed: frozenset[str]) -> dict[str, PartitionVersion]:
-    """Each partition's version from its own inputs' versions (`observed`: the deps that are sources)."""
-    return {p: PartitionVersion(p, code_version, tuple(input_version(instance, d, p, observed=d in observed)
+                       observed: frozenset[str], whole: Mapping[str, Sequence[str]] | None = None
+                       ) -> dict[str, PartitionVersion]:
+    """Each partition's version from its own inputs' versions (`observed`: the deps that are sources; `whole`: the
+    deps read whole, with their partitions)."""
+    whole = whole or {}
+    shared = {d: input_version_over(instance, d, whole[d], observed=d in observed) for d in deps if d in whole}
+    return {p: PartitionVersion(p, code_version, tuple(shared[d] if d in whole else
+                                                       input_version(instance, d, p, observed=d in observed)
                                                        for d in deps))
             for p in partitions}
 
@@ -111,3 +131,26 @@ def landing_read(instance, root: str, keys) -> list[AssetObservation]:
     current = scan_site_days(root, [(k.date, k.site) for k in keys])
     return [observation(day) for key, day in current.items()
             if input_version(instance, LANDING, key, observed=True).version != day.version]
+
+
+def optout_observations(lists: OptOutLists, key: str) -> list[AssetObservation]:
+    """One observation of `optout_list` per configured site: the keyed digest of its effective list as data version
+    (a site without a list has the empty list's, so removing every file is a change too), and counts: patients on
+    the list, files read, the date of the newest (the day it was received), rows and files quarantined. Never an id."""
+    out = []
+    for site in lists.sites:
+        current = lists.site_list(site)
+        files = [f for f in lists.files if f.site == site]
+        metadata = {"patients": len(current.patients), "files": len(files), "files_applied": current.files,
+                    "files_quarantined": sum(1 for f in files if not f.applied),
+                    "rows_quarantined": sum(len(f.reasons) for f in files if f.applied),
+                    "received": current.received or "no list received"}
+        out.append(AssetObservation(asset_key=AssetKey(OPTOUT), partition=site,
+                                    tags={DATA_VERSION_TAG: current.version(key)}, metadata=metadata))
+    return out
+
+
+def optout_read(instance, lists: OptOutLists, key: str) -> list[AssetObservation]:
+    """Observations of the sites whose list is not the one last recorded: a run records the lists it applies."""
+    return [o for o in optout_observations(lists, key)
+            if input_version(instance, OPTOUT, o.partition, observed=True).version != o.tags[DATA_VERSION_TAG]]

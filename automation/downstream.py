@@ -19,8 +19,11 @@ from __future__ import annotations
 from dagster import AssetKey, AssetSelection, AutomationCondition, AutomationConditionSensorDefinition, DefaultSensorStatus
 
 # The downstream steps also read the landing zone directly (its extracts and files), but a new landing is
-# the landing sensor's to run, through the whole chain: an observation alone must not start them.
-LANDING = AssetSelection.assets("landing_zone")
+# the landing sensor's to run, through the whole chain: an observation alone must not start them. Nor must a
+# changed opt-out list: it applies to every site-day, and re-de-identifying all of them for one patient would
+# cost the whole archive; published_cohort refuses listed patients at build time whatever the zone holds, and
+# a site-day withdraws them at its next materialization (docs/governance.md, "Opt-outs").
+LANDING = AssetSelection.assets("landing_zone", "optout_list")
 CATCH_UP = (
     AutomationCondition.any_deps_updated().ignore(LANDING).since_last_handled()
     & ~AutomationCondition.any_deps_missing().ignore(LANDING)

@@ -18,7 +18,8 @@ from typing import Mapping
 import pyarrow as pa
 
 from imaging.provenance import RUN_COLUMNS
-from imaging.records import (IndexedImage, LinkedImage, PacsOutcome, PublishedImage, Quarantined, fields_of)
+from imaging.records import (IndexedImage, LinkedImage, OptOutApplied, PacsOutcome, PublishedImage, Quarantined,
+                             fields_of)
 
 IDENTIFIABLE = "identifiable"
 DEIDENTIFIED = "deidentified"
@@ -106,9 +107,25 @@ LEDGER = Table(
     "checksums, a keyed hash of the source SOP Instance UID, and the run, code version, profile and options",
     keep=("source_path", "source_sha256", "source_uid_hash", "batch", "output_path", "output_sha256", "date", "site"),
     extra=RUN_COLUMNS)
+# A released copy of an image withdrawn afterwards (its patient opted out) must stay traceable: its ledger row
+# moves here when its site-day is materialized again, and leaves again if the image is de-identified anew.
+WITHDRAWN = Table(
+    IDENTIFIABLE, "withdrawn_images", PublishedImage, SITE_DAY, ("source_path",),
+    "provenance ledger rows of images withdrawn from the de-identified zone because their patient opted out after "
+    "they were de-identified: released copies of them stay traceable to their landing files",
+    keep=LEDGER.keep, extra=RUN_COLUMNS)
 ANONYMIZE_QUARANTINE = Table(
     IDENTIFIABLE, "quarantine/anonymized_images", Quarantined, SITE_DAY, ("source_path",),
     "linked images that could not be published, with the reason")
+
+OPTOUT_APPLIED = Table(
+    IDENTIFIABLE, "optout_applied", OptOutApplied, SITE_DAY, ("list_site",),
+    "which opt-out list versions applied to each site-day's de-identification (one row per site's list in force "
+    "then; the images of its patients are quarantined as 'patient opted out')")
+OPTOUT_QUARANTINE = Table(
+    IDENTIFIABLE, "quarantine/optout_lists", Quarantined, SITE_DAY, ("source_path",),
+    "opt-out list files that cannot be read (or are not named by a date) and list rows keyed by an empty or "
+    "placeholder patient_id or with an unknown action, with the reason, accounted to the file's own day")
 
 ANONYMIZED_FILES = Folder(
     DEIDENTIFIED, "anonymized_images/files",
@@ -128,6 +145,10 @@ PACS_INSTANCES = Table(
     IDENTIFIABLE, "pacs_instances", PacsOutcome, SITE_DAY, ("file_name",),
     "every instance a site's PACS listed for a site-day and what became of it: fetched, unchanged (kept) or "
     "failed with the reason; sha256 of each landed file")
+# A released data card names each site's opt-out list by a keyed token; the review (which has no key) maps a token
+# back to its site here, to re-read exactly the files that were in force for that site when the release was built.
+OPTOUT_SITES = Folder(IDENTIFIABLE, "optout_sites", "<token>: the site a data card's opt-out list token stands for "
+                                                    "(written once by published_cohort)")
 REVIEWS = Folder(IDENTIFIABLE, "reviews", "review reports of releases (imaging-review's HTML), <cohort>-<release id>.html")
 
 _MANIFEST_FIELDS = (
@@ -149,7 +170,7 @@ def manifest(policy) -> Table:
 
 # Every table whose shape does not depend on configuration, in data-flow order.
 TABLES = (RAW_IMAGE_INDEX, INDEX_QUARANTINE, CLINICAL_QUARANTINE, LINKED, LINK_QUARANTINE, LEDGER,
-          ANONYMIZE_QUARANTINE)
+          ANONYMIZE_QUARANTINE, WITHDRAWN, OPTOUT_APPLIED, OPTOUT_QUARANTINE)
 
 
 def partition_dir(table: Table, values) -> str:
@@ -214,6 +235,10 @@ COLUMN_DESCRIPTIONS = {
     "file_name": "the landed file's name under pacs_landing/images/<site>/<date>/ (a digest of its UIDs)",
     "outcome": "fetched, unchanged (the last run's copy kept) or failed",
     "attempts": "requests the retrieval took (retries of transient errors included)",
+    "list_site": "the site whose opt-out list this is (optouts/<site>/)",
+    "list_version": "keyed digest of the opt-out list's patients (never the ids)",
+    "list_received": "the date of the newest opt-out list file applied (the day it was received)",
+    "list_patients": "patients on that opt-out list",
 }
 
 

@@ -294,6 +294,19 @@ class PublishedImage:
 
 
 @dataclass(frozen=True)
+class OptOutApplied:
+    """Which opt-out list applied to a site-day's de-identification: one row per site's list in force then
+    (an opt-out is a person's, so every site's list applies to every site-day of its namespace)."""
+
+    date: str
+    site: str
+    list_site: str
+    list_version: str  # keyed digest of the list's patients (imaging.optout.list_version)
+    list_received: str  # the date of the newest list file applied: the day it was received
+    list_patients: int  # patients on that list
+
+
+@dataclass(frozen=True)
 class ReleaseFile:
     """A file copied into a release, with the checksum it was verified against."""
 

@@ -43,7 +43,9 @@ launch() {  # JOB REASON [FIRST_PARTITION...LAST_PARTITION]
 }
 
 echo "== Generating a synthetic hospital in $IMAGING_LANDING (sites $SITES, $FIRST to $LAST)"
-.venv/bin/python -m synth --out "$IMAGING_LANDING" --seed 7 --sites "$SITES" --dates "$DATES"
+# With a small opt-out list (two imaged patients of the first site, received on the first day, and one row
+# keyed by a placeholder id, which is quarantined): their images are never de-identified nor released.
+.venv/bin/python -m synth --out "$IMAGING_LANDING" --seed 7 --sites "$SITES" --dates "$DATES" --optouts 2
 
 # No separate observation of landing_zone: the pipeline's run records the landing version of each site-day it
 # reads (as the landing sensor would), so the data cards and the UI's lineage name it.
@@ -75,6 +77,8 @@ stop_daemon
 echo "== What was made"
 .venv/bin/python -m imaging.governance.report
 release="$(ls -d "$IMAGING_WAREHOUSE"/deidentified/cohorts/*/v* | head -1)"
+echo "== The opt-out list as the data card of $release states it (counts below 10 shown as <10)"
+sed -n '/^## Opt-outs/,/^## Released columns/p' "$release/datacard.md" | sed '$d'
 echo "== The lineage of one published release, as a governance reviewer sees it (IMAGING_WAREHOUSE set)"
 .venv/bin/imaging-review "$release" --html "$PWD/data/review.html" | grep -v '^    \|^  images/'
 cat <<MSG

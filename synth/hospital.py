@@ -4,6 +4,7 @@ Used by the demo, the tests and the benchmarks. `generate_hospital` writes
 
     <landing>/images/<site>/<YYYY-MM-DD>/<any depth>/<file>   DICOM Part 10 (+ some junk)
     <landing>/clinical/<site>/<YYYY-MM-DD>.csv                 that site-day's clinical extract
+    <landing>/optouts/<site>/<YYYY-MM-DD>.csv                  an opt-out list, only with `optouts=N`
 
 and returns a `HospitalSummary` with the ground truth (patients, instances, follow-up
 references, broken files, as-of clinical records, every identifying string planted).
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from synth.clinical import DIAGNOSES, SITE_A_COLUMNS, SITE_B_COLUMNS, write_clinical
 from synth.images import ImageWriter
+from synth.optouts import write_small_list
 from synth.people import cast
 from synth.spec import SiteHeader
 from synth.truth import HospitalSummary, InstanceTruth, PatientTruth
@@ -50,8 +52,11 @@ def _visit_days(slot: int, site_index: int, n: int, m: int) -> list[int]:
 def generate_hospital(landing, *, seed=7, sites=("site-a", "site-b"),
                       dates=("2024-03-01", "2024-03-02", "2024-03-03"), patients_per_site=6,
                       oct_shape=(8, 64, 64), fundus_shape=(64, 64),
-                      broken_per_partition=True) -> HospitalSummary:
+                      broken_per_partition=True, optouts=0) -> HospitalSummary:
     """Write a synthetic eye hospital under `landing` and return its ground truth.
+
+    `optouts`: that many imaged patients of the first site on an opt-out list received on the first day
+    (`summary.opted_out`), with one placeholder row; none by default.
 
     Overwrites the files it writes but deletes nothing: use a fresh directory when
     byte-identical trees matter. Dates are ISO strings, processed in sorted order.
@@ -86,6 +91,8 @@ def generate_hospital(landing, *, seed=7, sites=("site-a", "site-b"),
         write_clinical(rng, root, summary, si, site, slots[si], visits[si], others[si])
     for files in (*summary.dicom_files.values(), *summary.broken_files.values()):
         files.sort()
+    if optouts:
+        summary.opted_out = write_small_list(root, summary, optouts, seed)
     return summary
 
 
@@ -102,12 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--oct-shape", default="8,64,64", help="frames,rows,cols")
     parser.add_argument("--fundus-shape", default="64,64", help="rows,cols")
     parser.add_argument("--no-broken", action="store_true", help="skip the junk files")
+    parser.add_argument("--optouts", type=int, default=0,
+                        help="imaged patients of the first site on an opt-out list received on the first day")
     args = parser.parse_args(argv)
     split = lambda text: [t.strip() for t in text.split(",") if t.strip()]  # noqa: E731
     summary = generate_hospital(
         args.out, seed=args.seed, sites=split(args.sites), dates=split(args.dates),
         patients_per_site=args.patients, oct_shape=tuple(map(int, split(args.oct_shape))),
-        fundus_shape=tuple(map(int, split(args.fundus_shape))), broken_per_partition=not args.no_broken)
+        fundus_shape=tuple(map(int, split(args.fundus_shape))), broken_per_partition=not args.no_broken,
+        optouts=args.optouts)
     # Counts only: never print identifiers.
     by_modality = {m: sum(i.modality == m for i in summary.instances) for m in ("OPT", "OP")}
     print(f"wrote {len(summary.instances)} DICOM files ({by_modality['OPT']} OPT, {by_modality['OP']} OP), "
@@ -116,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(summary.patients)} patients, {len(summary.sites)} sites x {len(summary.dates)} dates, "
           f"{sum(i.referenced_sop_instance_uid is not None for i in summary.instances)} follow-up images, "
           f"{len(summary.unmatched_images)} images without an as-of clinical record -> {args.out}")
+    if summary.opted_out:
+        print(f"an opt-out list of {len(summary.opted_out)} imaged patients (and one placeholder row) "
+              f"received on {summary.dates[0]} at {summary.sites[0]}")
     return 0
 
 

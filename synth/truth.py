@@ -63,6 +63,7 @@ class HospitalSummary:
     clinical_rows: dict[tuple[str, str], int] = field(default_factory=dict)
     clinical_records: dict[tuple[str, str], list[dict[str, str]]] = field(default_factory=dict)
     clinical_columns: dict[str, list[str]] = field(default_factory=dict)  # site -> header
+    opted_out: list[str] = field(default_factory=list)  # patient ids on the generated opt-out list, if any
     _identifiers: set[str] = field(default_factory=set, repr=False)
 
     def identifying_strings(self) -> list[str]:

@@ -171,6 +171,7 @@ GROUP_SECONDS = {
     "test_crash_safety": 200,
     SESSION_WORLD: 180,
     "test_quality_gate": 90,
+    "test_optout_pipeline": 110,
     "deployments-standalone": 130,
     "dagster-ui": 210,
     "test_ui_automation": 90,

@@ -280,7 +280,7 @@ def test_the_data_card_lists_every_upstream_check_and_each_inputs_landing_versio
         else:
             assert c["scope"] == "partitions" and c["partitions"] == tokens, c  # exactly the partitions read
     assert {c["check"] for c in card["checks"] if c["asset"] == "published_cohort"} == {
-        "k_anonymity", "images_copied_and_verified", "metadata_row_per_image"}
+        "k_anonymity", "images_copied_and_verified", "metadata_row_per_image", "no_opted_out_patient"}
 
     # What the instance says now, after the holding and the publishing runs (and their own checks),
     # is what the card says: publishing did not change the approved content.

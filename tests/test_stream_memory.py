@@ -23,7 +23,7 @@ from imaging.driver.config import load_settings
 from imaging.issuers import IssuerPolicy
 from imaging.records import LinkedImage, PublishedImage
 from imaging.steps.anonymize import AnonymizeJob
-from imaging.steps.clinical import load_policy
+from imaging.driver.platform_files import load_clinical_policy as load_policy
 from imaging.steps.release import CopyJob, HeaderRule, ReleaseSource
 
 FRAMES, ROWS, COLUMNS = 400, 640, 1024  # 262 MB of 8-bit pixels

@@ -1,4 +1,4 @@
-"""The release audit log: every hold, approval, rejection and publication, append-only, identifiable zone.
+"""The release audit log: every hold, approval, rejection, publication and opt-out flag, append-only, identifiable zone.
 
 One write-once JSON file per event in `identifiable/audit/` (object stores cannot append to a file;
 they can refuse to overwrite one), named by UTC time and the event's own hash so a listing is the
@@ -18,11 +18,14 @@ from imaging import fs as fsx
 from imaging.catalogue import AUDIT
 
 HOLD, APPROVE, REJECT, PUBLISH = "hold", "approve", "reject", "publish"
+# A published release found holding patients who opted out since it was built (the detail says how many,
+# never who): written once per release and count by published_cohort (imaging.governance.optout.log_flags).
+OPTED_OUT = "opted-out"
 
 
 @dataclass(frozen=True)
 class AuditEvent:
-    event: str  # hold | approve | reject | publish
+    event: str  # hold | approve | reject | publish | opted-out
     release_id: str
     cohort: str
     version: int

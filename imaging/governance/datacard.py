@@ -29,6 +29,7 @@ from imaging.steps.clinical import DEFAULT_SUPPRESS_BELOW
 
 _TOKEN = re.compile(r"^[0-9a-f]{8,64}$")  # the opaque batch token of a site-day
 _VERSIONISH = re.compile(r"^[0-9A-Za-z._:+-]{1,128}$")  # run ids, data and code versions: no free text
+_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 FORMAT = "imaging-datacard/1"
 
 
@@ -165,6 +166,45 @@ class CodeVersion:
 
 
 @dataclass(frozen=True)
+class OptOutList:
+    """One site's opt-out list as a release applied it: the site by a keyed token (a released card names no site),
+    the keyed digest of its patients, and the day the newest file of it was received."""
+
+    list: str
+    version: str
+    received: str
+
+    def __post_init__(self):
+        # Exactly the shapes imaging.optout makes (16 and 32 hex digits): a site's name or a patient's id is neither.
+        if not re.fullmatch(r"[0-9a-f]{16}", self.list) or not re.fullmatch(r"[0-9a-f]{32}", self.version):
+            raise ValueError("an opt-out list is named by its keyed site token and keyed digest, never a site or an id")
+        if not _DATE.match(self.received):
+            raise ValueError("an opt-out list's received date is YYYY-MM-DD")
+
+
+@dataclass(frozen=True)
+class OptOutSection:
+    """What the opt-out list did to a release (counts only, suppressed as every count of the card).
+
+    `as_of`: the newest received date of the lists applied (None: no list); the lists in force at the build were
+    each site's readable list files up to its own list's `received` day. `excluded_*`: images and patients the cohort selected that
+    the build held back. `not_deidentified_*`: images (and their patients) never de-identified because their
+    patient opted out, in every site-day (the cohort cannot be evaluated on images that were not de-identified).
+    `follows`: the published version this one follows because its patients' opt-outs changed since (`left`
+    patients of it have since opted out, `returned` held back from it may come back)."""
+
+    lists: tuple[OptOutList, ...] = ()
+    as_of: str | None = None
+    excluded_images: int = 0
+    excluded_patients: int = 0
+    not_deidentified_images: int = 0
+    not_deidentified_patients: int = 0
+    follows: int | None = None
+    left: int = 0
+    returned: int = 0
+
+
+@dataclass(frozen=True)
 class DataCardInputs:
     selection: Selection
     counts: ReleaseCounts
@@ -179,6 +219,8 @@ class DataCardInputs:
     # `imaging.pseudonym.key_fingerprint` of the key the release was built under (never the key); None:
     # not recorded.
     key_fingerprint: str | None = None
+    # The opt-out lists applied and what they held back; None: not recorded (a card made without them).
+    optouts: OptOutSection | None = None
 
 
 @dataclass(frozen=True)
@@ -219,6 +261,23 @@ def key_section(fingerprint: str | None) -> dict:
 NOT_RECORDED = "not recorded"
 
 
+def optout_section(section: OptOutSection | None, below: int) -> dict | None:
+    """The card's opt-out section: lists by token, counts suppressed like every other count."""
+    if section is None:
+        return None
+    count = lambda n: suppress(n, below)  # noqa: E731
+    return {
+        "lists": [{"list": x.list, "version": x.version, "received": x.received}
+                  for x in sorted(section.lists, key=lambda x: x.list)],
+        "as_of": section.as_of,
+        "excluded_at_build": {"images": count(section.excluded_images), "patients": count(section.excluded_patients)},
+        "not_deidentified": {"images": count(section.not_deidentified_images),
+                             "patients": count(section.not_deidentified_patients)},
+        "follows": None if section.follows is None else {
+            "version": section.follows, "left": count(section.left), "returned": count(section.returned)},
+    }
+
+
 def build_datacard(inputs: DataCardInputs) -> DataCard:
     below = inputs.suppress_below
     count = lambda n: suppress(n, below)  # noqa: E731
@@ -252,6 +311,7 @@ def build_datacard(inputs: DataCardInputs) -> DataCard:
                              "options": [{"name": n, "code": code, "meaning": m} for n, code, m in inputs.deid.options]},
         # Which key made the pseudonyms, UIDs and date shifts: a keyed hash of a fixed string, never the key.
         "pseudonym_key": key_section(inputs.key_fingerprint),
+        **({"optouts": optout_section(inputs.optouts, below)} if inputs.optouts is not None else {}),
         "columns": columns,
         # Every check of the release and of the upstream assets it read, per partition where the check
         # is per partition (batch tokens); ordered so the same results give the same bytes.
@@ -322,6 +382,7 @@ def render_markdown(card: Mapping) -> str:
             f"\nPseudonym key fingerprint: `{key['fingerprint']}` (HMAC-SHA256 of a fixed string under the key, "
             "first 16 hex digits: the same key gives the same fingerprint; the key is never recorded)"
             + (f". **{DEMO_KEY_NOTE}**" if key["demo_key"] else "") + ".\n",
+            *_optout_markdown(card.get("optouts"), counts["suppressed_below"]),
             "\n## Released columns\n\nEach column's transforms, from the release back to the identifiable source.\n\n",
             _table(["column", "transforms (release <- manifest)", "from", "how"],
                    [[c["column"], " <- ".join(s["transform"] + (" (masked)" if s["masked"] else "") for s in c["steps"]),
@@ -341,3 +402,28 @@ def render_markdown(card: Mapping) -> str:
             "\n## Code versions\n\n", _table(["asset", "code version"], [[a, v] for a, v in card["code_versions"].items()]),
             "\n## Runs\n\n", _table(["run", "did"], [[r["run_id"], "; ".join(r["did"])] for r in card["runs"]])]
     return "".join(out)
+
+
+def _optout_markdown(section: Mapping | None, below: int) -> list[str]:
+    if section is None:
+        return []
+    out = ["\n## Opt-outs\n\n",
+           "Patients on a site's opt-out list (national data opt-out, local objections) are never released. "
+           f"Counts from 1 to {below - 1} are shown as \"<{below}\".\n\n"]
+    if section["lists"]:
+        out += ["Lists in force at this build: each site's list files up to the day its newest was received "
+                f"(below; the newest of them {section['as_of']}). Each site's list is named by a keyed token and "
+                "versioned by a keyed digest of its patients (no site, no id):\n\n",
+                _table(["list", "version", "received"], [[x["list"], x["version"], x["received"]] for x in section["lists"]])]
+    else:
+        out.append("No opt-out list had been received when this release was built.\n")
+    at_build, before = section["excluded_at_build"], section["not_deidentified"]
+    out += ["\n", _table(["held back", "images", "patients"], [
+        ["selected by this cohort, left out at this build", at_build["images"], at_build["patients"]],
+        ["never de-identified (every site-day, not only this cohort's)", before["images"], before["patients"]]])]
+    follows = section.get("follows")
+    if follows:
+        out.append(f"\nThis version follows v{follows['version']} because opt-outs changed since it was built: "
+                   f"{follows['left']} of its patients have since opted out and are left out here; "
+                   f"{follows['returned']} patients held back from it whose opt-out was removed are back.\n")
+    return out

@@ -240,6 +240,8 @@ def quarantine_summary(warehouse: str, site_days: Iterable[tuple[str, str]]) -> 
             continue
         filesystem, path = fsx.filesystem(url)
         dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
+        if not dataset.files:  # only emptied partition folders: nothing quarantined
+            continue
         rows = dataset.to_table(columns=["date", "site", "reason"]).to_pylist()
         counts = Counter(r["reason"] for r in rows if (str(r["date"]), str(r["site"])) in set(wanted))
         out += [QuarantineCount(table.name, reason, n) for reason, n in sorted(counts.items())]

@@ -24,6 +24,21 @@ def rows(path: Path) -> int:
     return ds.dataset(path, format="parquet", partitioning="hive").count_rows()
 
 
+def optouts_line(release: Path) -> str:
+    """What a release's data card says about opt-outs (its counts as published: small ones suppressed)."""
+    import json
+
+    card = json.loads((release / "datacard.json").read_text()) if (release / "datacard.json").exists() else {}
+    section = card.get("optouts")
+    if section is None:
+        return "opt-outs: not recorded in its data card"
+    held, left = section["not_deidentified"], section["excluded_at_build"]
+    lists = len(section["lists"])
+    return (f"opt-outs: {lists} list{'s' if lists != 1 else ''} applied (received up to {section['as_of'] or '-'}); "
+            f"never de-identified: {held['images']} images of {held['patients']} patients; left out at build: "
+            f"{left['images']} images of {left['patients']} patients")
+
+
 def main() -> int:
     root = Path(load_settings().warehouse)
     print(f"Warehouse: {root}")
@@ -50,6 +65,7 @@ def main() -> int:
         approved = f", signed approvals by {', '.join(names)}" if names else ", NO APPROVAL"
         print(f"    {COHORTS.name}/{release.parent.name}/{release.name}: {images} images, {state}{approved}, "
               f"release id {manifest_id(str(release))}")
+        print(f"      {optouts_line(release)}")
     return 1 if failed else 0
 
 

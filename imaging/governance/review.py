@@ -36,7 +36,7 @@ import sys
 from dataclasses import dataclass, field
 
 from imaging import fs as fsx
-from imaging.catalogue import COHORTS, HELD, LEDGER
+from imaging.catalogue import COHORTS, HELD, LEDGER, WITHDRAWN
 from imaging.config_model import ConfigError
 from imaging.deid.quiet import quiet
 from imaging.driver.config import read_yaml
@@ -50,6 +50,7 @@ from imaging.governance.disclosure import DisclosurePolicy
 from imaging.governance.evidence import (AttributeCount, ExactCounts, KFromFiles, QuarantineCount, arrived_columns,
                                          attribute_evidence, cross_check, exact_counts, k_from_files,
                                          quarantine_summary, read_metadata, release_summary)
+from imaging.governance.optout import SINCE, Recheck, recheck, released_persons, sites_of_tokens
 from imaging.governance.signing import SignatureError, fingerprint, public_key_of, sign, verify_signature
 from imaging.provenance import ProvenanceRecord
 
@@ -86,6 +87,7 @@ class Review:
     arrived: set[str] | None = None  # clinical columns that arrived in the partitions read (None: not read)
     audit_events: list = field(default_factory=list)
     traces: list[Trace] = field(default_factory=list)
+    optouts: Recheck | None = None  # released patients against the opt-out lists (identifiable zone); None: not read
     problems: list[str] = field(default_factory=list)  # evidence problems (the decisions' are in `standing`)
     flags: list[str] = field(default_factory=list)  # shown first, not failing: a demo key, a k below policy
     notes: list[str] = field(default_factory=list)
@@ -207,16 +209,20 @@ def _lookup_by_name(warehouse: str, batches: list[str], names: set[str]) -> dict
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    root = f"{warehouse}/{LEDGER.path}"
-    if not names or not fsx.exists(root):
-        return {}
-    filesystem, path = fsx.filesystem(root)
-    dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
-    table = dataset.to_table(filter=pc.field("batch").isin(batches)) if batches else dataset.to_table()
     found: dict[str, list[ProvenanceRecord]] = {}
     from dataclasses import fields as record_fields
 
-    for row in table.to_pylist():
+    # The ledger, and the rows of images withdrawn since (their patient opted out): released copies stay traced.
+    roots = [r for r in (f"{warehouse}/{LEDGER.path}", f"{warehouse}/{WITHDRAWN.path}") if fsx.exists(r)]
+    if not names or not roots:
+        return {}
+    rows = []
+    for root in roots:
+        filesystem, path = fsx.filesystem(root)
+        dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
+        table = dataset.to_table(filter=pc.field("batch").isin(batches)) if batches else dataset.to_table()
+        rows += table.to_pylist()
+    for row in rows:
         name = str(row["output_path"]).rsplit("/", 1)[-1]
         if name in names:
             record = ProvenanceRecord(**{f.name: None if row.get(f.name) is None else str(row[f.name])
@@ -382,6 +388,7 @@ def _identifiable(result: Review) -> None:
         result.attributes = attribute_evidence((fsx.read_bytes(a), fsx.read_bytes(b)) for a, b in pairs)
     except (OSError, ValueError, InvalidDicomError) as error:
         result.problems.append(f"the per-attribute evidence cannot be read: {type(error).__name__}")
+    _optouts(result)
     site_days = {(t.record.date, t.record.site) for t in result.traces if t.record is not None}
     result.quarantine = quarantine_summary(result.tables, site_days)
     result.arrived = arrived_columns(result.tables, site_days)
@@ -397,6 +404,73 @@ def _identifiable(result: Review) -> None:
     result.audit_events = list(log.events)
     if log.broken:
         result.problems.append("the audit log's chain is broken: an event was removed or edited")
+
+
+def _landing() -> str:
+    """The landing zone the opt-out lists are read from: IMAGING_LANDING, or the contract's default."""
+    from imaging.driver.config import DEFAULT_LANDING
+
+    return _local(os.environ.get("IMAGING_LANDING", "").strip() or DEFAULT_LANDING)
+
+
+def _optouts(result: Review) -> None:
+    """Re-check, from the identifiable zone, that no released patient is on the opt-out list in force when the
+    release was built, and count those who opted out since (imaging.governance.optout.recheck)."""
+    from imaging.issuers import IssuerPolicy
+    from imaging.optout import OPTOUTS, read_lists
+    from imaging.quality.rules import load_quality_rules
+
+    landing = _landing()
+    try:
+        issuers = IssuerPolicy.from_dict(read_yaml("issuers.yaml"))
+        placeholders = load_quality_rules().placeholder_list
+    except (ConfigError, ValueError) as error:
+        result.problems.append(f"the opt-out re-check cannot read the platform's configuration: {error}")
+        return
+    fs, folder = fsx.filesystem(f"{landing}/{OPTOUTS}")
+    list_sites = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(folder, detail=False)
+                        if fs.isdir(p)) if fs.exists(folder) else []
+    records = [t.record for t in result.traces]
+    spaces = {}
+    for site in {*list_sites, *(r.site for r in records if r is not None)}:
+        try:
+            spaces[site] = issuers.namespace(site)
+        except ValueError:
+            result.problems.append("a site of the opt-out lists or of the release has no patient-id namespace in "
+                                   "platform/issuers.yaml: its patients cannot be matched")
+    lists = read_lists(landing, [s for s in list_sites if s in spaces], placeholders)
+    rc = result.optouts = recheck(result.card or {}, released_persons(result.tables, records, spaces), lists, spaces,
+                                  sites_of_tokens(result.warehouse))
+    if not rc.recorded:
+        result.notes.append("the data card records no opt-out list (a release made before opt-outs were applied): "
+                            "every released patient is checked against the lists now")
+    if rc.lists_applied and not lists.files:
+        result.problems.append(f"the data card names {rc.lists_applied} opt-out lists but the landing zone "
+                               f"({OPTOUTS}/ under IMAGING_LANDING) holds none: the lists in force cannot be re-read")
+    if rc.untraced and (lists.files or rc.lists_applied):  # with no list anywhere, nobody can be on one
+        result.problems.append(f"{rc.untraced} released images could not be walked back to their patient "
+                               f"(linked_patient_metadata): not checked against the opt-out list")
+    if rc.on_list_at_build_images:
+        result.problems.append(
+            f"{rc.on_list_at_build_images} released images of {rc.on_list_at_build_patients} patients are on the "
+            f"opt-out list in force when the release was built (each site's list files up to the day the data card "
+            f"says its list was received)")
+    if rc.since_patients and result.state == "held":
+        result.problems.append(f"{rc.since_patients} patients of this held release have opted out since it was "
+                               f"built: it will not be published; the next build leaves them out")
+    elif rc.since_patients:
+        result.flags.append(f"{rc.since_patients} {SINCE}: the next published_cohort run builds the next version "
+                            f"without them, for approval")
+    if rc.unmapped:
+        result.notes.append(f"{rc.unmapped} opt-out lists of the data card name a site token the identifiable zone "
+                            f"does not map: every unmapped site is checked against its files up to {rc.as_of}")
+    if rc.lists_changed:
+        result.notes.append(f"built before an opt-out list changed: {rc.lists_changed} sites' lists differ from those "
+                            f"in force at the build (received on or before {rc.as_of or 'no list'}; newest now "
+                            f"{rc.received_now}); {rc.since_patients} of its patients are affected")
+    if rc.unreadable:
+        result.notes.append(f"{rc.unreadable} opt-out list files cannot be read now: published_cohort releases "
+                            f"nothing until they are fixed")
 
 
 def _decision_lines(r: Review) -> list[str]:
@@ -455,6 +529,7 @@ def evidence_text(r: Review) -> str:
         lines.append("Options   " + ", ".join(f"{o['name']} ({o['code']})" for o in d["options"]))
         lines.append(f"Pseudonym key fingerprint {key.get('fingerprint')}" + (" (DEMO KEY)" if key.get("demo_key") else ""))
         lines.append("Code      " + ", ".join(f"{a} {v}" for a, v in card["code_versions"].items()))
+    lines += _optout_lines(card, r.optouts)
     if r.attributes:
         lines += ["", "Per-attribute evidence, landing file -> released file (files; no values):",
                   f"  {'attribute':40s} {'removed':>8s} {'replaced':>8s} {'shifted':>8s} {'kept':>8s} {'added':>8s}"]
@@ -491,6 +566,32 @@ def evidence_text(r: Review) -> str:
     if r.notes:
         lines += [""] + [f"Note: {n}" for n in r.notes]
     return "\n".join(lines) + "\n"
+
+
+def _optout_lines(card: dict, rc: Recheck | None) -> list[str]:
+    """The opt-out lists the card says were applied, and the re-check from the identifiable zone."""
+    section = card.get("optouts")
+    if section is None and rc is None:
+        return []
+    lines = ["", "Opt-outs (data card: lists by keyed site token, keyed digest, day received; counts as published):"]
+    if section is None:
+        lines.append("  none recorded")
+    else:
+        lines += [f"  list {x['list']} version {x['version']} received {x['received']}" for x in section["lists"]] or [
+            "  no list had been received"]
+        lines.append(f"  lists in force at the build: each site's files up to the day its list was received "
+                     f"(newest {section['as_of'] or '-'})")
+        at_build, before = section["excluded_at_build"], section["not_deidentified"]
+        lines.append(f"  left out at the build: images {at_build['images']}, patients {at_build['patients']}; never "
+                     f"de-identified (every site-day): images {before['images']}, patients {before['patients']}")
+        if section.get("follows"):
+            f = section["follows"]
+            lines.append(f"  follows v{f['version']}: {f['left']} of its patients opted out since, {f['returned']} back")
+    if rc is not None:
+        lines.append(f"  re-checked from the identifiable zone: {rc.images} released images of {rc.patients} patients "
+                     f"against the landing's lists in force at the build: {rc.on_list_at_build_images} on them; "
+                     f"{rc.since_patients} patients on the lists since")
+    return lines
 
 
 def report_sha256(r: Review) -> str:

@@ -184,6 +184,7 @@ def render_html(review) -> str:
         out += ["<h2>Quarantine of the partitions the release read</h2>",
                 _rows(["table", "reason", "files"], [[q.table, q.reason, q.files] for q in review.quarantine])
                 if review.quarantine else "<p>none</p>"]
+    out += _optouts(card.get("optouts"), review.optouts)
     if card:
         d = card["deidentification"]
         lineage = card.get("lineage", [])
@@ -227,3 +228,29 @@ def render_html(review) -> str:
                        for t in review.traces])]
     out.append("</body></html>\n")
     return "".join(out)
+
+
+def _optouts(section, rc) -> list[str]:
+    """The opt-out lists the card says were applied (site tokens, keyed versions, days received: no site, no id)
+    and the review's re-check of the released patients."""
+    if section is None and rc is None:
+        return []
+    out = ["<h2>Opt-outs</h2>"]
+    if section is None:
+        out.append("<p>The data card records no opt-out list.</p>")
+    else:
+        out.append(_rows(["list (site token)", "version (keyed digest)", "received"],
+                         [[x["list"], x["version"], x["received"]] for x in section["lists"]], "optout-lists")
+                   if section["lists"] else "<p>No opt-out list had been received when the release was built.</p>")
+        at_build, before = section["excluded_at_build"], section["not_deidentified"]
+        out.append(_rows(["held back (as the card publishes the counts)", "images", "patients"],
+                         [["selected by the cohort, left out at the build", at_build["images"], at_build["patients"]],
+                          ["never de-identified (every site-day)", before["images"], before["patients"]]]))
+    if rc is not None:
+        out.append(_rows(["re-checked from the identifiable zone (exact)", "count"], [
+            ["released images walked back to their patient", rc.images],
+            ["released images not walked back", rc.untraced],
+            ["released images on the lists in force at the build", rc.on_list_at_build_images],
+            ["released patients on the lists since", rc.since_patients],
+            ["sites whose list changed since the build", rc.lists_changed]], "optout-recheck"))
+    return out

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_QUARANTINE, DEIDENTIFIED,
-                               IDENTIFIABLE, INDEX_QUARANTINE, LEDGER, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX,
-                               Folder, Table, manifest)
+                               IDENTIFIABLE, INDEX_QUARANTINE, LEDGER, LINK_QUARANTINE, LINKED, OPTOUT_APPLIED,
+                               OPTOUT_QUARANTINE, RAW_IMAGE_INDEX, WITHDRAWN, Folder, Table, manifest)
+from imaging.optout import OPTED_OUT
 from imaging.quality.outcomes import CheckOutcome, Distribution, evaluate_balance, evaluate_max
 from imaging.quality.rules import BALANCE, ERROR, MAX, SUITE, WARN, QualityContext, quality_file_model
 from imaging.steps.anonymize import AnonymizeJob
@@ -174,15 +175,20 @@ LINK = ImageStep(
 
 ANONYMIZE = ImageStep(
     asset="anonymized_images", input="linked_patient_metadata", zone=DEIDENTIFIED, executor=AnonymizeJob,
-    output=manifest, quarantine=ANONYMIZE_QUARANTINE, also=(LEDGER,), folders=(ANONYMIZED_FILES,),
-    stages=("deidentify", "commit"), idle="nothing linked", labels=("files", "manifest"), also_reads=("landing_zone",),
+    output=manifest, quarantine=ANONYMIZE_QUARANTINE, also=(LEDGER, WITHDRAWN, OPTOUT_APPLIED, OPTOUT_QUARANTINE),
+    folders=(ANONYMIZED_FILES,), stages=("deidentify", "commit"), idle="nothing linked", labels=("files", "manifest"),
+    # The opt-out list (assets/optout_list.py): patients on it are held back before anything is de-identified.
+    also_reads=("landing_zone", "optout_list"), known_reasons=(OPTED_OUT,),
     kinds=("spark", "dicom", "parquet"),
     checks=(balance("images_accounted", "images_linked", "images_published", "images_quarantined"),
             count("manifest_files", "files_checked", "files_missing", "files_with_other_sha256"),
             table_wide("pseudonyms_per_patient"), table_wide("patients_per_pseudonym"), *COLUMN_SUITE),
     description="De-identified zone. Every linked image de-identified to DICOM PS3.15 Annex E under keyed "
                 "pseudonyms, in an opaque batch folder per site-day, with a manifest; the source-to-output "
-                "ledger and quarantined files stay in the identifiable zone.",
+                "ledger and quarantined files stay in the identifiable zone. Images of patients on the opt-out "
+                "list in force are never de-identified (quarantined as 'patient opted out', counted per site-day; "
+                "re-materializing a site-day withdraws a patient who opted out since), and which list versions "
+                "applied is kept in optout_applied.",
 )
 
 IMAGE_STEPS = (INDEX, LINK, ANONYMIZE)
