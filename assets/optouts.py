@@ -21,7 +21,7 @@ from imaging.governance.optout import (Flag, PublishedRelease, Successor, flags,
                                        record_site_tokens, version_to_build)
 from imaging.optout import OPTED_OUT, SPARK_FOLD, OptOutLists, PersonKey, SiteNamespace, read_lists, site_token
 from imaging.records import schema_of
-from imaging.quality.rules import load_quality_rules
+from imaging.driver.platform_files import load_quality_rules
 from resources.spark import frame_of
 
 OPTED = "_opted_out"  # the column `mark` adds
@@ -161,7 +161,7 @@ class ReleaseOptOuts:
         anonymized_images for them withdraws those images. One row per such site-day reaches the driver."""
         from assets.quality import partition_key
         from imaging.catalogue import LEDGER, manifest
-        from imaging.steps.clinical import load_policy
+        from imaging.driver.platform_files import load_clinical_policy as load_policy
 
         if not self.now:
             return []

@@ -418,7 +418,7 @@ def _optouts(result: Review) -> None:
     release was built, and count those who opted out since (imaging.governance.optout.recheck)."""
     from imaging.issuers import IssuerPolicy
     from imaging.optout import OPTOUTS, read_lists
-    from imaging.quality.rules import load_quality_rules
+    from imaging.driver.platform_files import load_quality_rules
 
     landing = _landing()
     try:
