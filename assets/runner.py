@@ -33,17 +33,20 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Iterator, Mapping, Sequence
 
-from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, asset
+from dagster import (AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, TableColumn,
+                     TableRecord, TableSchema, asset)
 from pyspark.sql import DataFrame
 
-from assets.checks import check_results, check_specs, quality_context, summary
+from assets.checks import check_outputs, check_specs, partition_check_events, quality_context, summary
 from assets.quality import plain_plans, shared_passes
 from assets.governance import definition_metadata
-from assets.partitions import PARTITIONS, SINGLE_RUN, site_days
-from assets.versions import EVENTS_LOGGED_BY_STEP, LANDING, landing_read, materialization, partition_versions
+from assets.partitions import PARTITIONS, SINGLE_RUN, UI, site_days
+from assets.versions import (EVENTS_LOGGED_BY_STEP, LANDING, landing_read, landing_scan, materialization,
+                             partition_versions)
 from assets.run_tags import label_run
 from imaging.catalogue import Folder, Table
-from imaging.driver.run_summary import OTHER, Counts, StageClock, StepSummary
+from imaging.driver.progress import commit_groups
+from imaging.driver.run_summary import OTHER, Counts, QuarantineRow, StageClock, StepSummary
 from imaging.quality.gate import covering
 from imaging.quality.outcomes import CheckOutcome
 from imaging.quality.rules import QualityContext
@@ -188,23 +191,39 @@ def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, .
         kinds=set(step.kinds),
         metadata=definition_metadata(step.asset),
         pool=WAREHOUSE_POOL,  # Dagster has no spec attribute for it, so it cannot be applied in definitions.py
-        check_specs=check_specs(step.asset),
+        check_specs=check_specs(step.asset, PARTITIONS),
         description=step.description,
     )
     def _asset(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone, warehouse: Warehouse,
                deid: Deidentifier, progress: SparkProgress):
         label_run(context)  # who launched the run and why, when its launcher did not say
-        clock = StageClock(stages(step), log=context.log.info, label=step.asset)
-        run = StepRun(context, step, site_days(context), clock, spark, landing, warehouse, deid, progress)
-        if LANDING in step.deps:  # the landing it reads, recorded before it reads it (yielded: stored at once)
-            yield from landing_read(context.instance, landing.root, run.keys)
-        if body.idle(run):
-            yield from _idle(run, body)
-            return
-        # This run needs Spark: start it now, in the background, so that the session is (being) made while
-        # the driver prepares the run.
-        warm_up(spark)
-        yield from _run(run, body, figures)
+        keys = site_days(context)
+        landed = landing_scan(landing.root, keys) if LANDING in step.deps else {}
+        if landed:  # the landing it reads, recorded before it reads it (yielded: stored at once)
+            yield from landing_read(context.instance, landed)
+        # The site-days in parts of about `files_per_commit` landed files, each committed, materialized and
+        # checked before the next one starts: a backfill's page advances part by part, in this one run.
+        parts = commit_groups(keys, lambda k: getattr(landed.get(f"{k.date}|{k.site}"), "files", 0),
+                              UI.files_per_commit)
+        if len(parts) > 1:
+            context.log.info(f"{len(keys)} site-days in {len(parts)} parts of about {UI.files_per_commit} landed "
+                             f"files, each committed and materialized in turn")
+        outcomes: dict[str, CheckOutcome] = {}
+        for part in parts:
+            clock = StageClock(stages(step), log=context.log.info, label=step.asset)
+            run = StepRun(context, step, part, clock, spark, landing, warehouse, deid, progress)
+            if body.idle(run):
+                checks = yield from _idle(run, body)
+            else:
+                # This part needs Spark: start it now, in the background, so that the session is (being) made
+                # while the driver prepares the run (a session already made is kept).
+                warm_up(spark)
+                checks = yield from _run(run, body, figures)
+            outcomes.update({c.check: c for c in checks})
+        # One output per check for the run (what Dagster's blocking in the same run waits for), then the asset's:
+        # its events were logged part by part, so Dagster adds none of its own.
+        yield from check_outputs(context, step.asset, list(outcomes.values()))
+        yield MaterializeResult(metadata=EVENTS_LOGGED_BY_STEP)
 
     return _asset
 
@@ -224,7 +243,7 @@ def warm_up(spark: SparkResource) -> None:
     start_session_in_background(spark)
 
 
-def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figure]) -> MaterializeResult:
+def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figure]):
     step, warehouse = run.step, run.warehouse
     commit = run.commit = warehouse.begin(step.asset)  # the body may write files into its staging
     out = body.work(run)
@@ -261,6 +280,7 @@ def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figur
         frame.unpersist()
 
     yield from _result(run, checks, by_partition, {**out.metadata, "table_unchanged": False})
+    return checks
 
 
 def tallies(run: StepRun, frames: Sequence[DataFrame]) -> dict[str, dict[str | None, int]]:
@@ -282,6 +302,7 @@ def _idle(run: StepRun, body: Body):
     checks = [covering(o, run.partitions) for o in empty_outcomes(step, run.ctx)]
     yield from _result(run, checks, {p: Counts() for p in run.partitions},
                        {**body.idle_metadata(run), "table_unchanged": not emptied.changed})
+    return checks
 
 
 @dataclass(frozen=True)
@@ -318,8 +339,9 @@ def _outputs(run: StepRun) -> dict[str, str]:
 
 
 def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Counts], metadata: dict):
-    """One materialization per site-day (its own counts, data version and inputs' versions; the run's totals
-    and times under `run/`), then the check results. Dagster adds no run-wide materialization of its own."""
+    """One materialization per site-day (its own counts, its quarantine as one table, data version and inputs'
+    versions; the part's totals and times under `run/`), then each check's result on each site-day, after the
+    materialization it checks."""
     context, asset = run.context, run.step.asset
     wall = run.clock.finish()
     run.context.log.info(run.clock.breakdown() + f" (step {wall:.1f} s)")
@@ -332,9 +354,17 @@ def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Co
                                   observed=frozenset({LANDING}))
     for partition in run.partitions:
         yield materialization(asset, versions[partition], {
-            **summary_.values(partition), **shared,
+            **summary_.values(partition), "quarantine": quarantine_table(summary_.quarantine(partition)), **shared,
             "summary": MetadataValue.md(summary_.markdown(asset, partition))})
-    yield MaterializeResult(metadata=EVENTS_LOGGED_BY_STEP, check_results=check_results(checks, context.log))
+    yield from partition_check_events(context, checks, run.partitions, asset, context.log)
+
+
+def quarantine_table(rows: Sequence[QuarantineRow]) -> MetadataValue:
+    """A site-day's quarantine as the UI shows a table: one row per reason phrase, with its files."""
+    return MetadataValue.table(
+        records=[TableRecord({"reason": r.reason, "files": r.files}) for r in rows],
+        schema=TableSchema(columns=[TableColumn("reason", "string", description="why the files were held back"),
+                                    TableColumn("files", "int")]))
 
 
 def code_version(context: AssetExecutionContext, asset: str) -> str:

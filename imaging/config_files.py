@@ -40,6 +40,7 @@ from imaging.quality.expectations import supported as supported_expectation
 from imaging.quality.rules import BALANCE, SEVERITIES, SUITE
 from imaging.steps.clinical import ACTIONS
 from imaging.steps.declared import QUALITY_CHECKS
+from imaging.ui import FILE as UI_FILE, UiFile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PLATFORM_DIR = REPO_ROOT / "platform"
@@ -417,6 +418,8 @@ FILES: dict[str, type[BaseModel]] = {
     "clinical_policy.yaml": ClinicalPolicyFile,
     "spark.yaml": SparkFile,
     "pacs.yaml": PacsFile,
+    # Its model is its domain's own (imaging/ui.py); registered here to be read and validated with the rest.
+    UI_FILE: UiFile,
 }
 
 
