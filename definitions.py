@@ -29,6 +29,7 @@ from assets.raw_image_index import raw_image_index
 from automation.downstream import CATCH_UP, DOWNSTREAM, downstream_automation
 from automation.jobs import JOBS
 from automation.landing_sensor import landing_sensor
+from automation.notify import NOTIFY_SENSORS
 from automation.pacs_sensor import pacs_sensor
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
@@ -72,7 +73,7 @@ defs = Definitions(
     # The named jobs an operator launches (docs/ui.md): the site-day pipeline, and publishing.
     jobs=JOBS,
     # All off by default; docs/ui.md says what they do and how to turn them on.
-    sensors=[landing_sensor, pacs_sensor, downstream_automation],
+    sensors=[landing_sensor, pacs_sensor, downstream_automation, *NOTIFY_SENSORS],
     resources={
         "spark": SparkResource(spark_config=spark_config(SETTINGS.spark_master)),
         # PACS sites' images are read from the platform's own PACS landing (assets/pacs_landing.py).

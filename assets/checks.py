@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Iterable, Sequence
 
+from itertools import islice
 from typing import Iterator
 
 from dagster import (AssetCheckKey, AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetKey,
@@ -93,8 +94,8 @@ def _targets(instance: DagsterInstance, asset: str, partitions: Sequence[str], r
              ) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
     """Each partition's materialization by this run (logged just before its checks): what its check evaluates."""
     found: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
-    for start in range(0, len(partitions), 100):
-        chunk = list(partitions[start:start + 100])
+    rest = iter(partitions)
+    while chunk := list(islice(rest, 100)):
         records = instance.fetch_materializations(
             AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=chunk), limit=2 * len(chunk)).records
         for record in records:  # newest first
