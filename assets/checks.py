@@ -19,13 +19,15 @@ Shared helper module (not an asset). Rules come from `platform/quality.yaml` thr
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Iterable, Sequence
 
 from itertools import islice
 from typing import Iterator
 
 from dagster import (AssetCheckKey, AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetKey,
-                     AssetRecordsFilter, DagsterInstance, Output, PartitionsDefinition, multi_asset_check)
+                     AssetRecordsFilter, DagsterInstance, MetadataValue, Output, PartitionsDefinition,
+                     multi_asset_check)
 # A check's evaluation per partition, logged by the step itself (see `partition_check_events`); 1.13 exports
 # neither name at the top level.
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (
@@ -123,9 +125,31 @@ def partition_check_events(context, outcomes: Sequence[CheckOutcome], partitions
         severity = AssetCheckSeverity.ERROR if outcome.severity == ERROR else AssetCheckSeverity.WARN
         for partition in partitions:
             own = outcome.on_partition(partition)
+            # When it was evaluated, shown beside Dagster's own "Timestamp" (when the check's run started).
+            metadata = {**own.as_metadata(), "evaluated_at": MetadataValue.timestamp(time.time())}
             yield AssetCheckEvaluation(asset_key=AssetKey(asset), check_name=own.check, passed=own.passed,
-                                       metadata=own.as_metadata(), target_materialization_data=targets.get(partition),
+                                       metadata=metadata, target_materialization_data=targets.get(partition),
                                        severity=severity, blocking=spec.blocking, partition=partition)
+
+
+def checks_table(outcomes: Sequence[CheckOutcome], partition: str):
+    """A partition's own check results as one table of its materialization's metadata: Dagster 1.13's partition
+    page lists a partition's metadata but not its checks (they are on the asset's Checks tab, per partition),
+    so the site-day's (or cohort's) page shows them here too, as they are recorded right after it."""
+    from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
+
+    rows = []
+    for outcome in outcomes:
+        own = outcome.on_partition(partition)
+        rows.append(TableRecord({"check": own.check, "severity": own.severity,
+                                 "result": "passed" if own.passed else "FAILED", "observed": float(own.observed),
+                                 "threshold": "" if own.threshold is None else f"{own.threshold:g}",
+                                 "measured over partitions": int(own.details["run_site_days"])}))
+    return MetadataValue.table(records=rows, schema=TableSchema(columns=[
+        TableColumn("check", "string"), TableColumn("severity", "string"),
+        TableColumn("result", "string", description="on this partition"),
+        TableColumn("observed", "float", description="the figure over the partitions it was measured on"),
+        TableColumn("threshold", "string"), TableColumn("measured over partitions", "int")]))
 
 
 def check_outputs(context, asset: str, outcomes: Sequence[CheckOutcome]) -> Iterator[Output]:

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from assets import quality as q
-from assets.checks import (RULES, RecordedFacts, check_outputs, check_specs, partition_check_events,
+from assets.checks import (RULES, RecordedFacts, check_outputs, check_specs, checks_table, partition_check_events,
                            publication_refusal, quality_context)
 from assets.partitions import COHORTS, SINGLE_RUN, UI, run_partition_keys
 from assets.versions import EVENTS_LOGGED_BY_STEP
@@ -326,8 +326,11 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     seconds = round(time.monotonic() - started, 3)
     reviews = write_reviews(warehouse, plans, outcomes)
     for name, plan in sorted(plans.items()):
-        yield cohort_materialization(warehouse, plan, outcomes[name], reviews.get(name), read[name],
-                                     smallest[name], approvers.required, seconds, len(plans))
+        materialization = cohort_materialization(warehouse, plan, outcomes[name], reviews.get(name), read[name],
+                                                 smallest[name], approvers.required, seconds, len(plans))
+        # The cohort's page shows its own checks too (recorded right after, on its partition).
+        yield materialization.with_metadata({**materialization.metadata,
+                                             "checks": checks_table([o for o in own if o.partitions == (name,)], name)})
     yield from _checks(context, own, sorted(plans))
     yield MaterializeResult(metadata=EVENTS_LOGGED_BY_STEP)
 
@@ -355,7 +358,10 @@ def cohort_materialization(warehouse: Warehouse, plan: ReleasePlan, outcome: Out
     approvals = list(standing.approvals) if standing is not None else []
     metadata = {
         "state": decision.action,
+        "verdict": review.verdict if review is not None else decision.action.upper(),
         "reason": decision.reason,
+        # The whole review, first thing a reviewer opens ("Show Markdown" in the metadata table).
+        "review": MetadataValue.md(render_markdown(state, review, site_days, _partition_link)),
         "release_id": decision.release_id or "",
         "version": cohort.version,
         "images": plan.images,
@@ -369,13 +375,10 @@ def cohort_materialization(warehouse: Warehouse, plan: ReleasePlan, outcome: Out
         "site_days_read": len(site_days),
         "run/cohorts": cohorts,
         "run/seconds": seconds,
-        "review": MetadataValue.md(render_markdown(state, review, site_days, _partition_link)),
         "dagster/column_lineage": column_lineage(RELEASE),
     }
     if review is not None and review.counts is not None:
         metadata.update(patients=review.counts.patients, studies=review.counts.studies, series=review.counts.series)
-    if review is not None:
-        metadata["verdict"] = review.verdict
     if path:
         metadata["path"] = path  # warehouse-relative: a folder on the server, never a link
     tags = {DATA_VERSION_TAG: decision.release_id} if decision.release_id else {}

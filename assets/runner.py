@@ -37,7 +37,8 @@ from dagster import (AssetExecutionContext, AssetsDefinition, MaterializeResult,
                      TableRecord, TableSchema, asset)
 from pyspark.sql import DataFrame
 
-from assets.checks import check_outputs, check_specs, partition_check_events, quality_context, summary
+from assets.checks import (check_outputs, check_specs, checks_table, partition_check_events, quality_context,
+                           summary)
 from assets.quality import plain_plans, shared_passes
 from assets.governance import definition_metadata
 from assets.partitions import PARTITIONS, SINGLE_RUN, UI, site_days
@@ -354,7 +355,8 @@ def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Co
                                   observed=frozenset({LANDING}))
     for partition in run.partitions:
         yield materialization(asset, versions[partition], {
-            **summary_.values(partition), "quarantine": quarantine_table(summary_.quarantine(partition)), **shared,
+            **summary_.values(partition), "quarantine": quarantine_table(summary_.quarantine(partition)),
+            "checks": checks_table(checks, partition), **shared,
             "summary": MetadataValue.md(summary_.markdown(asset, partition))})
     yield from partition_check_events(context, checks, run.partitions, asset, context.log)
 

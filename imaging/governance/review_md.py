@@ -107,10 +107,10 @@ def render_markdown(state: CohortState, review: Review | None, site_days: Sequen
     lines += ["### Disclosure control", ""]
     if review is not None and review.k is not None:
         k = review.k
-        lines += [f"k-anonymity recomputed from the released files (metadata and DICOM headers) over "
-                  f"{', '.join(k.quasi_identifiers)}: smallest class **{k.smallest}**, {len(k.class_sizes)} classes, "
-                  f"minimum k {state.min_k}, policy minimum {review.policy_min_k}",
-                  f"{'; the headers agree with the metadata' if k.same_as_metadata else '; headers DIFFER from the metadata'}."]
+        agree = "the headers agree with the metadata" if k.same_as_metadata else "the headers DIFFER from the metadata"
+        lines.append(f"k-anonymity recomputed from the released files (metadata and DICOM headers) over "
+                     f"{', '.join(k.quasi_identifiers)}: smallest class **{k.smallest}**, {len(k.class_sizes)} "
+                     f"classes, minimum k {state.min_k}, policy minimum {review.policy_min_k}; {agree}.")
     elif state.smallest_class is not None:
         lines.append(f"smallest equivalence class {state.smallest_class}, minimum k {state.min_k}")
     else:
@@ -131,7 +131,12 @@ def render_markdown(state: CohortState, review: Review | None, site_days: Sequen
         lines += ["### Checks", "",
                   f"{len(card.get('checks', []))} results recorded in the data card: {len(failed)} failed, "
                   f"{len(unevaluated)} not evaluated."]
-        lines += [f"- failed: {_cell(c['asset'])}:{_cell(c['check'])} ({_cell(c.get('severity', ''))})" for c in failed]
+        where: dict[tuple[str, str, str], int] = {}
+        for c in failed:
+            key = (c["asset"], c["check"], c.get("severity", ""))
+            where[key] = where.get(key, 0) + (len(c.get("partitions") or ()) or 1)
+        lines += [f"- failed: {_cell(a)}:{_cell(n)} ({_cell(sev)}) on {count} site-day{'s' if count != 1 else ''}"
+                  for (a, n, sev), count in sorted(where.items())]
         lines.append("")
 
     checks = _checks_by_batch(card)
