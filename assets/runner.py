@@ -17,9 +17,13 @@ Spark figure of each declared check (`FIGURES`). The runner owns the rest, the s
 4. the checks, on what was committed, each stamped with the partitions it covered: the figures share their
    passes over each table (`figures_scope`), and the Spark session was started in the background once the
    run was known to have data;
-5. the `StepSummary`, then one materialization per site-day, each with its own counts, its own data
-   version and the versions of its own inputs (`assets/versions.py`), and the run's totals and times
-   under `run/`; last the check results.
+5. the `StepSummary`, then one materialization per site-day, each with its own counts, its quarantine and
+   its checks as tables, its own data version and the versions of its own inputs (`assets/versions.py`), and
+   the part's totals and times under `run/`; then each check's evaluation on each site-day, after it.
+
+A run over many site-days does 2-5 in parts of about `files_per_commit` landed files (`platform/ui.yaml`; a
+site-day never split): each part committed, materialized and checked before the next, in the same process and
+Spark session, so a backfill's page advances part by part (benchmarks/RESULTS.md, "Issue 36").
 
 Time is accounted in full: the wait for the Spark session (`spark_start`), each declared stage, the tally
 (`count`), the checks and what falls between them (`other`) add up to the step's wall time, in the
