@@ -39,14 +39,16 @@ MULTI_RUN_LOCATION = '''
 """The platform's definitions with a multi-run backfill policy on the image assets (benchmarks only)."""
 from dagster import BackfillPolicy, Definitions
 
-from definitions import defs as _defs
+import definitions as platform_definitions  # a module, not its Definitions: one Definitions at module scope
 
 _IMAGES = {"raw_image_index", "linked_patient_metadata", "anonymized_images"}
+_base = platform_definitions.defs
 defs = Definitions(
     assets=[a.with_attributes(backfill_policy=BackfillPolicy.multi_run(1))
-            if getattr(a, "key", None) is not None and a.key.to_user_string() in _IMAGES else a for a in _defs.assets],
-    asset_checks=_defs.asset_checks, jobs=_defs.jobs, sensors=_defs.sensors, resources=_defs.resources,
-    executor=_defs.executor)
+            if getattr(a, "key", None) is not None and a.key.to_user_string() in _IMAGES else a for a in _base.assets],
+    asset_checks=_base.asset_checks, jobs=_base.jobs, sensors=_base.sensors, resources=_base.resources,
+    executor=_base.executor)
+del _base
 '''
 
 
