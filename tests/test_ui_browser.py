@@ -7,8 +7,8 @@ and share one browser, as an operator would, following docs/ui.md's recipes:
 1. open the asset graph (dismissing the "Join the Dagster community" dialog) and find the four assets;
 2. materialize one site-day of raw_image_index from its partitions view and see the run succeed, with the
    landing it read recorded as its input's version;
-3. run the site-day pipeline (job `site_day_pipeline`) for one site over two dates from the job's page: one
-   run, three assets, two partitions, its backfill page advancing site-day by site-day while the run goes on;
+3. backfill the three image assets for one site over two dates from the imaging group's page: one run, three
+   assets, two partitions, its backfill page advancing site-day by site-day while the run goes on;
 4. open each partition of that run: each shows its own row count (the table's), the run's totals apart;
 5. open the first site-day's materialization and read its metadata;
 6. a site-day's page shows its own checks (and the check's Partitions tab);
@@ -339,15 +339,18 @@ def wait_for_run(ui: UI, run_id: str) -> str:
                    timeout=RUN_WAIT, poll=1)
 
 
-def test_the_site_day_pipeline_job_runs_two_dates_of_a_site_as_one_run(ui):
-    """docs/ui.md, "Run the pipeline": Jobs > site_day_pipeline > Materialize all, dates and a site, Launch backfill."""
-    launch_job(ui, "site_day_pipeline", "Materialize all")
+def test_a_backfill_of_two_dates_of_a_site_is_one_run_and_its_page_advances(ui):
+    """docs/ui.md, "Run the pipeline as a backfill": Lineage > the imaging group > Materialize all, dates and a site,
+    Launch backfill: an asset backfill, one run (one Spark session) of the three assets over both site-days, and
+    its page advancing site-day by site-day while that run goes on."""
+    ui.open("/locations/imaging_platform/asset-groups/imaging")
+    ui.click(lambda: ui.button("Materialize all", prefix=True), "the group's 'Materialize all' button")
     ui.wait(lambda: ui.visible(f"{DIALOG}"), "the launch dialog")
     assert ui.visible("//*[contains(text(), 'Launch runs to materialize 3 assets')]")
     ui.choose_partitions(f"[{DATES[0]}...{DATES[1]}]", BACKFILL_SITE)
     ui.wait(lambda: ui.visible(f"{DIALOG}//*[normalize-space(text())='2 partitions']"), "'2 partitions' selected")
     ui.wait(lambda: ui.button("Launch backfill"), "the 'Launch backfill' button")
-    ui.shot("pipeline-job-launch-two-dates-one-site")
+    ui.shot("pipeline-backfill-launch-two-dates-one-site")
     ui.click(lambda: ui.button("Launch backfill"), "the 'Launch backfill' button")
     backfill_url = ui.launched_link(r"/runs/b/[a-z]+$")
     backfill_id = backfill_url.rsplit("/", 1)[1]
@@ -378,11 +381,12 @@ def test_the_site_day_pipeline_job_runs_two_dates_of_a_site_as_one_run(ui):
     assert ui.wait(status_badge, "the backfill's status") == "Succeeded"
     ui.shot("pipeline-backfill-succeeded")
     backfill = graphql(ui.server.url, """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
-        ... on PartitionBackfill { status numPartitions runs(limit: 10) { runId status jobName tags { key value }
-        assetMaterializations { assetKey { path } partition } } } } }""", {"id": backfill_id})["partitionBackfillOrError"]
-    assert backfill["status"] == "COMPLETED_SUCCESS" and backfill["numPartitions"] == 2
+        ... on PartitionBackfill { status isAssetBackfill numPartitions runs(limit: 10) { runId status jobName
+        tags { key value } assetMaterializations { assetKey { path } partition } } } } }""",
+                       {"id": backfill_id})["partitionBackfillOrError"]
+    assert backfill["status"] == "COMPLETED_SUCCESS" and backfill["isAssetBackfill"] and backfill["numPartitions"] == 2
     (run,) = backfill["runs"]  # one run: three assets, two site-days, one Spark session
-    assert run["status"] == "SUCCESS" and run["jobName"] == "site_day_pipeline"
+    assert run["status"] == "SUCCESS"
     wanted = {(a, f"{d}|{BACKFILL_SITE}") for a in PIPELINE for d in DATES}
     assert {(m["assetKey"]["path"][0], m["partition"]) for m in run["assetMaterializations"]} == wanted
     tags = {t["key"]: t["value"] for t in run["tags"]}
@@ -495,7 +499,7 @@ def test_publish_every_cohort_holds_each_with_its_own_review(ui):
     from dagster_server import every_cohort
 
     cohorts = every_cohort()
-    launch_job(ui, "publish", "Materialize all")
+    launch_job(ui, "publish", "Materialize")
     ui.wait(lambda: ui.visible(f"{DIALOG}"), "the launch dialog")
     every = f"{DIALOG}//*[normalize-space(text())='{len(cohorts)} partitions']"
     try:
@@ -533,8 +537,7 @@ def test_publish_every_cohort_holds_each_with_its_own_review(ui):
     tags = {t["key"]: t["value"] for t in run["tags"]}
     assert run["jobName"] == "publish" and tags["imaging/launched_by"] == "operator (UI backfill)"
     ui.open("/overview/activity/timeline")
-    ui.wait(lambda: ui.visible("//*[contains(text(), 'site_day_pipeline')]") and ui.visible(
-        "//*[contains(text(), 'publish')]"), "the named jobs' runs in the Overview")
+    ui.wait(lambda: ui.visible("//*[contains(text(), 'publish')]"), "the publish job's run in the Overview")
     ui.shot("overview-timeline-runs")
 
 
