@@ -94,6 +94,6 @@ Open the Dagster UI on this instance (materializations, lineage, backfills per d
   ./platform/ui.sh    then browse http://127.0.0.1:3000
 Each cohort's review is on its partition of published_cohort (Catalog > published_cohort > Partitions > a cohort:
 metadata "review"), its site-days linked to their pages and checks. Build every cohort again at once from the UI
-with a backfill (Jobs > publish > Materialize..., every cohort), or from the shell:
+with a backfill (Jobs > publish > Materialize..., All), or from the shell:
   .venv/bin/dagster asset materialize -m definitions --select published_cohort --partition-range "$FIRST_COHORT...$LAST_COHORT"
 MSG

@@ -183,7 +183,7 @@ GROUP_SECONDS = {
     SESSION_WORLD: 180,
     "test_quality_gate": 90,
     "deployments-standalone": 130,
-    "dagster-ui": 210,
+    "dagster-ui": 330,
     "test_ui_automation": 90,
     "deployments-connect": 90,
     "test_leak_free": 70,

@@ -502,15 +502,9 @@ def test_publish_every_cohort_holds_each_with_its_own_review(ui):
     launch_job(ui, "publish", "Materialize")
     ui.wait(lambda: ui.visible(f"{DIALOG}"), "the launch dialog")
     every = f"{DIALOG}//*[normalize-space(text())='{len(cohorts)} partitions']"
-    try:
-        ui.wait(lambda: ui.visible(every), "every cohort selected by default", timeout=15)
-    except AssertionError:  # not preselected: type the range of every cohort, as an operator would
-        from selenium.webdriver.common.keys import Keys
-
-        field = ui.wait(lambda: ui.visible(f"{DIALOG}//input[starts-with(@placeholder, 'ex: ')]"), "the partitions field")
-        field[0].click()
-        field[0].send_keys(f"[{cohorts[0]}...{cohorts[-1]}]", Keys.TAB)
-        ui.wait(lambda: ui.visible(every), "every cohort selected")
+    ui.click(lambda: ui.button("All", within=ui.visible(DIALOG)[0]), "the dialog's 'All' partitions")
+    ui.wait(lambda: ui.visible(every), "every cohort selected")
+    ui.wait(lambda: ui.visible(f"{DIALOG}//*[contains(text(), 'in a single run')]"), "'a single run' said")
     ui.shot("publish-every-cohort-launch")
     ui.click(lambda: ui.button("Launch backfill"), "the 'Launch backfill' button")
     backfill_id = ui.launched_link(r"/runs/b/[a-z]+$").rsplit("/", 1)[1]
