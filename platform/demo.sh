@@ -28,6 +28,9 @@ print(",".join(str(a + dt.timedelta(days=i)) for i in range((b - a).days + 1)))'
 # from the code location (workspace.yaml). So they carry the code location and show in the UI's Overview, the
 # jobs' pages and the run list, with who launched them and why (imaging/launched_by, imaging/reason).
 mkdir -p data
+# The instance's storage made first, by one process: the daemon and the first launch would otherwise both create a
+# fresh instance's tables at once, and the loser stops ("table alembic_version already exists").
+.venv/bin/python -c 'from dagster import DagsterInstance; DagsterInstance.get().dispose()'
 setsid .venv/bin/dagster-daemon run -w workspace.yaml >data/dagster-daemon.log 2>&1 &
 DAEMON=$!
 stop_daemon() { kill -TERM -- "-$DAEMON" 2>/dev/null || true; wait "$DAEMON" 2>/dev/null || true; }
