@@ -12,7 +12,6 @@ import json
 import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -156,14 +155,22 @@ def test_a_failed_error_check_is_sent_once_from_the_next_tick_on(receivers):
     assert payload["partitions"] == [SITE_DAY] and payload["link"] == f"{UI_URL}/runs/{result.run_id}"
 
 
-def test_nothing_is_sent_without_a_channel_and_the_sensors_are_off_by_default(monkeypatch, tmp_path):
-    from dagster import DefaultSensorStatus
+def test_nothing_is_sent_without_a_channel_and_the_sensors_are_off_by_default(monkeypatch):
+    from dagster import DagsterInstance, DefaultSensorStatus, build_sensor_context
 
-    from automation.notify import NOTIFY_SENSORS, current_ui
+    from automation.notify import NOTIFY_SENSORS, current_ui, notify_failed_checks
 
+    monkeypatch.delenv("IMAGING_PLATFORM_DIR", raising=False)
     for sensor in NOTIFY_SENSORS:
         assert sensor.default_status == DefaultSensorStatus.STOPPED
     assert not current_ui().notifications.configured  # the shipped platform/ui.yaml configures none
+    with DagsterInstance.ephemeral() as instance:
+        context = build_sensor_context(instance=instance)
+        notify_failed_checks(context)
+        _defs().resolve_job_def("checks").execute_in_process(instance=instance, partition_key=SITE_DAY,
+                                                             raise_on_error=False)
+        skipped = notify_failed_checks(context)
+    assert "1 failed ERROR checks; no notification channel in platform/ui.yaml" in skipped.skip_message
 
 
 def test_the_file_refuses_a_secret_in_a_url():
