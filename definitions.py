@@ -29,7 +29,10 @@ from assets.published_cohort import published_cohort
 from assets.raw_image_index import raw_image_index
 from automation.downstream import CATCH_UP, DOWNSTREAM, downstream_automation
 from automation.jobs import JOBS
+
+PACS_JOB = "pacs_site_day_pipeline"
 from automation.landing_sensor import landing_sensor
+from automation.notify import NOTIFY_SENSORS
 from automation.pacs_sensor import pacs_sensor
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
@@ -65,15 +68,20 @@ def policies(spec: AssetSpec) -> AssetSpec:
         metadata={**spec.metadata, "dagster/code_references": code_references(name)})
 
 
+# The graph shows what this deployment has: the PACS retrieval, its job and its sensor only with PACS sites
+# (platform/pacs.yaml or IMAGING_PACS_<SITE>_URL), so a deployment without any has no grey, unconnected asset.
+PACS = bool(SETTINGS.pacs_sites)
+
 defs = Definitions(
     # landing_zone and optout_list are observed, not materialized: they have no policy to apply.
-    assets=[landing_zone, optout_list, *map_asset_specs(policies, [pacs_landing, raw_image_index, linked_patient_metadata,
-                                                               anonymized_images, published_cohort])],
+    assets=[landing_zone, optout_list, *map_asset_specs(policies, [*([pacs_landing] if PACS else []), raw_image_index,
+                                                                   linked_patient_metadata, anonymized_images,
+                                                                   published_cohort])],
     asset_checks=TABLE_CHECKS,
     # The named jobs an operator launches (docs/ui.md): the site-day pipeline, and publishing.
-    jobs=JOBS,
+    jobs=[job for job in JOBS if PACS or job.name != PACS_JOB],
     # All off by default; docs/ui.md says what they do and how to turn them on.
-    sensors=[landing_sensor, pacs_sensor, downstream_automation],
+    sensors=[landing_sensor, *([pacs_sensor] if PACS else []), downstream_automation, *NOTIFY_SENSORS],
     resources={
         "spark": SparkResource(spark_config=spark_config(SETTINGS.spark_master)),
         # PACS sites' images are read from the platform's own PACS landing (assets/pacs_landing.py).

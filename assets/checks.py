@@ -19,13 +19,23 @@ Shared helper module (not an asset). Rules come from `platform/quality.yaml` thr
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Iterable, Sequence
 
+from itertools import islice
+from typing import Iterator
+
 from dagster import (AssetCheckKey, AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetKey,
-                     AssetRecordsFilter, DagsterInstance, multi_asset_check)
+                     AssetRecordsFilter, DagsterInstance, MetadataValue, Output, PartitionsDefinition,
+                     multi_asset_check)
+# A check's evaluation per partition, logged by the step itself (see `partition_check_events`); 1.13 exports
+# neither name at the top level.
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluation, AssetCheckEvaluationTargetMaterializationData)
 # How an observation's data version is read back; Dagster 1.13 has no public name for it.
 from dagster._core.definitions.data_version import extract_data_version_from_entry
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from dagster._core.storage.asset_check_execution_record import (COMPLETED_ASSET_CHECK_EXECUTION_RECORD_STATUSES,
+                                                             AssetCheckExecutionRecordStatus)
 
 from assets import quality as q
 from imaging.catalogue import LEDGER, RAW_IMAGE_INDEX, manifest
@@ -48,14 +58,17 @@ LANDING_ZONE = "landing_zone"  # the observed source asset (assets/landing_zone.
 HISTORY = 500  # evaluations read per check when folding per-partition state (newest first)
 
 
-def _spec(rule) -> AssetCheckSpec:
-    return AssetCheckSpec(rule.name, asset=rule.asset, blocking=rule.blocking,
+def _spec(rule, partitions_def: PartitionsDefinition | None = None) -> AssetCheckSpec:
+    return AssetCheckSpec(rule.name, asset=rule.asset, blocking=rule.blocking, partitions_def=partitions_def,
                           description=f"[{rule.severity}] {rule.description}")
 
 
-def check_specs(asset: str) -> list[AssetCheckSpec]:
-    """The specs evaluated with `asset`'s materialization: its declared checks but the table-wide ones, in order."""
-    return [_spec(RULES.rule(asset, c.name)) for c in CHECKS[asset] if not c.table_wide]
+def check_specs(asset: str, partitions_def: PartitionsDefinition | None = None) -> list[AssetCheckSpec]:
+    """The specs evaluated with `asset`'s materialization: its declared checks but the table-wide ones, in order.
+
+    With `partitions_def` (the asset's), each check is recorded per partition: a site-day's (or a cohort's) page
+    then shows its own checks and results (`partition_check_events`)."""
+    return [_spec(RULES.rule(asset, c.name), partitions_def) for c in CHECKS[asset] if not c.table_wide]
 
 
 def quality_context(deid: Deidentifier) -> q.QualityContext:
@@ -77,6 +90,77 @@ def check_results(outcomes: Iterable[CheckOutcome], log=None, asset: str | None 
             log.warning(outcome.summary_line())
         results.append(check_result(outcome, asset))
     return results
+
+
+def _targets(instance: DagsterInstance, asset: str, partitions: Sequence[str], run_id: str
+             ) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
+    """Each partition's materialization by this run (logged just before its checks): what its check evaluates."""
+    found: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
+    rest = iter(partitions)
+    while chunk := list(islice(rest, 100)):
+        records = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=chunk), limit=2 * len(chunk)).records
+        for record in records:  # newest first
+            partition = record.event_log_entry.dagster_event.partition
+            if record.run_id == run_id and partition not in found:
+                found[partition] = AssetCheckEvaluationTargetMaterializationData(
+                    storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp)
+    return found
+
+
+def partition_check_events(context, outcomes: Sequence[CheckOutcome], partitions: Sequence[str], asset: str,
+                           log=None) -> Iterator[AssetCheckEvaluation]:
+    """One evaluation of each check per partition (Dagster 1.13 records a partitioned check's result per partition
+    only from a single-partition run; a run over many partitions logs them itself, as the runner logs the
+    partitions' materializations). Each points at that partition's materialization by this run and is logged
+    after it, so a check's time is never before what it checks. Failures are logged by check name and figures.
+
+    Followed by `check_outputs` once per run: the outputs Dagster's blocking in the same run waits for."""
+    targets = _targets(context.instance, asset, partitions, context.run.run_id)
+    specs = {spec.key: spec for spec in context.assets_def.check_specs_by_output_name.values()}
+    for outcome in outcomes:
+        if not outcome.passed and log is not None:
+            log.warning(outcome.summary_line())
+        spec = specs[AssetCheckKey(AssetKey(asset), outcome.check)]
+        severity = AssetCheckSeverity.ERROR if outcome.severity == ERROR else AssetCheckSeverity.WARN
+        for partition in partitions:
+            own = outcome.on_partition(partition)
+            # When it was evaluated, shown beside Dagster's own "Timestamp" (when the check's run started).
+            metadata = {**own.as_metadata(), "evaluated_at": MetadataValue.timestamp(time.time())}
+            yield AssetCheckEvaluation(asset_key=AssetKey(asset), check_name=own.check, passed=own.passed,
+                                       metadata=metadata, target_materialization_data=targets.get(partition),
+                                       severity=severity, blocking=spec.blocking, partition=partition)
+
+
+def checks_table(outcomes: Sequence[CheckOutcome], partition: str):
+    """A partition's own check results as one table of its materialization's metadata: Dagster 1.13's partition
+    page lists a partition's metadata but not its checks (they are on the asset's Checks tab, per partition),
+    so the site-day's (or cohort's) page shows them here too, as they are recorded right after it."""
+    from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
+
+    rows = []
+    for outcome in outcomes:
+        own = outcome.on_partition(partition)
+        rows.append(TableRecord({"check": own.check, "severity": own.severity,
+                                 "result": "passed" if own.passed else "FAILED", "observed": float(own.observed),
+                                 "threshold": "" if own.threshold is None else f"{own.threshold:g}",
+                                 "measured over partitions": int(own.details["run_site_days"])}))
+    return MetadataValue.table(records=rows, schema=TableSchema(columns=[
+        TableColumn("check", "string"), TableColumn("severity", "string"),
+        TableColumn("result", "string", description="on this partition"),
+        TableColumn("observed", "float", description="the figure over the partitions it was measured on"),
+        TableColumn("threshold", "string"), TableColumn("measured over partitions", "int")]))
+
+
+def check_outputs(context, asset: str, outcomes: Sequence[CheckOutcome]) -> Iterator[Output]:
+    """The run's one output per evaluated check (no value): what a downstream step of the same run depends on.
+    A failed blocking evaluation among the partitions' already fails the step (Dagster raises after it)."""
+    names = {spec.key: name for name, spec in context.assets_def.check_specs_by_output_name.items()}
+    selected = context.selected_asset_check_keys
+    for check in sorted({o.check for o in outcomes}):
+        key = AssetCheckKey(AssetKey(asset), check)
+        if key in selected and key in names:
+            yield Output(None, output_name=names[key])
 
 
 def summary(outcomes: Sequence[CheckOutcome]) -> dict:
@@ -152,19 +236,92 @@ def _iso(timestamp: float | None) -> str | None:
 def _evaluation(asset: str, check: str, severity: str, record) -> CheckEvaluation | None:
     if record.status == AssetCheckExecutionRecordStatus.PLANNED or record.event is None:
         return None
-    data = record.event.dagster_event.event_specific_data if record.event.dagster_event else None
+    return _from_event(asset, check, severity, record.event, getattr(record, "partition", None), record.run_id)
+
+
+def _from_event(asset: str, check: str, severity: str, event, partition: str | None, run_id: str
+                ) -> CheckEvaluation | None:
+    """A recorded evaluation: one partition's (the check is partitioned), or the partitions its metadata names
+    (a whole run's evaluation, as recorded before checks were per partition, or a table-wide one)."""
+    data = event.dagster_event.event_specific_data if event.dagster_event else None
     if data is None or not hasattr(data, "passed"):
         return None
-    meta = {k: getattr(v, "value", v) for k, v in (data.metadata or {}).items()}
-    return CheckEvaluation(asset, check, bool(data.passed), severity, tuple(meta.get("partitions") or ()),
-                           tuple(meta.get("failed_partitions") or ()), record.run_id, _iso(record.event.timestamp))
+    if partition is not None:
+        covered = (partition,)
+        failed = () if data.passed else covered
+    else:
+        meta = {k: getattr(v, "value", v) for k, v in (data.metadata or {}).items()}
+        covered, failed = tuple(meta.get("partitions") or ()), tuple(meta.get("failed_partitions") or ())
+    return CheckEvaluation(asset, check, bool(data.passed), severity, covered, failed, run_id, _iso(event.timestamp))
 
 
-def check_history(instance: DagsterInstance, rule: CheckRule) -> list[CheckEvaluation]:
-    """One check's recorded evaluations, newest first (at most `HISTORY`), with their run and time."""
+def _run_check_times(instance: DagsterInstance, run_id: str) -> dict[tuple[str, str, str], str]:
+    """When each per-partition check evaluation of one run was recorded: (asset, check, partition) -> ISO time."""
+    from dagster import DagsterEventType
+
+    times: dict[tuple[str, str, str], str] = {}
+    cursor = None
+    while True:
+        page = instance.get_records_for_run(run_id, cursor=cursor, of_type=DagsterEventType.ASSET_CHECK_EVALUATION,
+                                            limit=1000)
+        for record in page.records:
+            data = record.event_log_entry.dagster_event.event_specific_data
+            if getattr(data, "partition", None) is not None:
+                key = (data.asset_key.to_user_string(), data.check_name, data.partition)
+                times[key] = _iso(record.event_log_entry.timestamp)
+        if not page.has_more:
+            return times
+        cursor = page.cursor
+
+
+def _latest_per_partition(instance: DagsterInstance, rule: CheckRule, runs: dict) -> list[CheckEvaluation]:
+    """The newest evaluation of each partition of a partitioned check.
+
+    From Dagster's per-partition check state (one query a check): its status, and the run that evaluated it;
+    the time from that run's evaluation events (one read per run, shared through `runs`). So the evaluations
+    read grow with the partitions, not with the runs. A partition whose newest execution is only planned (a
+    run under way, or one that died) is decided by its newest actual evaluation.
+    """
+    from dagster._core.event_api import PartitionKeyFilter
+
+    key = AssetCheckKey(AssetKey(rule.asset), rule.name)
+    storage = instance.event_log_storage
+    found: list[CheckEvaluation] = []
+    for info in storage.get_asset_check_partition_info([key]):
+        partition = info.partition_key
+        if partition is None:
+            continue
+        if info.latest_execution_status in COMPLETED_ASSET_CHECK_EXECUTION_RECORD_STATUSES:
+            run_id = info.latest_planned_run_id
+            if run_id not in runs:
+                runs[run_id] = _run_check_times(instance, run_id)
+            passed = info.latest_execution_status == AssetCheckExecutionRecordStatus.SUCCEEDED
+            found.append(CheckEvaluation(rule.asset, rule.name, passed, rule.severity, (partition,),
+                                         () if passed else (partition,), run_id,
+                                         runs[run_id].get((rule.asset, rule.name, partition))))
+            continue
+        for record in storage.get_asset_check_execution_history(
+                key, limit=HISTORY, partition_filter=PartitionKeyFilter(key=partition)):
+            ev = _evaluation(rule.asset, rule.name, rule.severity, record)
+            if ev is not None:
+                found.append(ev)
+                break
+    return found
+
+
+def check_history(instance: DagsterInstance, rule: CheckRule, runs: dict | None = None) -> list[CheckEvaluation]:
+    """One check's recorded evaluations, newest first, with their run and time: the newest of each partition
+    (a per-run check, recorded per partition), then at most `HISTORY` whole evaluations (a table-wide check's,
+    or a run's as recorded before checks were per partition), newest first. The folds in `imaging.quality.gate`
+    let the first evaluation that covers a partition decide it."""
+    from dagster._core.event_api import PartitionKeyFilter
+
     records = instance.event_log_storage.get_asset_check_execution_history(
-        AssetCheckKey(AssetKey(rule.asset), rule.name), limit=HISTORY)
-    return [e for e in (_evaluation(rule.asset, rule.name, rule.severity, r) for r in records) if e]
+        AssetCheckKey(AssetKey(rule.asset), rule.name), limit=HISTORY, partition_filter=PartitionKeyFilter(key=None))
+    whole = [e for e in (_evaluation(rule.asset, rule.name, rule.severity, r) for r in records) if e]
+    if rule.name in TABLE_WIDE.get(rule.asset, ()):
+        return whole
+    return _latest_per_partition(instance, rule, {} if runs is None else runs) + whole
 
 
 def upstream_rules(assets: Sequence[str] = UPSTREAM, blocking_only: bool = False) -> list[CheckRule]:
@@ -174,7 +331,9 @@ def upstream_rules(assets: Sequence[str] = UPSTREAM, blocking_only: bool = False
 
 def current_evaluations(instance: DagsterInstance, assets: Sequence[str] = UPSTREAM) -> list[CheckEvaluation]:
     """The current state of every ERROR check of `assets`, folded per partition from the check records."""
-    states = (latest_by_partition(check_history(instance, rule)) for rule in upstream_rules(assets, blocking_only=True))
+    runs: dict = {}
+    states = (latest_by_partition(check_history(instance, rule, runs))
+              for rule in upstream_rules(assets, blocking_only=True))
     return [s for s in states if s is not None]
 
 
@@ -195,11 +354,12 @@ class RecordedFacts:
         self.instance = instance
         self._histories: dict[tuple[str, str], list[CheckEvaluation]] = {}
         self._landing: dict[str, str | None] = {}
+        self._runs: dict = {}  # run id -> when its per-partition check evaluations were recorded
 
     def history(self, rule: CheckRule) -> list[CheckEvaluation]:
         key = (rule.asset, rule.name)
         if key not in self._histories:
-            self._histories[key] = check_history(self.instance, rule)
+            self._histories[key] = check_history(self.instance, rule, self._runs)
         return self._histories[key]
 
     def release_checks(self, partitions_read: Iterable[str], assets: Sequence[str] = UPSTREAM) -> list[ReleaseCheck]:

@@ -43,9 +43,13 @@ def scan(root: str) -> LandingScan:
     name=KEY,
     partitions_def=PARTITIONS,
     group_name="imaging",
-    description=markdown_safe("Identifiable zone, read-only. What the hospital has landed, per site-day: DICOM files under "
-                "images/<site>/<date>/ and the clinical extract clinical/<site>/<date>.csv. The data version of a "
-                "site-day is the hash of its listing (paths, sizes, times); site-days with no files have none."),
+    description=markdown_safe("Identifiable zone, read-only: what the hospital has landed, per site-day (DICOM files under "
+                "images/<site>/<date>/ and the clinical extract clinical/<site>/<date>.csv). Observed, never "
+                "materialized: the platform does not write it. So its partition bar, which counts materializations, "
+                "reads 0% however much has landed; what has landed is each site-day's latest observation (Events, or "
+                "a partition's page): its data version, the hash of its listing (paths, sizes, times), with its "
+                "files, bytes and newest file. Site-days with no files have no observation. Observed by the landing "
+                "sensor, by every run that reads a site-day, or by 'Observe' here."),
 )
 def landing_zone(context, landing: LandingZone) -> DataVersionsByPartition:
     # Each site-day's observation is logged here, with its version and what it holds (Dagster's own would carry

@@ -5,22 +5,28 @@ import math
 import time
 from dataclasses import dataclass
 
-from dagster import AllPartitionMapping, AssetDep, AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
+from dagster import (AllPartitionMapping, AssetCheckSpec, AssetDep, AssetExecutionContext, AssetKey,
+                     AssetMaterialization, Failure, MaterializeResult, MetadataValue, asset)
+from dagster._core.definitions.data_version import DATA_VERSION_TAG
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from assets import quality as q
-from assets.checks import RULES, RecordedFacts, check_results, check_specs, publication_refusal, quality_context
+from assets.checks import (RULES, RecordedFacts, check_outputs, check_specs, checks_table, partition_check_events,
+                           publication_refusal, quality_context)
+from assets.optouts import ReleaseOptOuts
+from assets.partitions import COHORTS, SINGLE_RUN, UI, run_partition_keys
+from assets.versions import EVENTS_LOGGED_BY_STEP
 from assets.run_tags import label_run
 from assets.governance import CODE_VERSIONS, DISCLOSURE, LINEAGE, column_lineage, definition_metadata
-from assets.optouts import ReleaseOptOuts
 from imaging import fs as fsx
-from imaging.catalogue import COHORTS, DEIDENTIFIED, LEDGER, REVIEWS, manifest
+from imaging.catalogue import COHORTS as COHORTS_FOLDER, DEIDENTIFIED, LEDGER, REVIEWS, manifest
 from imaging.driver.platform_files import load_clinical_policy, load_cohorts
 from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH, REJECTED, UNCHANGED, ApprovalError,
-                                         ApprovalPolicy, Decision, ReleaseKey, ReleasePlan, building_url, carry_out,
+                                         ApprovalPolicy, Decision, Outcome, ReleaseKey, ReleasePlan, building_url, carry_out,
                                          decide, list_held, load_standing, manifest_id)
 from imaging.pseudonym import DEMO_KEY_FINGERPRINT
+from imaging.ui import partition_path
 from imaging.governance.bundle import content_key_of, parse_manifest
 from imaging.governance.cohort import CohortDefinition
 from imaging.governance.datacard import (BREAKDOWN_COLUMNS, CheckResult, CodeVersion, DataCardInputs, DeidSummary,
@@ -29,7 +35,10 @@ from imaging.governance.datacard import (BREAKDOWN_COLUMNS, CheckResult, CodeVer
 from imaging.governance.disclosure import k_anonymity
 from imaging.governance.lineage import RELEASE, release_columns
 from imaging.governance.release_bundle import CheckedRelease, finish_release
-from imaging.quality.gate import NOT_EVALUATED, PASSED
+from imaging.governance.review_md import CohortState, SiteDayRead, render_markdown
+from imaging.quality.gate import NOT_EVALUATED, PASSED, covering
+from imaging.quality.outcomes import CheckOutcome
+from imaging.quality.rules import ERROR
 from imaging.steps.release import CopyJob, WriteParquet
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
@@ -188,25 +197,63 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     return CheckedRelease(built=built, k=k, verified=all(c.passed for c in own))
 
 
+def site_days_read(selected, ledger) -> list[SiteDayRead]:
+    """The site-days a release read: each batch's partition key (from the identifiable ledger) and the images
+    it gave the release. One row per site-day reaches the driver. Shown in the UI, never in the release."""
+    images = selected.groupBy("batch").count()
+    keys = ledger.select("batch", q.partition_key().alias("site_day")).distinct()
+    rows = images.join(keys, "batch", "left").orderBy("batch").collect()
+    return [SiteDayRead(r["site_day"] or "unknown", r["batch"], r["count"]) for r in rows]
+
+
+COHORT = AssetKey("published_cohort")
+# The release's own checks, per cohort partition. k-anonymity is ERROR (a release below the minimum k is blocked,
+# and the failure reaches the operator) but not blocking: nothing runs after published_cohort, and a blocked cohort
+# is a decision recorded, not a failed run. release_checksums is quality.yaml's (check_specs).
+K_CHECK, BUILT_CHECK = "k_anonymity", "release_verified"
+RELEASE_SPECS = [
+    AssetCheckSpec(K_CHECK, asset=COHORT, partitions_def=COHORTS, blocking=False,
+                   description="[ERROR] every quasi-identifier equivalence class of the release has at least the "
+                               "minimum k patients (else the release is blocked)"),
+    AssetCheckSpec(BUILT_CHECK, asset=COHORT, partitions_def=COHORTS, blocking=False,
+                   description="[ERROR] every selected image copied with its checksum verified, one metadata row per "
+                               "image (the release's own checks, in its data card)"),
+]
+
+
+def _outcome(check: str, passed: bool, observed: float, threshold: float | None, cohort: str, description: str,
+             details: dict | None = None) -> CheckOutcome:
+    return CheckOutcome(asset="published_cohort", check=check, severity=ERROR, passed=passed, observed=observed,
+                        threshold=threshold, description=description, partitions=(cohort,),
+                        failed_partitions=() if passed else (cohort,), details=details or {})
+
+
 @asset(
     # Every site's opt-out list applies at build time (assets/optout_list.py).
-    deps=["anonymized_images", AssetDep("optout_list", partition_mapping=AllPartitionMapping())],
+    deps=[AssetDep("anonymized_images", partition_mapping=AllPartitionMapping()),
+          AssetDep("optout_list", partition_mapping=AllPartitionMapping())],
+    partitions_def=COHORTS,
+    backfill_policy=SINGLE_RUN,
     kinds={"spark", "dicom", "parquet"},
     metadata=definition_metadata("published_cohort"),
     pool=WAREHOUSE_POOL,
-    check_specs=check_specs("published_cohort"),
-    description="For each cohort definition in platform/cohorts/: a content-addressed release bundle (images, "
-                "metadata, data card, OpenLineage events, SHA256SUMS; the release id is the sha256 of "
-                "SHA256SUMS), checked for k-anonymity (quasi-identifier attributes of the released headers "
-                "generalised as the metadata is), held in identifiable/held/ until `approvals_required` listed "
-                "approvers have signed an approval of that exact content (`imaging-review approve`), then published to deidentified/cohorts/<name>/"
-                "v<version>/. Published releases are immutable. Refuses while the latest evaluation of an ERROR "
-                "data-quality check of an upstream partition has failed, or while an opt-out list file cannot be "
-                "read. Patients on the opt-out list in force are never released; a published release holding "
-                "patients who opted out since is flagged (a count) and the next version is built without them.",
+    check_specs=[*RELEASE_SPECS, *check_specs("published_cohort", COHORTS)],
+    description="One partition per cohort definition in platform/cohorts/ (a new file is a new partition): a "
+                "content-addressed release bundle (images, metadata, data card, OpenLineage events, SHA256SUMS; the "
+                "release id is the sha256 of SHA256SUMS) read from every site-day of the de-identified images, "
+                "checked for k-anonymity (quasi-identifier attributes of the released headers generalised as the "
+                "metadata is), held in identifiable/held/ until `approvals_required` listed approvers have signed an "
+                "approval of that exact content (`imaging-review approve`), then published to "
+                "deidentified/cohorts/<name>/v<version>/. Published releases are immutable. Each cohort's "
+                "materialization carries its review (Markdown: verdict, approvals, counts, disclosure control, "
+                "quarantine, the site-days read, each linked to its page). Every cohort at once: a backfill of all "
+                "partitions (one run). Refuses while the latest evaluation of an ERROR data-quality check of an "
+                "upstream partition has failed, or while an opt-out list file cannot be read. Patients on the "
+                "opt-out list in force are never released; a published release holding patients who opted out "
+                "since is flagged (a count) and the next version is built without them.",
 )
 def published_cohort(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone,
-                     warehouse: Warehouse, deid: Deidentifier) -> MaterializeResult:
+                     warehouse: Warehouse, deid: Deidentifier):
     started = time.monotonic()
     label_run(context)  # who launched the run and why, when its launcher did not say
     # Across runs: a failed ERROR check on any partition this reads (every manifest partition) holds
@@ -214,6 +261,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     refusal = publication_refusal(context.instance)
     if refusal:
         raise Failure(refusal)
+    wanted = set(run_partition_keys(context, COHORTS))
     session = spark.spark_session
     # The upstream checks' results and the landing versions the data cards list: recorded before this
     # run built anything (this asset's own evaluations come after), read once for every cohort.
@@ -233,8 +281,11 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     commit = warehouse.begin("published_cohort")
     root = warehouse.root
     plans: dict[str, ReleasePlan] = {}
+    smallest: dict[str, int | None] = {}
+    read: dict[str, list[SiteDayRead]] = {}
+    own: list[CheckOutcome] = []
     applied = {}
-    for cohort in load_cohorts():
+    for cohort in (c for c in load_cohorts() if c.name in wanted):
         applied[cohort.name] = optout = optouts.apply(cohort, rows.where(cohort.sql_predicate()), root)
         cohort, selected = optout.cohort, optout.kept.persist()
         images = selected.count()
@@ -243,6 +294,9 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
             context.log.info(f"cohort {cohort.name} {cohort.release}: selects no image, nothing to release")
             plans[cohort.name] = ReleasePlan(cohort=cohort, decision=Decision(EMPTY, "selects no image", ""),
                                              building="", images=0)
+            smallest[cohort.name], read[cohort.name] = None, []
+            own += [_outcome(K_CHECK, True, 0, DISCLOSURE.min_k, cohort.name, "nothing selected: nothing disclosed"),
+                    _outcome(BUILT_CHECK, True, 0, 0, cohort.name, "nothing selected: nothing built")]
             continue
         building = building_url(commit, root, cohort.name)
         # Spark writes the checksum list and the CSV: on a tables root it can write (not gs:// files).
@@ -250,11 +304,19 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         release = build_release(session, cohort, selected, ledger, images, building, work,
                                 warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts,
                                 optout_section=optouts.section(optout), optout_check=optouts.check(optout))
+        read[cohort.name] = site_days_read(selected, ledger)
         selected.unpersist()
-        if not release.verified:
-            raise Failure(f"cohort {cohort.name}: the release's own checks failed (see its data card)")
         built, k = release.built, release.k
-        target = warehouse.url(COHORTS, cohort.name, cohort.release)
+        smallest[cohort.name] = k.smallest
+        own += [_outcome(K_CHECK, k.passed, k.smallest, k.min_k, cohort.name,
+                         f"every equivalence class has at least {k.min_k} patients",
+                         {"classes": k.classes, "classes_below_k": k.below_k}),
+                _outcome(BUILT_CHECK, release.verified, 0 if release.verified else 1, 0, cohort.name,
+                         "every selected image copied and verified, one metadata row per image")]
+        if not release.verified:
+            yield from _checks(context, own, [cohort.name])
+            raise Failure(f"cohort {cohort.name}: the release's own checks failed (see its data card)")
+        target = warehouse.url(COHORTS_FOLDER, cohort.name, cohort.release)
         published = ReleaseKey(manifest_id(target), content_key_of(target)) if fsx.exists(target) else None
         decision = decide(ReleaseKey(built.release_id, built.content_key), published=published,
                           held=list_held(root, cohort.name, cohort.version, approvers),
@@ -269,60 +331,112 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         outcomes = carry_out(list(plans.values()), commit, root, approvers, run_id=context.run.run_id)
     except ApprovalError as error:
         raise Failure(str(error)) from error
-    paths = {name: warehouse.relative(o.path) for name, o in outcomes.items() if o.path is not None}
-    links = release_links(warehouse, plans, outcomes)
 
-    # Every published release of these cohorts verifies against its SHA256SUMS (data-quality check).
-    released = {name: warehouse.url(COHORTS, name, p.cohort.release) for name, p in plans.items()
-                if p.decision.action in (PUBLISH, UNCHANGED)}
-    checksums = q.release_checksums(released, quality_context(deid))
-    table_md = ["| cohort | state | release id | images | path (warehouse-relative) |", "|---|---|---|---:|---|"]
-    table_md += [f"| {name} | {p.decision.action} | {p.decision.release_id or ''} | {p.images} | "
-                 f"{('`' + paths[name] + '`') if name in paths else ''} |"
-                 for name, p in sorted(plans.items())]
-    table_md += optouts.markdown(flagged)
-    return MaterializeResult(check_results=check_results([checksums], context.log), metadata={
-        "dagster/row_count": sum(p.images for p in plans.values() if p.decision.action in (PUBLISH, UNCHANGED)),
-        "cohorts": len(plans),
-        "releases_published": sum(p.decision.action == PUBLISH for p in plans.values()),
-        "releases_held": sum(p.decision.action == HOLD for p in plans.values()),
-        "releases_rejected": sum(p.decision.action == REJECTED for p in plans.values()),
-        "approvals_required": approvers.required,
-        "seconds": round(time.monotonic() - started, 3),
-        "summary": MetadataValue.md("\n".join(table_md)),
-        "states": {name: p.decision.action for name, p in plans.items()},
-        "reasons": {name: p.decision.reason for name, p in plans.items()},
-        "release_ids": {name: p.decision.release_id for name, p in plans.items() if p.decision.release_id},
-        "paths": paths,
-        "images": {name: p.images for name, p in plans.items()},
+    # Every release now in place (held or published) verifies against its SHA256SUMS (data-quality check).
+    ctx = quality_context(deid)
+    for name in sorted(plans):
+        path = outcomes[name].path if outcomes[name].path else (
+            warehouse.url(COHORTS_FOLDER, name, plans[name].cohort.release)
+            if plans[name].decision.action == UNCHANGED else None)
+        own.append(covering(q.release_checksums({name: path} if path else {}, ctx), [name]))
+    seconds = round(time.monotonic() - started, 3)
+    reviews = write_reviews(warehouse, plans, outcomes)
+    opted = optouts.metadata(flagged, applied)
+    for name, plan in sorted(plans.items()):
+        materialization = cohort_materialization(warehouse, plan, outcomes[name], reviews.get(name), read[name],
+                                                 smallest[name], approvers.required, seconds, len(plans))
+        # The cohort's page shows its own checks too (recorded right after, on its partition), and what the
+        # opt-out lists did to it: its published releases holding patients who opted out since (a count, never
+        # who), what they held back of this build, the list versions applied and the site-days to withdraw.
+        mine = [f for f in flagged if f.cohort == name]
+        yield materialization.with_metadata({
+            **materialization.metadata,
+            "checks": checks_table([o for o in own if o.partitions == (name,)], name),
+            "optout_list_versions": opted["optout_list_versions"],
+            "optout_list_received": opted["optout_list_received"],
+            "optout_since": {f.release: f.message for f in mine},
+            "optout_excluded": opted["optout_excluded"].get(name, {}),
+            "optout_withdraw": opted["optout_withdraw"],
+            **({"optout_follows": opted["optout_follows"][name]} if name in opted["optout_follows"] else {}),
+            **({"optouts": MetadataValue.md("\n".join(optouts.markdown(mine)).strip())}
+               if mine or opted["optout_withdraw"] else {})})
+    yield from _checks(context, own, sorted(plans))
+    yield MaterializeResult(metadata=EVENTS_LOGGED_BY_STEP)
+
+
+def _checks(context, outcomes: list[CheckOutcome], cohorts: list[str]):
+    """Each cohort's own results (after its materialization), then the run's one output per check."""
+    for name in cohorts:
+        yield from partition_check_events(context, [o for o in outcomes if o.partitions == (name,)], [name],
+                                          "published_cohort")
+    yield from check_outputs(context, "published_cohort", outcomes)
+
+
+def cohort_materialization(warehouse: Warehouse, plan: ReleasePlan, outcome: Outcome, review, site_days,
+                           smallest: int | None, required: int, seconds: float, cohorts: int) -> AssetMaterialization:
+    """One cohort's materialization: its own state, reason, release id, k, counts and approvals, and its review
+    as Markdown with a link to the page of each site-day it read. Its data version is the release id (a
+    release is named by its content), so a rebuild of the same content is the same version."""
+    decision, cohort = plan.decision, plan.cohort
+    path = warehouse.relative(outcome.path) if outcome.path else None
+    if path is None and decision.action == UNCHANGED:
+        path = warehouse.relative(warehouse.url(COHORTS_FOLDER, cohort.name, cohort.release))
+    state = CohortState(cohort.name, cohort.version, decision.action, decision.reason, decision.release_id,
+                        plan.images, DISCLOSURE.min_k, smallest, path)
+    standing = review.standing if review is not None else None
+    approvals = list(standing.approvals) if standing is not None else []
+    metadata = {
+        "state": decision.action,
+        "verdict": review.verdict if review is not None else decision.action.upper(),
+        "reason": decision.reason,
+        # The whole review, first thing a reviewer opens ("Show Markdown" in the metadata table).
+        "review": MetadataValue.md(render_markdown(state, review, site_days, _partition_link)),
+        "release_id": decision.release_id or "",
+        "version": cohort.version,
+        "images": plan.images,
+        # Images released (published, or unchanged): what the cohort's data is, as every asset counts rows.
+        "dagster/row_count": plan.images if decision.action in (PUBLISH, UNCHANGED) else 0,
+        "k_smallest_class": smallest if smallest is not None else 0,
         "min_k": DISCLOSURE.min_k,
+        "approvals": len(approvals),
+        "approvals_required": required,
+        "approved_by": ", ".join(f"{a.text.principal} ({a.text.signed_at})" for a in approvals) or "none",
+        "site_days_read": len(site_days),
+        "run/cohorts": cohorts,
+        "run/seconds": seconds,
         "dagster/column_lineage": column_lineage(RELEASE),
-        **optouts.metadata(flagged, applied),
-        **links,
-    })
+    }
+    if review is not None and review.counts is not None:
+        metadata.update(patients=review.counts.patients, studies=review.counts.studies, series=review.counts.series)
+    if path:
+        metadata["path"] = path  # warehouse-relative: a folder on the server, never a link
+    tags = {DATA_VERSION_TAG: decision.release_id} if decision.release_id else {}
+    return AssetMaterialization(asset_key=COHORT, partition=cohort.name, metadata=metadata, tags=tags)
 
 
-def release_links(warehouse: Warehouse, plans: dict[str, ReleasePlan], outcomes: dict) -> dict[str, MetadataValue]:
-    """Links the UI opens, per cohort: the held release (`held/<cohort>`, waiting for approval) or the
-    published one (`release/<cohort>`), and its review report (`review/<cohort>`): imaging-review's HTML,
-    written to identifiable/reviews/ when the release is new or changed state (held, published)."""
+def _partition_link(asset: str, partition: str) -> str:
+    return partition_path(UI.path_prefix, asset, partition)
+
+
+def write_reviews(warehouse: Warehouse, plans: dict[str, ReleasePlan], outcomes: dict) -> dict:
+    """Each held or published release's review (imaging-review's, verifying every checksum), for its Markdown in
+    the UI; its HTML report is kept in identifiable/reviews/ (for `imaging-review`'s readers, offline) when the
+    release is new or changed state. Unchanged releases are reviewed where they are published."""
     from imaging.governance.review import review
     from imaging.governance.review_html import render_html
 
-    links = {}
+    found = {}
     for name, outcome in sorted(outcomes.items()):
-        action = plans[name].decision.action
-        if outcome.path is None or action not in (HOLD, PUBLISH, UNCHANGED):
+        plan = plans[name]
+        action = plan.decision.action
+        path = outcome.path
+        if action == UNCHANGED:
+            path = warehouse.url(COHORTS_FOLDER, name, plan.cohort.release)
+        if path is None or action not in (HOLD, PUBLISH, UNCHANGED):
             continue
+        result = review(path, warehouse.root)
         report = warehouse.url(REVIEWS, f"{name}-{outcome.release_id}.html")
         if action != UNCHANGED or not fsx.exists(report):
-            fsx.write_atomic(report, render_html(review(outcome.path, warehouse.root)).encode())
-        links[f"{'held' if action == HOLD else 'release'}/{name}"] = _link(outcome.path)
-        links[f"review/{name}"] = _link(report)
-    return links
-
-
-def _link(url: str) -> MetadataValue:
-    """A warehouse location as a link the UI renders (a local path as a file: URL)."""
-    return MetadataValue.url(url if "://" in url else f"file://{url}")
-
+            fsx.write_atomic(report, render_html(result).encode())
+        found[name] = result
+    return found

@@ -18,9 +18,13 @@ Spark figure of each declared check (`FIGURES`). The runner owns the rest, the s
 4. the checks, on what was committed, each stamped with the partitions it covered: the figures share their
    passes over each table (`figures_scope`), and the Spark session was started in the background once the
    run was known to have data;
-5. the `StepSummary`, then one materialization per site-day, each with its own counts, its own data
-   version and the versions of its own inputs (`assets/versions.py`), and the run's totals and times
-   under `run/`; last the check results.
+5. the `StepSummary`, then one materialization per site-day, each with its own counts, its quarantine and
+   its checks as tables, its own data version and the versions of its own inputs (`assets/versions.py`), and
+   the part's totals and times under `run/`; then each check's evaluation on each site-day, after it.
+
+A run over many site-days does 2-5 in parts of about `files_per_commit` landed files (`platform/ui.yaml`; a
+site-day never split): each part committed, materialized and checked before the next, in the same process and
+Spark session, so a backfill's page advances part by part (benchmarks/RESULTS.md, "Issue 36").
 
 Time is accounted in full: the wait for the Spark session (`spark_start`), each declared stage, the tally
 (`count`), the checks and what falls between them (`other`) add up to the step's wall time, in the
@@ -35,20 +39,22 @@ from functools import cached_property
 from typing import Callable, Iterator, Mapping, Sequence
 
 from dagster import (AllPartitionMapping, AssetDep, AssetExecutionContext, AssetsDefinition, MaterializeResult,
-                     MetadataValue, asset)
+                     MetadataValue, TableColumn, TableRecord, TableSchema, asset)
 from pyspark.sql import DataFrame, functions as F
 
-from assets.checks import check_results, check_specs, quality_context, summary
+from assets.checks import (check_outputs, check_specs, checks_table, partition_check_events, quality_context,
+                           summary)
 from assets.quality import plain_plans, shared_passes
 from assets.governance import definition_metadata
 from assets.optouts import read_optouts
-from assets.partitions import PARTITIONS, SETTINGS, SINGLE_RUN, site_days
-from assets.versions import (EVENTS_LOGGED_BY_STEP, LANDING, OPTOUT, landing_read, materialization, optout_read,
-                             partition_versions)
+from assets.partitions import PARTITIONS, SETTINGS, SINGLE_RUN, UI, site_days
+from assets.versions import (EVENTS_LOGGED_BY_STEP, LANDING, OPTOUT, landing_read, landing_scan, materialization,
+                             optout_read, partition_versions)
 from assets.run_tags import label_run
 from imaging.catalogue import Folder, Table
 from imaging.driver.platform_files import load_clinical_policy
-from imaging.driver.run_summary import OTHER, Counts, StageClock, StepSummary
+from imaging.driver.progress import commit_groups
+from imaging.driver.run_summary import OTHER, Counts, QuarantineRow, StageClock, StepSummary
 from imaging.optout import OptOutLists
 from imaging.quality.gate import covering
 from imaging.quality.outcomes import CheckOutcome
@@ -200,25 +206,41 @@ def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, .
         kinds=set(step.kinds),
         metadata=definition_metadata(step.asset),
         pool=WAREHOUSE_POOL,  # Dagster has no spec attribute for it, so it cannot be applied in definitions.py
-        check_specs=check_specs(step.asset),
+        check_specs=check_specs(step.asset, PARTITIONS),
         description=step.description,
     )
     def _asset(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone, warehouse: Warehouse,
                deid: Deidentifier, progress: SparkProgress):
         label_run(context)  # who launched the run and why, when its launcher did not say
-        clock = StageClock(stages(step), log=context.log.info, label=step.asset)
-        run = StepRun(context, step, site_days(context), clock, spark, landing, warehouse, deid, progress)
-        if LANDING in step.deps:  # the landing it reads, recorded before it reads it (yielded: stored at once)
-            yield from landing_read(context.instance, landing.root, run.keys)
+        keys = site_days(context)
+        landed = landing_scan(landing.root, keys) if LANDING in step.deps else {}
+        if landed:  # the landing it reads, recorded before it reads it (yielded: stored at once)
+            yield from landing_read(context.instance, landed)
         if OPTOUT in step.deps:  # the same for the opt-out lists it applies
-            yield from optout_read(context.instance, run.optouts, deid.key)
-        if body.idle(run):
-            yield from _idle(run, body)
-            return
-        # This run needs Spark: start it now, in the background, so that the session is (being) made while
-        # the driver prepares the run.
-        warm_up(spark)
-        yield from _run(run, body, figures)
+            yield from optout_read(context.instance, read_optouts(landing.root), deid.key)
+        # The site-days in parts of about `files_per_commit` landed files, each committed, materialized and
+        # checked before the next one starts: a backfill's page advances part by part, in this one run.
+        parts = commit_groups(keys, lambda k: getattr(landed.get(f"{k.date}|{k.site}"), "files", 0),
+                              UI.files_per_commit)
+        if len(parts) > 1:
+            context.log.info(f"{len(keys)} site-days in {len(parts)} parts of about {UI.files_per_commit} landed "
+                             f"files, each committed and materialized in turn")
+        outcomes: dict[str, CheckOutcome] = {}
+        for part in parts:
+            clock = StageClock(stages(step), log=context.log.info, label=step.asset)
+            run = StepRun(context, step, part, clock, spark, landing, warehouse, deid, progress)
+            if body.idle(run):
+                checks = yield from _idle(run, body)
+            else:
+                # This part needs Spark: start it now, in the background, so that the session is (being) made
+                # while the driver prepares the run (a session already made is kept).
+                warm_up(spark)
+                checks = yield from _run(run, body, figures)
+            outcomes.update({c.check: c for c in checks})
+        # One output per check for the run (what Dagster's blocking in the same run waits for), then the asset's:
+        # its events were logged part by part, so Dagster adds none of its own.
+        yield from check_outputs(context, step.asset, list(outcomes.values()))
+        yield MaterializeResult(metadata=EVENTS_LOGGED_BY_STEP)
 
     return _asset
 
@@ -238,7 +260,7 @@ def warm_up(spark: SparkResource) -> None:
     start_session_in_background(spark)
 
 
-def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figure]) -> MaterializeResult:
+def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figure]):
     step, warehouse = run.step, run.warehouse
     commit = run.commit = warehouse.begin(step.asset)  # the body may write files into its staging
     out = body.work(run)
@@ -275,6 +297,7 @@ def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figur
         frame.unpersist()
 
     yield from _result(run, checks, by_partition, {**out.metadata, "table_unchanged": False})
+    return checks
 
 
 def tally_of(frame: DataFrame, *sums: str) -> tuple[dict[str, dict[str | None, int]], dict[str, dict[str, int]]]:
@@ -314,6 +337,7 @@ def _idle(run: StepRun, body: Body):
     checks = [covering(o, run.partitions) for o in empty_outcomes(step, run.ctx)]
     yield from _result(run, checks, {p: Counts() for p in run.partitions},
                        {**body.idle_metadata(run), "table_unchanged": not emptied.changed})
+    return checks
 
 
 @dataclass(frozen=True)
@@ -350,8 +374,9 @@ def _outputs(run: StepRun) -> dict[str, str]:
 
 
 def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Counts], metadata: dict):
-    """One materialization per site-day (its own counts, data version and inputs' versions; the run's totals
-    and times under `run/`), then the check results. Dagster adds no run-wide materialization of its own."""
+    """One materialization per site-day (its own counts, its quarantine as one table, data version and inputs'
+    versions; the part's totals and times under `run/`), then each check's result on each site-day, after the
+    materialization it checks."""
     context, asset = run.context, run.step.asset
     wall = run.clock.finish()
     run.context.log.info(run.clock.breakdown() + f" (step {wall:.1f} s)")
@@ -364,9 +389,18 @@ def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Co
                                   observed=frozenset({LANDING, OPTOUT}), whole={OPTOUT: SETTINGS.sites})
     for partition in run.partitions:
         yield materialization(asset, versions[partition], {
-            **summary_.values(partition), **shared,
+            **summary_.values(partition), "quarantine": quarantine_table(summary_.quarantine(partition)),
+            "checks": checks_table(checks, partition), **shared,
             "summary": MetadataValue.md(summary_.markdown(asset, partition))})
-    yield MaterializeResult(metadata=EVENTS_LOGGED_BY_STEP, check_results=check_results(checks, context.log))
+    yield from partition_check_events(context, checks, run.partitions, asset, context.log)
+
+
+def quarantine_table(rows: Sequence[QuarantineRow]) -> MetadataValue:
+    """A site-day's quarantine as the UI shows a table: one row per reason phrase, with its files."""
+    return MetadataValue.table(
+        records=[TableRecord({"reason": r.reason, "files": r.files}) for r in rows],
+        schema=TableSchema(columns=[TableColumn("reason", "string", description="why the files were held back"),
+                                    TableColumn("files", "int")]))
 
 
 def code_version(context: AssetExecutionContext, asset: str) -> str:

@@ -124,11 +124,15 @@ def observation(day: SiteDayLanding) -> AssetObservation:
                             metadata=metadata)
 
 
-def landing_read(instance, root: str, keys) -> list[AssetObservation]:
-    """Observations of the run's landed site-days whose listing is not the one last recorded (or none is):
-    a run records the landing it reads, so its partitions' lineage names it even when nobody observed the
-    landing zone before (a run from the UI or the CLI, without the sensor). Lists only those site-days."""
-    current = scan_site_days(root, [(k.date, k.site) for k in keys])
+def landing_scan(root: str, keys) -> dict[str, SiteDayLanding]:
+    """The run's landed site-days (`date|site` -> listing), listing only those site-days."""
+    return scan_site_days(root, [(k.date, k.site) for k in keys])
+
+
+def landing_read(instance, current: dict[str, SiteDayLanding]) -> list[AssetObservation]:
+    """Observations of the run's landed site-days (`landing_scan`) whose listing is not the one last recorded
+    (or none is): a run records the landing it reads, so its partitions' lineage names it even when nobody
+    observed the landing zone before (a run from the UI or the CLI, without the sensor)."""
     return [observation(day) for key, day in current.items()
             if input_version(instance, LANDING, key, observed=True).version != day.version]
 

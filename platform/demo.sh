@@ -14,6 +14,12 @@ from imaging.driver.config import load_settings
 s = load_settings()
 print(",".join(s.sites), s.start_date, s.end_date)')
 FIRST_SITE="${SITES%%,*}"; LAST_SITE="${SITES##*,}"
+# published_cohort has one partition per cohort file (by its name, in name order): every cohort at once is the range
+# from the first to the last, one run.
+read -r FIRST_COHORT LAST_COHORT < <(.venv/bin/python -c '
+from assets.partitions import COHORTS
+keys = COHORTS.get_partition_keys()
+print(keys[0], keys[-1])' 2>/dev/null)
 DATES="$(.venv/bin/python -c 'import datetime as dt, sys
 a, b = (dt.date.fromisoformat(d) for d in sys.argv[1:])
 print(",".join(str(a + dt.timedelta(days=i)) for i in range((b - a).days + 1)))' "$FIRST" "$LAST")"
@@ -22,6 +28,9 @@ print(",".join(str(a + dt.timedelta(days=i)) for i in range((b - a).days + 1)))'
 # from the code location (workspace.yaml). So they carry the code location and show in the UI's Overview, the
 # jobs' pages and the run list, with who launched them and why (imaging/launched_by, imaging/reason).
 mkdir -p data
+# The instance's storage made first, by one process: the daemon and the first launch would otherwise both create a
+# fresh instance's tables at once, and the loser stops ("table alembic_version already exists").
+.venv/bin/python -c 'from dagster import DagsterInstance; DagsterInstance.get().dispose()'
 setsid .venv/bin/dagster-daemon run -w workspace.yaml >data/dagster-daemon.log 2>&1 &
 DAEMON=$!
 stop_daemon() { kill -TERM -- "-$DAEMON" 2>/dev/null || true; wait "$DAEMON" 2>/dev/null || true; }
@@ -51,17 +60,19 @@ echo "== Generating a synthetic hospital in $IMAGING_LANDING (sites $SITES, $FIR
 # reads (as the landing sensor would), so the data cards and the UI's lineage name it.
 echo "== Job site_day_pipeline: raw_image_index, linked_patient_metadata, anonymized_images ($FIRST..$LAST x $SITES, one run)"
 launch site_day_pipeline "the demo's hospital, every site-day" "$FIRST|$FIRST_SITE...$LAST|$LAST_SITE"
-echo "== Job publish: each release is built and held for approval"
-launch publish "build the demo's releases and hold them for approval"
+echo "== Job publish, every cohort ($FIRST_COHORT...$LAST_COHORT, one run): each release is built and held for approval"
+launch publish "build the demo's releases and hold them for approval" "$FIRST_COHORT...$LAST_COHORT"
 echo "== Held releases (imaging-review pending: path, cohort, version, release id, status)"
 .venv/bin/imaging-review pending
 echo "NOTE: the demo approves its own releases with two DEMO approver keys ($IMAGING_APPROVERS lists them;"
 echo "      their seeds are public, and every review flags them). For real data two governance reviewers read"
-echo "      \`imaging-review <held path> --html review.html\` and each signs with their own key:"
+echo "      \`imaging-review <held path> --html review.html\` (or the same review on the cohort's partition of"
+echo "      published_cohort in the UI) and each signs with their own key:"
 echo "      \`imaging-review approve <held path> --key ~/.ssh/id_ed25519\`."
 if [ -z "${DEMO_APPROVER_KEYS:-}" ]; then
   echo "IMAGING_APPROVERS is set ($IMAGING_APPROVERS): the demo does not sign for your approvers; approve the held"
-  echo "releases above with your keys, then materialize published_cohort again."
+  echo "releases above with your keys, then materialize every cohort of published_cohort again (README: the range"
+  echo "$FIRST_COHORT...$LAST_COHORT from the shell, or a backfill of job publish from the UI)."
   exit 0
 fi
 .venv/bin/imaging-review pending | cut -f1 | while read -r held; do
@@ -70,8 +81,8 @@ fi
       --note "approved by platform/demo.sh with a DEMO key, not by a reviewer"
   done
 done
-echo "== Job publish again: publishes exactly what was approved"
-launch publish "publish what the demo approved"
+echo "== Job publish again, every cohort: publishes exactly what was approved"
+launch publish "publish what the demo approved" "$FIRST_COHORT...$LAST_COHORT"
 stop_daemon
 
 echo "== What was made"
@@ -88,4 +99,8 @@ Review any release or published file offline (the HTML draws the column lineage)
 
 Open the Dagster UI on this instance (materializations, lineage, backfills per date or site):
   ./platform/ui.sh    then browse http://127.0.0.1:3000
+Each cohort's review is on its partition of published_cohort (Catalog > published_cohort > Partitions > a cohort:
+metadata "review"), its site-days linked to their pages and checks. Build every cohort again at once from the UI
+with a backfill (Jobs > publish > Materialize..., All), or from the shell:
+  .venv/bin/dagster asset materialize -m definitions --select published_cohort --partition-range "$FIRST_COHORT...$LAST_COHORT"
 MSG

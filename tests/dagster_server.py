@@ -142,6 +142,25 @@ UI_DATES = ("2024-03-01", "2024-03-02")
 UI_KEY = "ui-test-key-not-secret-" + "u" * 10
 
 
+def ui_platform(root: Path, files_per_commit: int = 1) -> Path:
+    """A copy of platform/ whose ui.yaml commits a run's site-days one at a time (a few files each here), so a
+    backfill's page advances site-day by site-day as it would on a hospital's thousands of files a site-day."""
+    platform = root / "platform"
+    if not platform.exists():
+        shutil.copytree(REPO / "platform", platform, ignore=shutil.ignore_patterns("*.sh", "proxy", "*.py", "*.lock"))
+        text = (platform / "ui.yaml").read_text()
+        assert "files_per_commit: 5000" in text
+        (platform / "ui.yaml").write_text(text.replace("files_per_commit: 5000", f"files_per_commit: {files_per_commit}"))
+    return platform
+
+
+def every_cohort() -> list[str]:
+    """published_cohort's partitions: the cohort names of platform/cohorts/, in name order."""
+    from imaging.driver.platform_files import load_cohort_files
+
+    return sorted(c.name for c in load_cohort_files(REPO / "platform"))
+
+
 class SharedDagsterDev:
     """`dagster dev` (webserver and daemon) with its own instance under `root`, on a small generated hospital:
     started on first use (`get`), stopped by `stop` (and started again if a later test asks)."""
@@ -160,6 +179,7 @@ class SharedDagsterDev:
             env = platform_env(self.root, sites=UI_SITES, start_date=UI_DATES[0], key=UI_KEY, end_date=UI_DATES[-1])
             # Four patients cannot make a k=5 cohort: the browser's publish step would see every release blocked.
             env["IMAGING_MIN_K"] = "1"
+            env["IMAGING_PLATFORM_DIR"] = str(ui_platform(self.root))
             self.server = DagsterProcess.start("dev", env, self.root / "dagster-dev.log")
         return self.server
 

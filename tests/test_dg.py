@@ -33,7 +33,8 @@ def test_dg_list_defs_shows_the_assets_and_resources(tmp_path):
     assert {r["name"] for r in listing["resources"]} >= {"spark", "landing", "warehouse", "deid", "progress", "pacs"}
     # No PACS site here: the index reads the landing zone only (tests/test_pacs.py has one that also reads pacs_landing).
     assert "landing_zone" in assets and assets["raw_image_index"]["dependency_keys"] == ["landing_zone"]
-    assert {s["name"] for s in listing["sensors"]} >= {"landing_sensor", "pacs_sensor", "downstream_automation"}
-    assert {j["name"] for j in listing.get("jobs", [])} >= {"site_day_pipeline", "pacs_site_day_pipeline", "publish"}
+    assert {s["name"] for s in listing["sensors"]} >= {"landing_sensor", "downstream_automation", "notify_run_failures",
+                                                       "notify_failed_checks"}
+    assert {j["name"] for j in listing.get("jobs", [])} >= {"site_day_pipeline", "publish"}
     # The key is configured through an environment variable: its value never appears in a listing.
     assert "dg-test-key-not-secret" not in result.stdout + result.stderr

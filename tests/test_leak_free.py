@@ -70,11 +70,14 @@ def run(tmp_path_factory, defs):
                    publish_cohorts(scoped, root / "warehouse")):
         METADATA.extend(e.step_materialization_data.materialization.metadata
                         for e in result.get_asset_materialization_events())
+        CHECK_METADATA.extend(e.event_specific_data.metadata for e in result.all_events
+                              if e.event_type_value == "ASSET_CHECK_EVALUATION")
     return root / "warehouse", planter, ds, len(shipped) + 1, source
 
 
 # What the runs above showed in the Dagster UI: every materialization's metadata.
 METADATA: list = []
+CHECK_METADATA: list = []  # and every check evaluation's (one a check per site-day, or per cohort)
 
 
 def table(path):
@@ -155,13 +158,12 @@ def test_nothing_planted_survives_under_the_deidentified_zone(run):
 def test_ui_metadata_shows_no_identifier_and_no_absolute_path(run):
     warehouse, _, ds, *_ = run
     assert METADATA and all("dagster/row_count" in m for m in METADATA)
-    # The one absolute location shown: published_cohort's links to its held or published releases and their
-    # review reports (docs/ui.md), inside the warehouse; everything else is relative to the warehouse root.
-    links = [v.value for m in METADATA for k, v in m.items() if k.startswith(("held/", "release/", "review/"))]
-    assert links and all(url.startswith(f"file://{warehouse}/") for url in links), links
-    text = repr([{k: v.value for k, v in m.items() if not k.startswith(("held/", "release/", "review/"))}
-                 for m in METADATA])
+    # No absolute location at all: folders are relative to the warehouse root, and the only links are the
+    # cohorts' reviews' links to site-days' pages in the UI (relative to the host); check results included.
+    assert CHECK_METADATA
+    text = repr([{k: getattr(v, "value", v) for k, v in m.items()} for m in METADATA + CHECK_METADATA])
+    assert any("review" in m for m in METADATA), "published_cohort's materializations carry their review"
     root = str(warehouse.parent)
-    assert root not in text and "/landing" not in repr(links) + text, "paths are relative to the warehouse root"
+    assert root not in text and "/landing" not in text and "file:" not in text, "paths are relative to the warehouse root"
     for planted in ("LEAK", FOLDER, FILE, str(ds.PatientID), str(ds.PatientName), UID_ROOT):
         assert planted not in text, planted

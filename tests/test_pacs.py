@@ -86,15 +86,16 @@ def pacs_defs(defs, warehouse: Path, url: str, max_connections: int = 2):
 
 
 def pacs_assets(defs) -> list:
-    """The code location's assets as a deployment with a PACS site has them: raw_image_index also depends on
-    pacs_landing (without PACS sites, as in this session's environment, it does not)."""
+    """The code location's assets as a deployment with a PACS site has them: pacs_landing, on which raw_image_index
+    also depends (without PACS sites, as in this session's environment, neither is so)."""
     from dagster import AssetKey, map_asset_specs
 
+    from assets.pacs_landing import pacs_landing
     from assets.raw_image_index import index_asset
     from definitions import policies
 
-    kept = [a for a in defs.assets if getattr(a, "key", None) != AssetKey("raw_image_index")]
-    return kept + map_asset_specs(policies, [index_asset(pacs_sites=True)])
+    kept = [a for a in defs.assets if getattr(a, "key", None) not in (AssetKey("raw_image_index"), AssetKey("pacs_landing"))]
+    return kept + map_asset_specs(policies, [pacs_landing, index_asset(pacs_sites=True)])
 
 
 def pacs_landing_root() -> Path:

@@ -7,15 +7,17 @@ import os
 from collections import defaultdict
 
 import pyarrow.dataset as pads
-from dagster import AssetKey, AssetRecordsFilter, DagsterEventType
+from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterEventType
 from dagster._core.definitions.data_version import (CachingStaleStatusResolver, StaleStatus,
                                                     compute_logical_data_version, DataVersion)
+from dagster._core.event_api import PartitionKeyFilter
 from dagster._core.loader import LoadingContextForTest
 
 from assets.versions import input_version_over
 from imaging.catalogue import LEDGER, LINKED, RAW_IMAGE_INDEX
 
 from conftest import DATES, ROOT, SITES, observe_landing
+from dagster_server import REPO
 
 ASSETS = ("raw_image_index", "linked_patient_metadata", "anonymized_images")
 TABLES = {"raw_image_index": RAW_IMAGE_INDEX, "linked_patient_metadata": LINKED, "anonymized_images": LEDGER}
@@ -83,6 +85,42 @@ def test_each_partition_has_its_own_data_version_from_its_own_inputs(warehouse, 
         assert len(versions) == len(PARTITIONS), f"{asset}: partitions share a data version"
 
 
+def test_each_site_day_has_its_own_checks_recorded_after_its_materialization(warehouse, instance, defs):
+    """Every per-run check of an image asset is recorded per site-day (Dagster's partitioned checks), pointing
+    at that site-day's materialization and never before it; the table-wide checks stay one evaluation each."""
+    from dagster import AssetCheckKey
+
+    from assets.checks import TABLE_WIDE, check_specs
+
+    for asset in ASSETS:
+        specs = check_specs(asset)
+        assert specs and not any(s.name in TABLE_WIDE.get(asset, ()) for s in specs)
+        for spec in specs:
+            key = AssetCheckKey(AssetKey(asset), spec.name)
+            infos = {i.partition_key: i for i in instance.event_log_storage.get_asset_check_partition_info([key])}
+            assert set(PARTITIONS) <= set(infos), (asset, spec.name, sorted(infos))
+            for p in PARTITIONS:
+                (record,) = instance.event_log_storage.get_asset_check_execution_history(
+                    key, limit=1, partition_filter=PartitionKeyFilter(key=p))
+                evaluation = record.event.dagster_event.event_specific_data
+                materialized = latest(instance, asset, p)
+                assert evaluation.partition == p and infos[p].is_current, (asset, spec.name, p)
+                assert evaluation.target_materialization_data.storage_id == materialized.storage_id
+                assert record.event.timestamp >= materialized.timestamp
+                meta = {k: v.value for k, v in evaluation.metadata.items()}
+                assert meta["partitions"] == [p] and meta["run_site_days"] >= 1
+
+
+def test_each_materialization_has_its_quarantine_as_one_table(warehouse, instance):
+    for asset in ASSETS:
+        for p in PARTITIONS:
+            m = latest(instance, asset, p).asset_materialization.metadata
+            assert not any(k.startswith("quarantined/") for k in m), sorted(m)
+            rows = [(r.data["reason"], r.data["files"]) for r in m["quarantine"].value.records]
+            assert sum(files for _, files in rows) == m["quarantined"].value, (asset, p, rows)
+            assert len({reason for reason, _ in rows}) == len(rows)
+
+
 def _stale(instance, defs) -> dict[str, set[str]]:
     resolver = CachingStaleStatusResolver(instance, defs.resolve_asset_graph(), LoadingContextForTest(instance))
     return {asset: {p for p in PARTITIONS if resolver.get_status(AssetKey(asset), p) == StaleStatus.STALE}
@@ -120,20 +158,40 @@ def test_the_step_time_is_accounted_in_full(warehouse, instance):
         assert abs(step - m["run/seconds"]) < max(1.0, 0.15 * step), (asset, step, m["run/seconds"])
 
 
-def test_releases_link_to_their_review_reports_and_held_releases(warehouse, instance):
-    """published_cohort's metadata links each held release (first run) and each published one (second run) to
-    its folder and its review report, as URLs the UI renders as links."""
-    records = instance.fetch_materializations(AssetKey("published_cohort"), limit=10).records
-    runs = [{k: v for k, v in r.asset_materialization.metadata.items()} for r in reversed(records)]
-    held = {k: v.value for k, v in runs[0].items() if k.startswith("held/")}
-    published = {k: v.value for k, v in runs[-1].items() if k.startswith("release/")}
-    reviews = {k: v.value for k, v in runs[-1].items() if k.startswith("review/")}
-    assert held and published and len(reviews) == len(published)
-    for url in [*published.values(), *reviews.values()]:
-        assert url.startswith("file://") and os.path.exists(url[len("file://"):]), url
-    # The held copies were published (and removed from held/) by the second run: the same content, by release id.
-    assert all(url.startswith("file://") and "/identifiable/held/" in url for url in held.values())
-    assert {url.rsplit("/", 1)[1] for url in held.values()} == {
-        url.rsplit("-", 1)[1].removesuffix(".html") for url in reviews.values()}
-    report = open(next(iter(reviews.values()))[len("file://"):]).read()
-    assert "<html" in report.lower() and "published" in report
+def test_each_cohort_is_its_own_partition_with_its_review(warehouse, instance):
+    """published_cohort is partitioned by cohort: each cohort's materializations carry its own state, release id,
+    counts and approvals, and its review as Markdown whose site-days link to their pages in the UI (relative
+    Dagster asset-partition URLs); folders are warehouse-relative paths, never links to the server's files."""
+    import re
+    import urllib.parse
+
+    from assets.partitions import COHORTS
+
+    cohorts = COHORTS.get_partition_keys()
+    assert cohorts == sorted(p.stem.replace("_", "-") for p in (REPO / "platform" / "cohorts").glob("*.yaml"))
+    for cohort in cohorts:
+        records = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey("published_cohort"), asset_partitions=[cohort]), limit=10).records
+        runs = [{k: v.value for k, v in r.asset_materialization.metadata.items()} for r in reversed(records)]
+        assert [m["state"] for m in runs] == ["held", "publish"], (cohort, [m["state"] for m in runs])
+        held, published = runs
+        assert held["release_id"] == published["release_id"] and len(published["release_id"]) == 64
+        assert held["approvals"] == 0 and published["approvals"] == published["approvals_required"] == 2
+        assert published["verdict"] == "VERIFIED" and published["dagster/row_count"] == published["images"] > 0
+        assert published["path"] == f"deidentified/cohorts/{cohort}/v1"
+        assert held["path"].startswith(f"identifiable/held/{cohort}/")
+        assert not any(isinstance(v, str) and ("file:" in v or str(warehouse) in v) for m in runs for v in m.values())
+        review = published["review"]
+        assert "**Verdict: VERIFIED**" in review and "### Site-days read" in review
+        links = re.findall(r"\[([^\]]+)\]\((/assets/anonymized_images\?view=partitions&partition=[^)]+)\)", review)
+        assert links and len(links) == published["site_days_read"]
+        for shown, url in links:
+            shown = shown.replace("\\|", "|")  # a table cell's pipe is escaped
+            assert urllib.parse.unquote(url.rsplit("=", 1)[1]) == shown and shown in PARTITIONS
+        assert records[0].asset_materialization.tags["dagster/data_version"] == published["release_id"]
+        # Its own checks, on its own partition, after its materialization.
+        for check in ("k_anonymity", "release_verified", "release_checksums"):
+            (record,) = instance.event_log_storage.get_asset_check_execution_history(
+                AssetCheckKey(AssetKey("published_cohort"), check), limit=1, partition_filter=PartitionKeyFilter(key=cohort))
+            assert record.event.dagster_event.event_specific_data.passed, (cohort, check)
+            assert record.event.timestamp >= records[0].timestamp

@@ -65,6 +65,9 @@ def test_code_references_freshness_groups_and_jobs(defs, graph):
         assert (node.freshness_policy is None) == (asset == "published_cohort"), asset
         assert node.group_name == ("release" if asset == "published_cohort" else "imaging")
     jobs = {job.name: job for job in defs.jobs}
-    assert set(jobs) == {"site_day_pipeline", "pacs_site_day_pipeline", "publish"}
-    assert graph.get(AssetKey("pacs_landing")).freshness_policy is None  # PACS sites only: no daily cadence
+    # No PACS site in this session's environment: no pacs_landing, no PACS job or sensor (test_pacs has them).
+    assert set(jobs) == {"site_day_pipeline", "publish"}
+    assert not graph.has(AssetKey("pacs_landing"))
+    assert {s.name for s in defs.sensors} == {"landing_sensor", "downstream_automation", "notify_run_failures",
+                                               "notify_failed_checks"}
     assert {k.to_user_string() for k in defs.resolve_job_def("site_day_pipeline").asset_layer.executable_asset_keys} == set(PIPELINE)

@@ -12,56 +12,14 @@ from __future__ import annotations
 import base64
 import http.client
 import os
-import shutil
-import signal
 import ssl
-import string
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from dagster_server import REPO, free_port
+from proxy import NGINX, OPENSSL, PASSWORD, USER, nginx_in_front
 
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
-OPENSSL = shutil.which("openssl")
 pytestmark = pytest.mark.skipif(not (NGINX and OPENSSL), reason="needs nginx and openssl (Debian: nginx, openssl)")
-
-USER, PASSWORD = "operator", "correct horse battery staple"
-
-
-def _render(tmp: Path, listen: int, upstream: str) -> Path:
-    """The project's template, rendered as envsubst would, inside a minimal throwaway main config."""
-    subprocess.run([OPENSSL, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tmp / "ui.key"), "-out",
-                    str(tmp / "ui.crt")], check=True, capture_output=True)
-    digest = subprocess.run([OPENSSL, "passwd", "-6", "-stdin"], input=PASSWORD, check=True, capture_output=True,
-                            text=True).stdout.strip()
-    (tmp / "htpasswd").write_text(f"{USER}:{digest}\n")
-    template = string.Template((REPO / "platform/proxy/dagster-ui.conf.template").read_text())
-    server = template.safe_substitute(UI_LISTEN=f"127.0.0.1:{listen}", UI_SERVER_NAME="localhost",
-                                      DAGSTER_UPSTREAM=upstream, TLS_CERT=str(tmp / "ui.crt"),
-                                      TLS_KEY=str(tmp / "ui.key"), HTPASSWD_FILE=str(tmp / "htpasswd"))
-    assert "${" not in server, "every placeholder of the template is documented and rendered"
-    (tmp / "dagster-ui.conf").write_text(server)
-    temp_paths = "\n".join(f"  {kind}_temp_path {tmp}/{kind};" for kind in
-                           ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    # As root, nginx's workers would drop to an unprivileged user that cannot read the temp dir.
-    user = "user root;" if os.geteuid() == 0 else ""
-    (tmp / "nginx.conf").write_text(f"""{user}
-daemon off;
-worker_processes 1;
-pid {tmp}/nginx.pid;
-error_log {tmp}/error.log info;
-events {{ worker_connections 64; }}
-http {{
-  access_log {tmp}/access.log;
-{temp_paths}
-  include {tmp}/dagster-ui.conf;
-}}
-""")
-    return tmp / "nginx.conf"
 
 
 def _request(port: int, method: str, path: str, *, auth: tuple[str, str] | None, body: bytes | None = None,
@@ -83,32 +41,8 @@ def _request(port: int, method: str, path: str, *, auth: tuple[str, str] | None,
 
 @pytest.fixture(scope="module")
 def proxied_ui(dagster_ui, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("proxy")
-    server = dagster_ui.get()
-    port = free_port()
-    conf = _render(tmp, port, server.url.removeprefix("http://"))
-    check = subprocess.run([NGINX, "-t", "-p", str(tmp), "-c", str(conf), "-e", str(tmp / "error.log")],
-                           capture_output=True, text=True)
-    assert check.returncode == 0, check.stderr
-    nginx = subprocess.Popen([NGINX, "-p", str(tmp), "-c", str(conf), "-e", str(tmp / "error.log")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert nginx.poll() is None, nginx.stderr.read().decode()
-            try:
-                _request(port, "GET", "/", auth=None, cafile=tmp / "ui.crt")
-                break
-            except OSError:
-                time.sleep(0.3)
-        yield port, tmp / "ui.crt"
-    finally:
-        nginx.send_signal(signal.SIGQUIT)  # graceful stop of the master and its worker
-        try:
-            nginx.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(nginx.pid, signal.SIGKILL)
-            nginx.wait(5)
+    with nginx_in_front(dagster_ui.get().url, tmp_path_factory.mktemp("proxy")) as (port, cafile):
+        yield port, cafile
 
 
 GRAPHQL = b'{"query": "{ version assetNodes { assetKey { path } } }"}'

@@ -22,6 +22,7 @@ from imaging import config_files
 from imaging.deid.pixel_text import PixelTextFile
 from imaging.driver.config import PlatformFile, SparkFile
 from imaging.pacs.settings import PacsFile
+from imaging.ui import FILE as UI_FILE, UiFile
 from imaging.governance.cohort import CohortDefinition, CohortFile
 from imaging.issuers import IssuersFile
 from imaging.quality.expectations import SuiteFile
@@ -42,6 +43,7 @@ FILES: dict[str, type] = {
     "clinical_policy.yaml": ClinicalPolicyFile,
     "spark.yaml": SparkFile,
     "pacs.yaml": PacsFile,
+    UI_FILE: UiFile,
 }
 COHORTS, SUITES = "cohorts/*.yaml", "expectations/*.json"
 MODELS: dict[str, type] = {**FILES, COHORTS: CohortFile, SUITES: SuiteFile}

@@ -16,6 +16,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable, Sequence, TypeVar
+
+T = TypeVar("T")
 
 MB = 1_000_000  # decimal megabytes, as storage and network rates are quoted
 
@@ -129,3 +132,23 @@ class ProgressMeter:
         """The closing line: everything done, the average rate over the whole step."""
         return ProgressReport(self.label, self.files_total, self.files_total, self.bytes_total, self.bytes_total,
                               elapsed_s, self.bytes_total / elapsed_s if elapsed_s > 0 else None, 0.0, done=True)
+
+
+def commit_groups(keys: Sequence[T], files: Callable[[T], int], files_per_commit: int) -> list[list[T]]:
+    """A run's site-days (in order) cut into the parts it commits one after the other: each part about
+    `files_per_commit` landed files, a site-day never split (one bigger than that is a part alone), so a
+    backfill's progress advances as each part commits, in one run and one Spark session. Every part costs the
+    step's fixed work again (its Spark queries, its checks: benchmarks/RESULTS.md), so parts are made large
+    enough for that to be small beside their files. 0 (or one part's worth of files in all): one part."""
+    if files_per_commit <= 0 or not keys:
+        return [list(keys)] if keys else []
+    groups: list[list[T]] = [[]]
+    held = 0
+    for key in keys:
+        size = max(0, files(key))
+        if groups[-1] and held + size > files_per_commit:
+            groups.append([])
+            held = 0
+        groups[-1].append(key)
+        held += size
+    return groups

@@ -123,6 +123,14 @@ class Counts:
 
 
 @dataclass(frozen=True)
+class QuarantineRow:
+    """One line of a materialization's quarantine table: a reason phrase and how many files it held back."""
+
+    reason: str
+    files: int
+
+
+@dataclass(frozen=True)
 class StepSummary:
     """One run of one asset: each site-day's own counts, the run's time per stage, its outputs.
 
@@ -150,20 +158,20 @@ class StepSummary:
     def counts(self, partition: str) -> Counts:
         return self.by_partition.get(partition, Counts())
 
-    def reasons(self, counts: Counts) -> dict[str, int]:
-        """Every known reason (0 if absent) and any other that occurred, under stable keys."""
-        out = {slug(reason): 0 for reason in self.known_reasons}
-        for reason, count in counts.quarantined.items():
-            out[slug(reason)] = out.get(slug(reason), 0) + count
-        return dict(sorted(out.items()))
-
     def partition_numbers(self, partition: str) -> dict[str, int]:
         """The site-day's own counts, same keys every run."""
         own = self.counts(partition)
-        values = {"dagster/row_count": own.rows_out, "files_in": own.files_in, "bytes_in": own.bytes_in,
-                  "files_out": own.files_out, "bytes_out": own.bytes_out, "quarantined": own.quarantined_total}
-        values.update({f"quarantined/{key}": count for key, count in self.reasons(own).items()})
-        return values
+        # The reasons are one table (`quarantine`), not a key each: the UI's metadata panel cuts long keys.
+        return {"dagster/row_count": own.rows_out, "files_in": own.files_in, "bytes_in": own.bytes_in,
+                "files_out": own.files_out, "bytes_out": own.bytes_out, "quarantined": own.quarantined_total}
+
+    def quarantine(self, partition: str) -> list[QuarantineRow]:
+        """The site-day's quarantine as rows of one table: every known reason (0 when absent) and any other
+        that occurred, by its phrase (a fixed phrase, never a value), most files first."""
+        own = self.counts(partition).quarantined
+        reasons = {reason: 0 for reason in self.known_reasons} | dict(own)
+        return [QuarantineRow(reason, files) for reason, files in
+                sorted(reasons.items(), key=lambda item: (-item[1], item[0]))]
 
     def run_numbers(self) -> dict[str, float | int]:
         """The run's totals and times, under `run/`, same keys every run."""

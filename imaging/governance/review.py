@@ -733,6 +733,11 @@ COMMANDS = """commands:
   imaging-review demo-keys DIR                              write the two DEMO approver keys and their
                                                             allowed-signers file (demo only)
 
+After the approvals, publish by materializing the cohort's partition of published_cohort (one partition a cohort
+file): every cohort at once from the shell with `dagster asset materialize -m definitions --select published_cohort
+--partition-range FIRST...LAST` (cohort names in name order), or from the UI with a backfill of job `publish`.
+The same review, as Markdown, is on each cohort's materialization in the Dagster UI.
+
 Run `imaging-review COMMAND --help` for a command's options."""
 
 
@@ -763,7 +768,8 @@ def _sign_command(name: str, argv: list[str]) -> int:
     if name == REJECT:
         print("the release is rejected: it is never published")
     elif st.approved:
-        print(f"{st.summary()}: the next materialization of published_cohort publishes it")
+        print(f"{st.summary()}: the next materialization of its cohort's partition of published_cohort publishes it "
+              f"(every cohort at once: README, 'Running it on your data')")
     else:
         print(f"{st.summary()}: not published until {st.required} listed approvers have signed")
     return 0

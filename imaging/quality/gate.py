@@ -141,14 +141,18 @@ def release_checks(rule: CheckRule, history: Sequence[CheckEvaluation], partitio
         result = PASSED if ev.passed or not hit else FAILED
         return [ReleaseCheck(rule.asset, rule.name, rule.severity, result, (), ev.run_id, ev.evaluated_at)]
     by_partition = {v.partition: v for v in found}
+    # One entry per result and run: a run's evaluations of its partitions (recorded one partition at a time, a
+    # moment apart) are one entry, at the latest of their times.
     groups: dict[tuple, list[str]] = {}
+    times: dict[tuple, str | None] = {}
     for partition in read:
         v = by_partition.get(partition)
-        key = ((NOT_EVALUATED, None, None) if v is None else
-               (PASSED if v.passed else FAILED, v.evaluation.run_id, v.evaluation.evaluated_at))
+        key = (NOT_EVALUATED, None) if v is None else (PASSED if v.passed else FAILED, v.evaluation.run_id)
         groups.setdefault(key, []).append(partition)
-    return [ReleaseCheck(rule.asset, rule.name, rule.severity, result, tuple(parts), run_id, at)
-            for (result, run_id, at), parts in sorted(groups.items(), key=lambda kv: (kv[1][0], kv[0][0]))]
+        at = None if v is None else v.evaluation.evaluated_at
+        times[key] = max(filter(None, (times.get(key), at)), default=None)
+    return [ReleaseCheck(rule.asset, rule.name, rule.severity, result, tuple(parts), run_id, times[(result, run_id)])
+            for (result, run_id), parts in sorted(groups.items(), key=lambda kv: (kv[1][0], kv[0][0]))]
 
 
 def blocking_message(blockers: Sequence[Blocker], limit: int = 10) -> str:

@@ -6,7 +6,7 @@ name or path. Pure: no Spark, no Dagster.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 from imaging.pseudonym import Pseudonymizer
@@ -85,6 +85,26 @@ class CheckOutcome:
             more = len(self.failed_partitions) - limit
             line += f"; partitions {shown}" + (f" (+{more} more)" if more > 0 else "")
         return line
+
+    def failed_on(self) -> frozenset[str]:
+        """The partitions this evaluation failed on: those it names, else every one it covered."""
+        if self.passed:
+            return frozenset()
+        return frozenset(self.failed_partitions or self.partitions)
+
+    def on_partition(self, partition: str) -> "CheckOutcome":
+        """This evaluation's verdict on one of the partitions it covered, for that partition's own check result.
+
+        It fails there only where the failure is (`failed_on`). The figures stay the evaluation's, measured over
+        all its partitions, and say so (`run_site_days`, `run_site_days_failed`); the offenders kept are those
+        seen in this partition (all of them when they name no partition).
+        """
+        failed = partition in self.failed_on()
+        offenders = tuple(o for o in self.offenders if not o.partitions or partition in o.partitions) if failed else ()
+        return replace(self, passed=not failed, partitions=(partition,), failed_partitions=(partition,) if failed else (),
+                       offenders=offenders,
+                       details={**self.details, "run_site_days": len(self.partitions) or 1,
+                                "run_site_days_failed": len(self.failed_on())})
 
     def as_metadata(self) -> dict:
         """Plain JSON values only: numbers, pseudonyms, partition keys and fixed phrases."""
