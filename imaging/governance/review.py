@@ -212,6 +212,8 @@ def _lookup_by_name(warehouse: str, batches: list[str], names: set[str]) -> dict
         return {}
     filesystem, path = fsx.filesystem(root)
     dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
+    if not dataset.files:  # a ledger folder without a file has no row to find
+        return {}
     table = dataset.to_table(filter=pc.field("batch").isin(batches)) if batches else dataset.to_table()
     found: dict[str, list[ProvenanceRecord]] = {}
     from dataclasses import fields as record_fields
