@@ -80,6 +80,8 @@ def lookup(root: str, output_sha256s: Iterable[str]) -> dict[str, list[Provenanc
         return {}
     filesystem, path = fsx.filesystem(root)
     dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
+    if not dataset.files:  # a ledger folder without a file has no row to find
+        return {}
     table = dataset.to_table(filter=pc.field("output_sha256").isin(wanted))
     found: dict[str, list[ProvenanceRecord]] = {}
     for row in table.to_pylist():

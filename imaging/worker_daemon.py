@@ -18,6 +18,12 @@ finds nothing prepared, or a prepared process started with another hash seed, ru
 as before. The socket lives in a folder only this user may enter (`tempfile.mkdtemp`, 0700): what
 travels over it, the workers' environment, is what every worker holds anyway.
 
+The driver binds the socket itself, before `prepare` returns, and hands the listening socket to the
+prepared process: so a launcher always finds what was prepared, however busy the machine. One that
+comes while the imports are still being made waits for them (its request is queued on the socket),
+which costs it less than making them itself; on a busy machine the prepared process could otherwise
+lose the race to the JVM and the first Python task, and the session would import twice.
+
 Set as `spark.python.daemon.module` for local masters only (`resources/spark.py`): there the
 executors run this interpreter, where the platform is installed. A cluster's workers keep Spark's
 own daemon.
@@ -28,6 +34,7 @@ register fork handlers, and no Python thread is running (`threading.active_count
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -47,13 +54,22 @@ _MESSAGE = 1 << 20  # bytes read at a time from a launcher (its environment, fol
 
 def prepare(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """Start a prepared process for this interpreter; returns it and the socket path launchers reach it by
-    (the value of PREPARED_ENV). It serves one launcher, and ends when the driver closes its stdin
-    (the Popen object is dropped or the driver exits) or after serving."""
+    (the value of PREPARED_ENV), listening already: a launcher started from now on reaches it. It serves
+    one launcher, and ends when the driver closes its stdin (the Popen object is dropped or the driver
+    exits) or after serving."""
     env = dict(os.environ if env is None else env)
     env.setdefault("PYTHONHASHSEED", "0")
     path = os.path.join(tempfile.mkdtemp(prefix="imaging-daemon-"), "prepared.sock")  # a 0700 folder
-    process = subprocess.Popen([sys.executable, "-m", "imaging.worker_daemon", "--prepared", path],
-                               stdin=subprocess.PIPE, env=env, cwd=tempfile.gettempdir())
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:  # the driver's copy closes here
+        try:
+            listener.bind(path)
+            listener.listen(4)
+            process = subprocess.Popen(
+                [sys.executable, "-m", "imaging.worker_daemon", "--prepared", path, str(listener.fileno())],
+                stdin=subprocess.PIPE, env=env, cwd=tempfile.gettempdir(), pass_fds=(listener.fileno(),))
+        except BaseException:
+            _remove(path)
+            raise
     return process, path
 
 
@@ -77,18 +93,27 @@ def _run_daemon() -> None:
     daemon.manager()
 
 
-def _serve(path: str) -> None:
-    """The prepared process: import, wait for the first launcher that fits, then become its daemon."""
+def _remove(path: str) -> None:
+    """The socket and its folder, whichever of them is left."""
+    for remove, name in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+        try:
+            remove(name)
+        except FileNotFoundError:
+            pass
+
+
+def _serve(path: str, listening: int) -> None:
+    """The prepared process: import, then take the first launcher that fits from the socket the driver
+    bound (the descriptor `listening`, listening since before this process started), then become its
+    daemon."""
     def stop(*_):  # stopped with the driver's process group: the finally below still tidies up
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGHUP, stop)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener = socket.socket(fileno=listening)
     try:
         _import_heavy()
-        listener.bind(path)
-        listener.listen(4)
         while True:
             ready, _, _ = select.select([listener, sys.stdin], [], [])
             if sys.stdin in ready:  # the driver closed its end (or exited): nobody will ask any more
@@ -100,17 +125,19 @@ def _serve(path: str) -> None:
             request = json.loads(message)
             if len(fds) == 3 and all(request["env"].get(k) == os.environ.get(k) for k in FIXED_AT_START):
                 break
-            conn.sendall(b"no")
+            with contextlib.suppress(OSError):  # a launcher gone meanwhile needs no answer
+                conn.sendall(b"no")
             conn.close()
             for fd in fds:
                 os.close(fd)
     finally:
-        listener.close()
-        if os.path.exists(path):
-            os.unlink(path)
-        os.rmdir(os.path.dirname(path))
+        listener.close()  # launchers still queued are refused: they run the daemon themselves
+        _remove(path)
     # Still a child of the driver, so its CPU and memory count with the run's process tree.
-    conn.sendall(str(os.getpid()).encode())
+    try:
+        conn.sendall(str(os.getpid()).encode())
+    except OSError:  # the launcher is gone (Spark stopped it while it waited): nobody to serve
+        return
     conn.close()
     for target, fd in enumerate(fds):  # the launcher's streams: Spark reads the port and writes to these
         os.dup2(fd, target)
@@ -149,7 +176,7 @@ def _stand_for(pid: int) -> None:
 
 def main(argv: list[str]) -> None:
     if argv[1:2] == ["--prepared"]:
-        _serve(argv[2])
+        _serve(argv[2], int(argv[3]))
         return
     path = os.environ.get(PREPARED_ENV)
     pid = _hand_over(path) if path else None

@@ -14,6 +14,7 @@ import io
 import ipaddress
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -121,6 +122,26 @@ def connect_transport_error(remote: str) -> str | None:
             "pseudonym key travels inside every de-identification task and would cross the network in "
             "clear. Put a TLS front before the server and connect with sc://host:port/;use_ssl=true "
             "(docs/deployment.md, \"The pseudonym key\").")
+
+
+# pyspark's Connect client retries a server it cannot reach for at least ten minutes (its DefaultPolicy)
+# before it fails, so a run against a server that is down would seem to hang; one connection attempt says
+# at once whether anything listens there.
+CONNECT_PROBE_SECONDS = 10.0
+CONNECT_DEFAULT_PORT = 15002  # Spark Connect's, when the URL names none
+
+
+def reach_connect_server(remote: str, timeout: float = CONNECT_PROBE_SECONDS) -> None:
+    """Raise, naming host and port, when nothing accepts a connection where the Spark Connect URL `remote`
+    points (refused, unreachable, or silent for `timeout` seconds); return when something does."""
+    parsed = urllib.parse.urlparse("http" + remote[2:])
+    host, port = parsed.hostname, parsed.port or CONNECT_DEFAULT_PORT
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as error:
+        reason = f"no answer in {timeout:g} s" if isinstance(error, TimeoutError) else error.strerror or str(error)
+        raise RuntimeError(f"IMAGING_SPARK_MASTER: the Spark Connect server at {host}:{port} does not answer "
+                           f"({reason}). Start it, or point IMAGING_SPARK_MASTER at one that runs.") from None
 
 
 def check_master(master: str, env: Mapping[str, str]) -> None:
@@ -320,7 +341,10 @@ class SparkResource(PySparkResource):
                 # pydicom and the platform code are the same on both sides. A cluster's executors
                 # use their own (PYSPARK_PYTHON there, see README).
                 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            session = spark_session_from_config(prepare_daemon(session_config(self.spark_config)))
+            config = session_config(self.spark_config)
+            if "spark.remote" in config:
+                reach_connect_server(config["spark.remote"])
+            session = spark_session_from_config(prepare_daemon(config))
             if "spark.remote" not in self.spark_config:  # a Connect session has no SparkContext
                 session.sparkContext.setLogLevel("WARN")
             ship_code(session)

@@ -280,8 +280,10 @@ def build_once(tmp_path_factory, name: str, build: Callable[[Path], dict]) -> tu
 # --- Servers shared by a group of tests, stopped after its last test ---------------------------------
 #
 # A session fixture stays up until the run ends; these register how to stop them in STOP_AFTER_LAST, and
-# pytest_runtest_teardown stops each once the next test does not use it (its tests run one after the
-# other, in one xdist group), rather than leave it idling, and polling, until the end of the run.
+# pytest_runtest_teardown stops each once the next test does not use it (on a parallel run its tests run
+# one after the other, in one xdist group), rather than leave it idling, and polling, until the end of the
+# run. In one process a selection can put other tests between them, so each starts again when a later test
+# asks (`dagster_ui.get()`, `spark_connect`): a stopped server is never handed out.
 
 STOP_AFTER_LAST: dict[str, Callable[[], None]] = {}  # fixture name -> stop
 
@@ -299,21 +301,26 @@ def dagster_ui(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def spark_connect():
+def shared_spark_connect():
     """One Spark Connect server (tests/services.py) for the tests of xdist group "deployments-connect":
     the pipeline on Connect (test_deployments) and Connect's progress lines (test_progress_spark)."""
-    import contextlib
-
-    from services import java_available, skip_unless, spark_connect_server
+    from services import SharedSparkConnect, java_available, skip_unless
 
     skip_unless(java_available(), "Java is not installed: no Spark Connect server")
-    with contextlib.ExitStack() as stack:
-        server = stack.enter_context(spark_connect_server())
-        STOP_AFTER_LAST["spark_connect"] = stack.close
-        yield server
+    shared = SharedSparkConnect()
+    STOP_AFTER_LAST["spark_connect"] = shared.stop
+    yield shared
+    shared.stop()
+
+
+@pytest.fixture
+def spark_connect(shared_spark_connect):
+    """The shared Connect server, running: started again when other tests ran since the last test that used
+    it (a selection in one process does not keep a group's tests together)."""
+    return shared_spark_connect.get()
 
 
 def pytest_runtest_teardown(item, nextitem):
     for name, stop in list(STOP_AFTER_LAST.items()):
         if name in item.fixturenames and (nextitem is None or name not in nextitem.fixturenames):
-            stop()  # idempotent; `dagster_ui` starts again if a later test asks
+            stop()  # idempotent; `dagster_ui` and `spark_connect` start again if a later test asks

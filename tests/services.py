@@ -266,6 +266,30 @@ def spark_connect_server(master: str = "local[2]", conf: dict[str, str] | None =
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+class SharedSparkConnect:
+    """One Spark Connect server for the tests that share it: started by the first test that asks (`get`),
+    stopped by `stop`, and started again if a later test asks. A session fixture cannot be stopped early and
+    still be right: pytest hands the stopped server to any later test of the run (a selection in one process
+    runs other tests between them), whose client then retries a closed port for ten minutes."""
+
+    def __init__(self, **options):
+        self.options = options  # for spark_connect_server
+        self._running: contextlib.ExitStack | None = None
+        self.server: SparkConnectServer | None = None
+
+    def get(self) -> SparkConnectServer:
+        if self.server is None:
+            with contextlib.ExitStack() as stack:
+                self.server = stack.enter_context(spark_connect_server(**self.options))
+                self._running = stack.pop_all()
+        return self.server
+
+    def stop(self) -> None:
+        running, self._running, self.server = self._running, None, None
+        if running is not None:
+            running.close()
+
+
 def _daemon_alive(pid_dir: Path) -> bool:
     """Whether the daemon spark-daemon.sh recorded is still running (or not yet recorded)."""
     pid_files = list(pid_dir.glob("*.pid"))

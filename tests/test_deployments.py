@@ -146,6 +146,21 @@ def test_spark_connect_equals_local(spark_connect, tiny_landing, tmp_path, reque
     assert_equal_to_local(run, request.getfixturevalue("local_run"))
 
 
+def test_a_connect_server_that_does_not_answer_fails_at_the_start_with_its_address():
+    """Not after pyspark's Connect client has retried the closed port for ten minutes (a run that seems to hang)."""
+    import time
+
+    from resources.spark import SparkResource, spark_config
+    from services import free_port
+
+    port = free_port()  # nothing listens there
+    resource = SparkResource(spark_config=spark_config(f"sc://127.0.0.1:{port}", env={}, archive=None))
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=f"Spark Connect server at 127.0.0.1:{port} does not answer"):
+        resource.spark_session
+    assert time.monotonic() - started < 60
+
+
 @pytest.mark.xdist_group("deployments-gcs")
 def test_gcs_landing_and_images_equal_local(gcs, tiny_landing, tmp_path, monkeypatch, request):  # noqa: F811
     """Landing in one bucket, output files in another; Spark's tables on a local root (no GCS connector)."""

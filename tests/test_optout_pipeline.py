@@ -17,7 +17,6 @@ import pytest
 from conftest import DATES as WORLD_DATES, SITES, publish_cohorts, rooted, run_assets
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, HELD, LEDGER, OPTOUT_APPLIED, OPTOUT_QUARANTINE,
                                WITHDRAWN)
-from imaging.driver.run_summary import slug
 from imaging.optout import OPTED_OUT, PLACEHOLDER_ROW, list_version
 from imaging.pseudonym import Pseudonymizer
 from synth import generate_hospital
@@ -105,7 +104,8 @@ def test_a_listed_patient_is_never_de_identified_nor_released_and_only_counted(w
     for date in DATES:
         expected = sum(1 for i in hospital.instances if i.patient_id == a and i.date == date and i.site == SITES[0])
         meta = latest_metadata(world["instance"], "anonymized_images", f"{date}|{SITES[0]}")
-        assert meta[f"quarantined/{slug(OPTED_OUT)}"] == expected
+        quarantine = {r.data["reason"]: r.data["files"] for r in meta["quarantine"].records}
+        assert quarantine.get(OPTED_OUT, 0) == expected
         assert meta["optout_list_received"] == {SITES[0]: DATES[0]}
     # Which list applied to each site-day, in the identifiable zone; the malformed rows quarantined with the reason.
     applied = rows(warehouse, OPTOUT_APPLIED)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from services import server_java_options
+from services import port_open, server_java_options
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,6 +87,7 @@ def test_progress_lines_from_the_status_tracker():
 
 @pytest.mark.xdist_group("deployments-connect")  # the Connect server of test_deployments, started once
 def test_progress_lines_on_spark_connect(spark_connect):
+    assert port_open(spark_connect.port), "the Spark Connect server is not running"  # else the child retries 10 min
     result = subprocess.run([sys.executable, "-c", SCRIPT, spark_connect.remote], cwd=REPO, env=_env(), capture_output=True,
                             text=True, timeout=300)
     out = _check_lines(result)

@@ -277,3 +277,20 @@ def test_a_failed_error_check_in_the_card_is_a_problem_a_warn_or_unevaluated_one
     card["checks"].append(check("failed", "ERROR", ["cd" * 10, "ef" * 10]))
     problems = card_check_findings(card).problems
     assert problems == ["failed ERROR checks recorded in the data card: raw_image_index:c_failed_ERROR (2 partitions)"]
+
+
+def test_the_evidence_reads_tables_whose_partitions_an_empty_run_emptied(tmp_path):
+    """A table's folder without a file (an empty site-day's run empties stale partitions, and no other
+    partition has rows) holds no rows: the review counts none rather than fail on it."""
+    from imaging.catalogue import INDEX_QUARANTINE, LEDGER, LINKED
+    from imaging.governance.evidence import arrived_columns, quarantine_summary
+    from imaging.governance.review import _lookup_by_name
+    from imaging.provenance import lookup
+
+    for table in (INDEX_QUARANTINE, LINKED, LEDGER):
+        (tmp_path / table.path / "date=2024-03-01" / "site=site-a").mkdir(parents=True)
+    site_days = [("2024-03-01", "site-a")]
+    assert quarantine_summary(str(tmp_path), site_days) == []
+    assert arrived_columns(str(tmp_path), site_days) == set()
+    assert lookup(str(tmp_path / LEDGER.path), ["ab" * 32]) == {}
+    assert _lookup_by_name(str(tmp_path), ["batch"], {"1.2.3.dcm"}) == {}

@@ -40,6 +40,32 @@ def workers_env(seed: str) -> dict[str, str]:
     return {**os.environ, "PYTHONHASHSEED": seed, "PYSPARK_PYTHON": sys.executable}
 
 
+def stops_cleanly(pid: int) -> bool:
+    """Whether the process has its own SIGTERM handler installed (Linux's SigCgt mask): from then on a stop
+    signal lets it tidy up."""
+    with open(f"/proc/{pid}/status") as status:
+        caught = next(int(line.split()[1], 16) for line in status if line.startswith("SigCgt:"))
+    return bool(caught >> (signal.SIGTERM - 1) & 1)
+
+
+def test_a_launcher_started_at_once_is_served_by_the_prepared_daemon():
+    """The socket listens before `prepare` returns: a launcher that comes while the prepared process is still
+    importing (a busy machine, or a JVM quicker than the imports) waits for it instead of importing again."""
+    prepared, path = worker_daemon.prepare(workers_env("0"))
+    launcher = prepared
+    try:
+        assert os.path.exists(path)
+        launcher = launch({**workers_env("0"), worker_daemon.PREPARED_ENV: path})
+        assert daemon_pid(launcher) == prepared.pid
+        launcher.stdin.close()
+        assert ended(prepared) == 1 and ended(launcher) == 0
+        assert not os.path.exists(os.path.dirname(path))
+    finally:
+        for p in (prepared, launcher):
+            if p.poll() is None:
+                p.kill()
+
+
 def test_a_prepared_daemon_is_taken_by_a_launcher_with_its_hash_seed_only():
     prepared, path = worker_daemon.prepare(workers_env("7"))
     other = fits = prepared
@@ -70,10 +96,10 @@ def test_a_launcher_with_nothing_prepared_is_told_so(tmp_path):
 
 def test_a_prepared_daemon_never_used_ends_with_its_driver_and_leaves_nothing():
     prepared = [worker_daemon.prepare(workers_env("0")) for _ in range(2)]
+    assert all(os.path.exists(path) for _, path in prepared)  # listening from the start
     deadline = time.monotonic() + 60
-    while not all(os.path.exists(path) for _, path in prepared) and time.monotonic() < deadline:
-        time.sleep(0.1)  # its imports made, it listens
-    assert all(os.path.exists(path) for _, path in prepared)
+    while not all(stops_cleanly(p.pid) for p, _ in prepared) and time.monotonic() < deadline:
+        time.sleep(0.05)  # its interpreter started: a stop now is the driver's, not one before Python runs
     (closed, closed_path), (stopped, stopped_path) = prepared
     closed.stdin.close()  # the driver's end: dropped, or the driver gone
     stopped.terminate()  # the driver's process group stopped
@@ -86,6 +112,7 @@ import os, sys
 import pyarrow as pa
 from resources import spark as spark_resource
 from resources.spark import SparkResource, spark_config
+from imaging.worker_daemon import PREPARED_ENV
 
 session = SparkResource(spark_config=spark_config("local[2]")).spark_session
 (prepared,) = spark_resource._PREPARED
@@ -95,7 +122,8 @@ def parents(batches):
         yield pa.RecordBatch.from_pydict({"parent": [os.getppid()]})
 
 found = {r["parent"] for r in session.range(4).repartition(2).mapInArrow(parents, "parent long").collect()}
-print(found == {prepared.pid}, os.path.exists(os.path.dirname(spark_resource._PREPARED[0].args[-1])))
+path = session.conf.get(f"spark.executorEnv.{PREPARED_ENV}")  # where launchers reached the prepared process
+print(found == {prepared.pid}, os.path.exists(os.path.dirname(path)))
 session.stop()
 """
 
@@ -109,4 +137,4 @@ def test_a_new_local_session_forks_its_workers_from_the_prepared_daemon():
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[-2:] == ["True", "False"]
+    assert out.stdout.split()[-2:] == ["True", "False"], out.stdout[-2000:] + out.stderr[-3000:]

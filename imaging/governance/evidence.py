@@ -240,7 +240,7 @@ def quarantine_summary(warehouse: str, site_days: Iterable[tuple[str, str]]) -> 
             continue
         filesystem, path = fsx.filesystem(url)
         dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
-        if not dataset.files:  # only emptied partition folders: nothing quarantined
+        if not dataset.files:  # the table's folder without a file (an empty site-day's run emptied it): no rows
             continue
         rows = dataset.to_table(columns=["date", "site", "reason"]).to_pylist()
         counts = Counter(r["reason"] for r in rows if (str(r["date"]), str(r["site"])) in set(wanted))
@@ -262,6 +262,8 @@ def arrived_columns(warehouse: str, site_days: Iterable[tuple[str, str]]) -> set
     filesystem, path = fsx.filesystem(url)
     dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
     names: set[str] = set()
+    if not dataset.files:  # no file, no row: nothing arrived
+        return names
     for row in dataset.to_table(columns=["date", "site", "clinical"]).to_pylist():
         if (str(row["date"]), str(row["site"])) in wanted and row["clinical"]:
             names.update(k for k, _ in row["clinical"]) if isinstance(row["clinical"], list) \

@@ -220,6 +220,8 @@ def _lookup_by_name(warehouse: str, batches: list[str], names: set[str]) -> dict
     for root in roots:
         filesystem, path = fsx.filesystem(root)
         dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
+        if not dataset.files:  # a ledger folder without a file has no row to find
+            continue
         table = dataset.to_table(filter=pc.field("batch").isin(batches)) if batches else dataset.to_table()
         rows += table.to_pylist()
     for row in rows:
