@@ -164,9 +164,9 @@ def test_a_patient_who_opts_out_after_release_flags_it_and_the_next_version_leav
     assert pseudonym(b) in release_patients(v1)
     write_list(world["landing"], SITES[1], DATES[1], [(b, "add")])  # received the next day, as a change
     run_assets(world["defs"], ["published_cohort"], instance=instance)
-    meta = latest_metadata(instance, "published_cohort")
+    meta = latest_metadata(instance, "published_cohort", "all-fundus")  # the cohort's own materialization
     assert meta["optout_since"]["all-fundus/v1"] == SINCE
-    assert meta["states"]["all-fundus"] == "held" and meta["optout_follows"]["all-fundus"] == "v1 -> v2"
+    assert meta["state"] == "held" and meta["optout_follows"] == "v1 -> v2"
     # B's site-days still hold B's de-identified images (left out of the build): listed for withdrawal.
     assert meta["optout_withdraw"] == sorted({f"{i.date}|{i.site}" for i in world["hospital"].instances
                                               if i.patient_id == b})
@@ -238,9 +238,9 @@ def test_a_removed_opt_out_lets_the_patient_back_in_the_next_version(world):
 
     warehouse, a, b = world["warehouse"], world["a"], world["b"]
     run_assets(world["defs"], ["published_cohort"], instance=world["instance"])
-    meta = latest_metadata(world["instance"], "published_cohort")
-    assert meta["states"]["all-fundus"] == "held" and meta["optout_follows"]["all-fundus"] == "v1 -> v2"
-    v2 = warehouse / HELD.path / "all-fundus" / meta["release_ids"]["all-fundus"]
+    meta = latest_metadata(world["instance"], "published_cohort", "all-fundus")
+    assert meta["state"] == "held" and meta["optout_follows"] == "v1 -> v2"
+    v2 = warehouse / HELD.path / "all-fundus" / meta["release_id"]
     assert v2 != world["v2"] and json.loads((v2 / "release.json").read_text())["release"] == "v2"
     assert pseudonym(a) in release_patients(v2) and pseudonym(b) not in release_patients(v2)
     assert meta["optout_withdraw"] == []  # every site-day holding B has been materialized since B opted out

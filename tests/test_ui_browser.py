@@ -4,7 +4,7 @@
 one the proxy test puts nginx in front of (tests/conftest.py, fixture `dagster_ui`). The steps run in file order
 and share one browser, as an operator would, following docs/ui.md's recipes:
 
-1. open the asset graph (dismissing the "Join the Dagster community" dialog) and find the four assets;
+1. open the asset graph (dismissing the "Join the Dagster community" dialog) and find the assets;
 2. materialize one site-day of raw_image_index from its partitions view and see the run succeed, with the
    landing it read recorded as its input's version;
 3. backfill the three image assets for one site over two dates from the imaging group's page: one run, three
@@ -236,11 +236,11 @@ def test_asset_graph_shows_the_two_groups_and_their_assets(ui):
     # The global lineage: the site-day pipeline's group and the release group.
     assert ui.wait(lambda: graph_nodes({"imaging", "release"}), "the two asset groups") == {"imaging", "release"}
     ui.shot("asset-groups")
-    # The imaging group: the observed landing zone and the three image assets (and a link to published_cohort,
-    # downstream in the release group). No PACS site here: no pacs_landing.
-    imaging = {"landing_zone", *PIPELINE, "published_cohort"}
+    # The imaging group: the observed landing zone and opt-out lists and the three image assets (and a link to
+    # published_cohort, downstream in the release group). No PACS site here: no pacs_landing.
+    imaging = {"landing_zone", "optout_list", *PIPELINE, "published_cohort"}
     ui.open("/locations/imaging_platform/asset-groups/imaging")
-    assert ui.wait(lambda: graph_nodes(imaging), "the imaging group's four assets") == imaging
+    assert ui.wait(lambda: graph_nodes(imaging), "the imaging group's assets") == imaging
     ui.shot("asset-graph-imaging-group")
     ui.open("/locations/imaging_platform/asset-groups/release")
     ui.wait(lambda: any(matches(label, "published_cohort") for label in {
