@@ -34,7 +34,7 @@ from pydantic import (BaseModel, ConfigDict, Field, RootModel, StringConstraints
                       field_validator, model_validator)
 
 from imaging.deid.options import BY_NAME as DEID_OPTIONS, FULL_DATES, MODIFIED_DATES
-from imaging.deid.pixel_text import IMAGE_TYPES, PAGE_SEGMENTATION, SCREENING, THRESHOLDING, PixelTextSettings
+from imaging.deid.pixel_text import IMAGE_TYPES, ON_TEXT, PAGE_SEGMENTATION, SCREENING, THRESHOLDING, PixelTextSettings
 from imaging.issuers import normalise
 from imaging.pacs.settings import PacsFile
 from imaging.quality.expectations import supported as supported_expectation
@@ -168,6 +168,7 @@ class PixelTextTypeFile(_Model):
     overlay_frames: Annotated[int, Field(ge=2)] | None = None
     full_size_side: Annotated[int, Field(ge=0)] | None = None
     screening: Literal[SCREENING] | None = None  # type: ignore[valid-type]
+    on_text: Literal[ON_TEXT] | None = None  # type: ignore[valid-type]
 
     _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))
 
@@ -193,6 +194,7 @@ class PixelTextFile(_Model):
     overlay_frames: int = Field(_PT.overlay_frames, ge=2)
     full_size_side: int = Field(_PT.full_size_side, ge=0)
     cache_frames: int = Field(_PT.cache_frames, ge=0)
+    on_text: Literal[ON_TEXT] = _PT.on_text  # type: ignore[valid-type]
     image_types: dict[Literal[IMAGE_TYPES], PixelTextTypeFile] = {}  # type: ignore[valid-type]
 
     _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))

@@ -68,6 +68,7 @@ TEXT_FOUND = "text in pixel data"
 THRESHOLDING = {"otsu": "0", "adaptive_otsu": "1", "sauvola": "2"}  # Tesseract's thresholding_method
 PAGE_SEGMENTATION = ("sparse_text", "auto", "single_block")
 SCREENING = ("candidates", "whole_frame")
+ON_TEXT = ("quarantine", "redact")  # what text found does: the file quarantined, or the text covered (redact.py)
 # Image types with settings of their own (`image_types` in platform/pixel_text.yaml); any other file
 # is read with the file's top-level settings (the default type).
 IMAGE_TYPES = ("photograph", "multi_frame", "secondary_capture")
@@ -78,6 +79,11 @@ OCT_SOP_CLASSES = frozenset({
 })
 # The largest decoded frame read for text (a 6000 x 6000 colour photograph is ~110 MB).
 MAX_FRAME_BYTES = 512 << 20
+# The second reading of a redacted frame (PixelTextDetector.verify_frame): whole, at twice its size when its
+# longer side is at most VERIFY_ENLARGE_BELOW (native otherwise), adaptive Otsu.
+VERIFY_SCALE = 2
+VERIFY_ENLARGE_BELOW = 640
+VERIFY_THRESHOLDING = "adaptive_otsu"
 TESSDATA_GLOBS = ("/usr/share/tesseract-ocr/*/tessdata", "/usr/share/tessdata", "/usr/local/share/tessdata")
 
 
@@ -94,6 +100,7 @@ class ImageTypeSettings:
     overlay_frames: int | None = None
     full_size_side: int | None = None
     screening: str | None = None  # this type's own method (a type whose measured recall needs whole frames)
+    on_text: str | None = None  # "quarantine" or "redact" (ON_TEXT) for this type
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,7 @@ class PixelTextSettings:
     overlay_frames: int = 3  # frames averaged for the overlay: first, last, evenly between (speckle falls as their root)
     full_size_side: int = 0  # frames no longer than this, without despeckle, are screened at full size (0: never)
     cache_frames: int = 4096  # verdicts kept by pixel hash per detector (0: none)
+    on_text: str = "quarantine"  # text found: "quarantine" the file, or "redact" it (imaging.deid.redact)
     image_types: tuple[tuple[str, ImageTypeSettings], ...] = ()
 
     @classmethod
@@ -158,7 +166,7 @@ class PixelTextSettings:
                                      thresholding=tuple(t.thresholding) if t.thresholding else None,
                                      despeckle=t.despeckle, min_contrast=t.min_contrast, overlay=t.overlay,
                                      overlay_frames=t.overlay_frames, full_size_side=t.full_size_side,
-                                     screening=t.screening))
+                                     screening=t.screening, on_text=t.on_text))
             for name, t in spec.image_types.items()))
         return cls(min_confidence=float(spec.min_confidence), min_word_chars=spec.min_word_chars,
                    min_words=spec.min_words, frame_sample=spec.frame_sample, thresholding=tuple(spec.thresholding),
@@ -167,7 +175,7 @@ class PixelTextSettings:
                    tessdata=spec.tessdata, screening=spec.screening, min_contrast=spec.min_contrast,
                    stroke_max=spec.stroke_max, despeckle=spec.despeckle, min_crossings=float(spec.min_crossings),
                    overlay=spec.overlay, overlay_frames=spec.overlay_frames, full_size_side=spec.full_size_side,
-                   cache_frames=spec.cache_frames,
+                   cache_frames=spec.cache_frames, on_text=spec.on_text,
                    image_types=types)
 
     def validate(self) -> None:
@@ -202,6 +210,20 @@ class PixelTextSettings:
             overlay_frames=own.overlay_frames or self.overlay_frames,
             full_size_side=self.full_size_side if own.full_size_side is None else own.full_size_side,
             screening=screening)
+
+    def on_text_for(self, name: str) -> str:
+        """What text found in an image of type `name` (`image_type`) does: its own `on_text`, else the top level's."""
+        own = dict(self.image_types).get(name)
+        return (own.on_text if own is not None and own.on_text else None) or self.on_text
+
+    def with_on_text(self, on_text: str, types: tuple[str, ...] | None = None) -> "PixelTextSettings":
+        """These settings with `on_text` for the image types named (every type when None)."""
+        named = dict(self.image_types)
+        chosen = IMAGE_TYPES if types is None else types
+        for name in chosen:
+            named[name] = replace(named.get(name, ImageTypeSettings()), on_text=on_text)
+        return replace(self, image_types=tuple(sorted(named.items())),
+                       on_text=on_text if types is None else self.on_text)
 
     def everywhere(self, method: str) -> "PixelTextSettings":
         """These settings with `method` for every image type (the types' own `screening` left out): the
@@ -240,6 +262,7 @@ class PixelTextStats:
     overlay_boxes_moving: int = 0  # overlay candidates dropped: no pixel in them the same on every frame
     overlays_without_still: int = 0  # volumes whose overlays were not screened: no pixels every frame shares
     tesseract_seconds: float = 0.0
+    frames_verified: int = 0  # redacted frames read again whole (imaging.deid.redact.verify)
 
 
 @dataclass(frozen=True)
@@ -945,6 +968,57 @@ class PixelTextDetector:
                 return to_frame(boxes, [Placement(pad, pad, image.height - 2 * pad, image.width - 2 * pad, 0, 0, factor)],
                                 *grey.shape)
         return []
+
+    def verify_frame(self, grey: np.ndarray, covered: tuple[Box, ...] = ()) -> bool:
+        """True if a word is still read in a redacted frame: the independent second reading of
+        imaging.deid.redact, not the screening that found the text. The whole frame (no candidates),
+        padded, at another scale than the screening's (`VERIFY_SCALE`: enlarged when small, native when
+        large) and with adaptive Otsu (the screening's types read with global Otsu), the words counted as
+        the check counts them, any one of them outside the covered boxes meaning text is left."""
+        from PIL import Image, ImageOps
+
+        started = time.perf_counter()
+        try:
+            image = Image.fromarray(np.ascontiguousarray(grey))
+            factor = VERIFY_SCALE if max(grey.shape) <= VERIFY_ENLARGE_BELOW else 1
+            if factor > 1:
+                image = image.resize((image.width * factor, image.height * factor), Image.BILINEAR)
+            pad = max(self.settings.pad, 8)
+            image = ImageOps.expand(image, pad, fill=int(np.median(grey[0])))
+            self._api.SetVariable("thresholding_method", THRESHOLDING[VERIFY_THRESHOLDING])
+            self._api.SetImage(image)
+            words = self._counted_boxes()
+            self.stats.frames_verified += 1
+        finally:
+            self.stats.tesseract_seconds += time.perf_counter() - started
+        for b in words:
+            top, left = (b.top - pad) / factor, (b.left - pad) / factor
+            bottom, right = top + b.height / factor, left + b.width / factor
+            if not any(c.top <= top and c.left <= left and bottom <= c.top + c.height and right <= c.left + c.width
+                       for c in covered):
+                return True
+        return False
+
+    def _counted_boxes(self) -> list[Box]:
+        """The boxes of the counted words of the last image set (confidence and letters enough)."""
+        tess = self._tesserocr
+        if not self._api.Recognize():
+            return []
+        out = []
+        for word in tess.iterate_level(self._api.GetIterator(), tess.RIL.WORD):
+            try:
+                text = word.GetUTF8Text(tess.RIL.WORD) or ""
+            except RuntimeError:
+                continue
+            if word.Confidence(tess.RIL.WORD) < self.settings.min_confidence:
+                continue
+            if sum(ch.isalnum() for ch in text) < self.settings.min_word_chars:
+                continue
+            box = word.BoundingBox(tess.RIL.WORD)
+            if box is not None:
+                x1, y1, x2, y2 = box
+                out.append(Box(int(y1), int(x1), max(1, int(y2 - y1)), max(1, int(x2 - x1))))
+        return out
 
     def _read(self, page: np.ndarray, passes: tuple[str, ...]) -> list[Box]:
         """Tesseract on one image, a pass per thresholding method until one finds text: the page boxes of
