@@ -569,7 +569,7 @@ def verify(red: Redaction, source: PixelSource, detector: PixelTextDetector, ds:
         except Exception:  # noqa: BLE001 - what cannot be decoded again cannot be shown clean
             raise NotDeidentifiable(NOT_REDACTABLE) from None
         grey = _grey(frame, photometric)
-        if grey is not None and detector.verify_frame(grey, red.boxes.get(index, ())):
+        if grey is not None and detector.verify_frame(grey, red.boxes.get(index, ()), volume=red.frames > 1):
             raise NotDeidentifiable(TEXT_LEFT)
 
 
