@@ -43,14 +43,26 @@ class Deidentified:
             self.redaction.close()
 
 
-def deidentify(*args, **kwargs) -> Dataset:
-    """A new, de-identified dataset (`deidentify_image`'s, without the pixels' outcome). A redacted file read
-    whole carries its redacted pixel data; for a streamed one use `deidentify_image`, whose redaction
-    `part10.write_image` writes."""
-    result = deidentify_image(*args, **kwargs)
-    if result.redaction is not None and kwargs.get("streamed") is not None:
+def deidentify(
+    ds: Dataset,
+    *,
+    pseudonymizer: Pseudonymizer,
+    namespace: str | None = None,
+    profile: DeidProfile | None = None,
+    extra_identifiers: Iterable[str] = (),
+    pixel_text: PixelTextDetector | None = None,
+    issuer_default: str = "NHS",
+    streamed: "SourceImage | None" = None,
+) -> Dataset:
+    """A new, de-identified dataset: `deidentify_image`'s, without what the pixels went through. A redacted
+    file read whole carries its redacted pixel data; a streamed file that is redacted is refused here
+    (NotDeidentifiable): its new pixel data is in `deidentify_image`'s result, for `part10.write_image`."""
+    result = deidentify_image(ds, pseudonymizer=pseudonymizer, namespace=namespace, profile=profile,
+                              extra_identifiers=extra_identifiers, pixel_text=pixel_text,
+                              issuer_default=issuer_default, streamed=streamed)
+    if result.redaction is not None and streamed is not None:
         result.close()
-        raise ValueError("a streamed, redacted file is written from deidentify_image's result")
+        raise NotDeidentifiable("redacted pixel data not written (use deidentify_image)")
     return result.dataset
 
 
