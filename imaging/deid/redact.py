@@ -353,8 +353,21 @@ def plan_output(source: PixelSource, ds: Dataset) -> tuple[str, UID, dict]:
     Compressed with a locked lossless encoder for its syntax and frames whose fragments are known: its own
     syntax. Otherwise Explicit VR Little Endian, every frame decoded."""
     syntax = source.syntax
+    if not syntax.is_little_endian:
+        # Explicit VR Big Endian (retired): its 8-bit OW pixels are byte-swapped in pairs and its header would be
+        # rewritten in another byte order; such a file with text is quarantined rather than redacted.
+        raise NotDeidentifiable(NOT_REDACTABLE)
     if not syntax.is_compressed:
-        return "native", syntax, {}
+        photometric = str(source.options.get("photometric_interpretation") or "").strip().upper()
+        try:
+            Layout.of(source.options)
+            if not photometric.endswith("_422"):
+                return "native", syntax, {}
+        except NotDeidentifiable:
+            pass
+        # A layout not written frame by frame here (YBR_FULL_422's shared chroma, 1-bit or 12-bit packing):
+        # decoded, and written uncompressed still, as Explicit VR Little Endian.
+        return "converted", ExplicitVRLittleEndian, {}
     own = _OWN.get(str(syntax))
     if own is not None and source.fragments() is not None:
         from pydicom.pixels import get_encoder
@@ -378,7 +391,16 @@ def redact(ds: Dataset, source: PixelSource, found: tuple[FoundText, ...], detec
     mode, syntax, encode_options = plan_output(source, ds)
     red = Redaction(syntax=syntax, mode=mode, frames=count, boxes={})
     try:
-        _redact(ds, source, found, detector, photometric, encode_options, red)
+        try:
+            _redact(ds, source, found, detector, photometric, encode_options, red)
+        except NotDeidentifiable as reason:
+            if red.mode != "own" or str(reason) != NOT_REDACTABLE:
+                raise
+            # The syntax's encoder refused these pixels (RLE of 32-bit samples): decoded and written as
+            # Explicit VR Little Endian instead, as for a syntax without an encoder.
+            red.close()
+            red = Redaction(syntax=ExplicitVRLittleEndian, mode="converted", frames=count, boxes={})
+            _redact(ds, source, found, detector, photometric, {}, red)
         verify(red, source, detector, ds, sampled)
     except BaseException:
         red.close()
