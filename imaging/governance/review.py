@@ -338,6 +338,10 @@ def _text_evidence(result: Review, table) -> None:
     """Burned-in text: counts per image type and the contact sheet, drawn from the released files."""
     from imaging.governance.contact_sheet import text_evidence
 
+    if "pixel_text" not in table.column_names:
+        result.notes.append("the metadata does not record what the burned-in text check did (a release made "
+                            "before it was recorded): no contact sheet")
+        return
     if result.file is not None:
         table = table.filter(_in(table, {result.file}))
     result.text = text_evidence(result.root, table, result.release_id or "")
