@@ -56,6 +56,7 @@ class TextEvidence:
     counts: dict[str, TypeCounts] = field(default_factory=dict)
     sheet: list[Thumbnail] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def _type_of(sop_class: str | None, frames) -> str:
@@ -142,21 +143,25 @@ def _thumbnail(root: str, row: dict, image_type: str) -> Thumbnail:
     return Thumbnail(row["file"], image_type, redacted, frame, len(boxes), solid, png)
 
 
-def contact_sheet(root: str, rows: list[dict], seed: str, sample: int = SAMPLE) -> tuple[list[Thumbnail], list[str]]:
-    """Thumbnails of every redacted image and of `sample` others (seeded), with the problems found drawing them."""
+def contact_sheet(root: str, rows: list[dict], seed: str,
+                  sample: int = SAMPLE) -> tuple[list[Thumbnail], list[str], list[str]]:
+    """Thumbnails of every redacted image and of `sample` others (seeded); the problems found drawing them (a
+    redacted image that cannot be drawn, a box not solid) and notes (a sampled other image that cannot be
+    drawn: one whose pixels were never read, e.g. a syntax or layout without a decoder)."""
     redacted = [r for r in rows if r.get("pixel_text") == "redacted"]
     others = sorted((r for r in rows if r.get("pixel_text") != "redacted"), key=lambda r: r["file"])
     chosen = random.Random(seed).sample(others, min(sample, len(others)))
-    sheet, problems = [], []
+    sheet, problems, notes = [], [], []
     for row in sorted(redacted, key=lambda r: r["file"]) + chosen:
         try:
             sheet.append(_thumbnail(root, row, _type_of(row.get("sop_class_uid"), row.get("number_of_frames"))))
-        except Exception as error:  # noqa: BLE001 - a released image that cannot be drawn fails the review
-            problems.append(f"{row['file']}: the released image cannot be drawn ({type(error).__name__})")
+        except Exception as error:  # noqa: BLE001 - a redacted image that cannot be drawn fails the review
+            (problems if row.get("pixel_text") == "redacted" else notes).append(
+                f"{row['file']}: the released image cannot be drawn ({type(error).__name__})")
     unsolid = [t.file for t in sheet if t.solid is False]
     if unsolid:
         problems.append(f"{len(unsolid)} redacted images have a covered box that is not solid in the released pixels")
-    return sheet, problems
+    return sheet, problems, notes
 
 
 def text_evidence(root: str, table, seed: str) -> TextEvidence:
@@ -167,7 +172,7 @@ def text_evidence(root: str, table, seed: str) -> TextEvidence:
     evidence = TextEvidence(counts=text_counts(rows))
     if "pixel_text" not in columns:  # a release made before the text check's outcome was recorded
         return evidence
-    evidence.sheet, evidence.problems = contact_sheet(root, rows, seed)
+    evidence.sheet, evidence.problems, evidence.notes = contact_sheet(root, rows, seed)
     return evidence
 
 

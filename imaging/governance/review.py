@@ -346,6 +346,7 @@ def _text_evidence(result: Review, table) -> None:
         table = table.filter(_in(table, {result.file}))
     result.text = text_evidence(result.root, table, result.release_id or "")
     result.problems += result.text.problems
+    result.notes += result.text.notes
 
 
 def _in(table, paths: set[str]):
