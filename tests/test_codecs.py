@@ -113,7 +113,7 @@ def _redacted_copy(ds):
     rows, cols = int(ds.Rows), int(ds.Columns)
     box = Box(rows // 3, cols // 3, max(1, rows // 6), max(1, cols // 6))
     source = PixelSource.of_dataset(ds, syntax)
-    red = redact(ds, source, (FoundText(0, (box,)),), _Clean(), ())
+    red = redact(ds, source, (FoundText(0, (box,)),), _Clean(), (), confirmed=True)
     try:
         out = copy.deepcopy(ds)
         red.apply_header(out)

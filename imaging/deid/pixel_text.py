@@ -90,6 +90,7 @@ VERIFY_SCALE = 2
 VERIFY_ENLARGE_BELOW = 640
 VERIFY_SINGLE = ("sauvola", "otsu")
 VERIFY_VOLUME = ("otsu",)
+VERIFY_VOLUME_ENLARGE_BELOW = 320  # confirming: a volume's frames this small are read at twice their size
 # Words shorter than this (frame pixels) are not counted by the second reading: below the smallest text the
 # screening reads (labels 10 px and up), and what speckle makes when read as words.
 VERIFY_MIN_HEIGHT = 8
@@ -979,19 +980,29 @@ class PixelTextDetector:
         return []
 
     def verify_frame(self, grey: np.ndarray, covered: tuple[Box, ...] = (), volume: bool = False) -> bool:
-        """True if a word is still read in a redacted frame: the independent second reading of
-        imaging.deid.redact, not the screening that found the text. The whole frame (no candidates),
-        padded, at another scale than the screening's (`VERIFY_SCALE`: enlarged when small, native when
-        large) and with adaptive Otsu (the screening's types read with global Otsu), the words counted as
-        the check counts them, any one of them outside the covered boxes meaning text is left (`VERIFY_SINGLE`,
-        `VERIFY_VOLUME`: a frame of a multi-frame image)."""
+        """True if a word is still read in a redacted frame (`read_again`) outside the covered boxes."""
+        for b in self.read_again(grey, volume):
+            if not any(c.top <= b.top and c.left <= b.left and b.top + b.height <= c.top + c.height
+                       and b.left + b.width <= c.left + c.width for c in covered):
+                return True
+        return False
+
+    def read_again(self, grey: np.ndarray, volume: bool = False, confirming: bool = False) -> list[Box]:
+        """The second, independent reading of imaging.deid.redact, not the screening that found the text: the
+        whole frame (no candidates), padded, at another scale than the screening's (enlarged when small, native
+        when large) and with other thresholding (`VERIFY_SINGLE`; `VERIFY_VOLUME`: a frame of a multi-frame
+        image). The boxes (frame pixels) of the words counted as the check counts them, at least
+        `VERIFY_MIN_HEIGHT` tall. It confirms the screening's words before a redaction (`confirming`: a small
+        volume's frames then read at twice their size, where 10 px labels are read; after a redaction that size
+        reads the speckle as words) and reads the redacted frames after it."""
         from PIL import Image, ImageOps
 
         started = time.perf_counter()
         words = []
         try:
             image = Image.fromarray(np.ascontiguousarray(grey))
-            factor = 1 if volume or max(grey.shape) > VERIFY_ENLARGE_BELOW else VERIFY_SCALE
+            below = (VERIFY_VOLUME_ENLARGE_BELOW if confirming else 0) if volume else VERIFY_ENLARGE_BELOW
+            factor = VERIFY_SCALE if max(grey.shape) <= below else 1
             if factor > 1:
                 image = image.resize((image.width * factor, image.height * factor), Image.BILINEAR)
             pad = max(self.settings.pad, 8)
@@ -1003,15 +1014,18 @@ class PixelTextDetector:
             self.stats.frames_verified += 1
         finally:
             self.stats.tesseract_seconds += time.perf_counter() - started
+        out = []
+        rows, cols = grey.shape[:2]
         for b in words:
             top, left = (b.top - pad) / factor, (b.left - pad) / factor
             bottom, right = top + b.height / factor, left + b.width / factor
             if bottom - top < VERIFY_MIN_HEIGHT:
                 continue  # speckle read as a tiny word ('dis', 6 px tall, 63%, on a redacted B-scan)
-            if not any(c.top <= top and c.left <= left and bottom <= c.top + c.height and right <= c.left + c.width
-                       for c in covered):
-                return True
-        return False
+            t, l = max(0, math.floor(top)), max(0, math.floor(left))
+            bt, r = min(rows, math.ceil(bottom)), min(cols, math.ceil(right))
+            if bt > t and r > l:
+                out.append(Box(t, l, bt - t, r - l))
+        return out
 
     def _counted_boxes(self) -> list[Box]:
         """The boxes of the counted words of the last image set (confidence and letters enough)."""
