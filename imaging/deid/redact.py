@@ -5,6 +5,10 @@ the engine does not quarantine the file: it covers every word box the OCR found,
 (`fill_value`: the darkest value of the image's own encoding, one number, nothing of the pixels below it can
 be read back), on every frame that carries the text, then proves it gone before anything is declared.
 
+- **Confirmed first** (`confirm`). The frames the words were found on are read whole by the second reader
+  below; unless it reads a word where the screening's are, nothing is covered and the file is quarantined
+  as text found, unchanged (a screening's false alarm never becomes boxes on a clean image). Its own words are
+  covered too.
 - **Which frames.** A single-frame image: its frame. A volume: the frames the words were read on, and every
   frame that carries the same label. A device draws its label alike on every B-scan while the speckle below
   changes, so a frame carries a box when, at the label's own pixels (the pixels still across the overlay
