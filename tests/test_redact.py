@@ -256,3 +256,30 @@ def test_images_not_read_say_so(redacting):
     ds.PatientID = "x1"
     result = deidentify_image(ds, pseudonymizer=Pseudonymizer(KEY), namespace="NHS", pixel_text=redacting)
     assert result.pixel_text == NOT_READ
+
+
+@pytest.mark.parametrize("syntax", [None, RLELossless, JPEG2000Lossless, JPEGBaseline8Bit])
+def test_a_streamed_redaction_writes_the_bytes_of_one_read_whole(redacting, tmp_path, syntax):
+    """The streamed path (header parsed, pixel data left in the file, frames redacted into a spool, the rest
+    copied) writes exactly what the file read whole gives."""
+    from imaging.deid.part10 import SourceImage, read_whole, write_image
+
+    data = fundus_with_text(1).data
+    data = _encoded(data, syntax) if syntax is not None else data
+    path = tmp_path / "in.dcm"
+    path.write_bytes(data)
+    with quiet():
+        whole = deidentify_image(read_whole(data), pseudonymizer=Pseudonymizer(KEY), namespace="NHS",
+                                 pixel_text=redacting)
+        expected = to_bytes(whole.dataset)
+        with SourceImage(str(path)) as image:
+            assert image.streamed
+            result = deidentify_image(image.header, pseudonymizer=Pseudonymizer(KEY), namespace="NHS",
+                                      pixel_text=redacting, streamed=image)
+            buffer = io.BytesIO()
+            try:
+                write_image(result.dataset, image, buffer, redaction=result.redaction)
+            finally:
+                result.close()
+    assert whole.pixel_text == result.pixel_text == REDACTED
+    assert buffer.getvalue() == expected
