@@ -242,7 +242,10 @@ def test_the_fill_is_black_in_every_encoding():
 
 
 def test_text_left_after_redaction_is_quarantined(redacting, monkeypatch):
-    monkeypatch.setattr(type(redacting), "verify_frame", lambda self, grey, covered=(), volume=False: True)
+    from imaging.deid import redact
+    from imaging.deid.pixel_text import Box, FoundText
+
+    monkeypatch.setattr(redact, "leftovers", lambda red, *args: (FoundText(0, (Box(0, 0, 12, 40),)),))
     with pytest.raises(NotDeidentifiable, match="^text left after redaction$"):
         _run(fundus_with_text(1).data, redacting)
 

@@ -17,8 +17,9 @@ be read back), on every frame that carries the text, then proves it gone before 
 - **Proven gone** (`verify`). Every redacted frame is decoded again from the bytes that will be written
   (the spool below, in the output's transfer syntax) and read whole by Tesseract at another scale and
   thresholding than the screening (`PixelTextDetector.verify_frame`), as are the sampled frames of a volume
-  left unredacted. A word left: the file is quarantined, "text left after redaction". Only then does the
-  engine declare BurnedInAnnotation NO and Clean Pixel Data (113101).
+  left unredacted. A word left is covered in a second round (`ROUNDS`), read again the same way; a word
+  left then: the file is quarantined, "text left after redaction". Only then does the engine declare
+  BurnedInAnnotation NO and Clean Pixel Data (113101).
 - **No quality lost that need not be** (`plan_output`). Uncompressed pixel data stays uncompressed, each
   redacted frame rewritten in place. A losslessly compressed image whose syntax has an encoder in the lock
   (RLE: pydicom or pylibjpeg-rle; JPEG 2000: pylibjpeg-openjpeg; JPEG-LS: pyjpegls) gets its redacted frames
@@ -51,6 +52,7 @@ TEXT_LEFT = "text left after redaction"
 NOT_REDACTABLE = "pixel data could not be redacted"
 
 SPOOL_MEMORY = 16 << 20  # redacted frames' bytes kept in memory up to this, then on disk
+ROUNDS = 2  # coverings: words the second reading still reads after the first are covered once more
 MAX_WORD_HEIGHT = 96  # pixels: the second reading's words taller than this are not covered (not a line of text)
 CARRY_SHARE = 0.5  # share of a label's pixels a frame must hold for the label to be on it
 LABEL_CONTRAST = 40  # grey levels a stroke stands out of its box's median to be one of the label's pixels
@@ -433,23 +435,36 @@ def redact(ds: Dataset, source: PixelSource, found: tuple[FoundText, ...], detec
     if not confirmed:
         found = confirm(source, found, detector, photometric, sampled)
     mode, syntax, encode_options = plan_output(source, ds)
-    red = Redaction(syntax=syntax, mode=mode, frames=count, boxes={})
-    try:
-        try:
-            _redact(ds, source, found, detector, photometric, encode_options, red)
-        except NotDeidentifiable as reason:
-            if red.mode != "own" or str(reason) != NOT_REDACTABLE:
-                raise
-            # The syntax's encoder refused these pixels (RLE of 32-bit samples): decoded and written as
-            # Explicit VR Little Endian instead, as for a syntax without an encoder.
+    red = None
+    for round_ in range(ROUNDS):
+        if red is not None:
             red.close()
-            red = Redaction(syntax=ExplicitVRLittleEndian, mode="converted", frames=count, boxes={})
-            _redact(ds, source, found, detector, photometric, {}, red)
-        verify(red, source, detector, ds, sampled)
-    except BaseException:
-        red.close()
-        raise
-    return red
+        red = Redaction(syntax=syntax, mode=mode, frames=count, boxes={})
+        try:
+            try:
+                _redact(ds, source, found, detector, photometric, encode_options, red)
+            except NotDeidentifiable as reason:
+                if red.mode != "own" or str(reason) != NOT_REDACTABLE:
+                    raise
+                # The syntax's encoder refused these pixels (RLE of 32-bit samples): decoded and written as
+                # Explicit VR Little Endian instead, as for a syntax without an encoder.
+                red.close()
+                mode, syntax, encode_options = "converted", ExplicitVRLittleEndian, {}
+                red = Redaction(syntax=syntax, mode=mode, frames=count, boxes={})
+                _redact(ds, source, found, detector, photometric, encode_options, red)
+            left = leftovers(red, source, detector, ds, sampled)
+        except BaseException:
+            red.close()
+            raise
+        if not left:
+            return red
+        # Words read after the covering (a line the first boxes cut): covered in the next round, whose frames
+        # are read again whole; still read after the last round: quarantined.
+        found = tuple(found) + tuple(FoundText(t.frame if count > 1 else 0,
+                                               tuple(b for b in t.boxes if b.height <= MAX_WORD_HEIGHT))
+                                     for t in left)
+    red.close()
+    raise NotDeidentifiable(TEXT_LEFT)
 
 
 def _redact(ds, source: PixelSource, found, detector, photometric, encode_options, red: Redaction) -> None:
@@ -620,13 +635,14 @@ class _SpoolFrames:
         return array
 
 
-def verify(red: Redaction, source: PixelSource, detector: PixelTextDetector, ds: Dataset,
-           sampled: tuple[int, ...]) -> None:
-    """Every redacted frame, decoded from the bytes to be written, read whole again by Tesseract at a second
-    scale and thresholding (`PixelTextDetector.verify_frame`); a volume's sampled frames left unredacted too.
-    Any word: NotDeidentifiable(TEXT_LEFT)."""
+def leftovers(red: Redaction, source: PixelSource, detector: PixelTextDetector, ds: Dataset,
+              sampled: tuple[int, ...]) -> tuple[FoundText, ...]:
+    """The words still read: every redacted frame, decoded from the bytes to be written, read whole again by
+    the second reader (`PixelTextDetector.read_again`: another scale and thresholding than the screening), and
+    a volume's sampled frames left unredacted too; the words outside the covered boxes, per frame."""
     photometric = str(ds.get("PhotometricInterpretation", "") or "").strip().upper()
     spooled = output_frames(red, source)
+    left = []
     for index in sorted(set(red.boxes) | set(sampled)):
         try:
             frame = spooled.frame(index) if index in red.boxes else source.frames.frame(index)
@@ -635,8 +651,22 @@ def verify(red: Redaction, source: PixelSource, detector: PixelTextDetector, ds:
         except Exception:  # noqa: BLE001 - what cannot be decoded again cannot be shown clean
             raise NotDeidentifiable(NOT_REDACTABLE) from None
         grey = _grey(frame, photometric)
-        if grey is not None and detector.verify_frame(grey, red.boxes.get(index, ()), volume=red.frames > 1):
-            raise NotDeidentifiable(TEXT_LEFT)
+        if grey is None:
+            continue
+        covered = red.boxes.get(index, ())
+        words = tuple(b for b in detector.read_again(grey, volume=red.frames > 1)
+                      if not any(c.top <= b.top and c.left <= b.left and b.top + b.height <= c.top + c.height
+                                 and b.left + b.width <= c.left + c.width for c in covered))
+        if words:
+            left.append(FoundText(index, words))
+    return tuple(left)
+
+
+def verify(red: Redaction, source: PixelSource, detector: PixelTextDetector, ds: Dataset,
+           sampled: tuple[int, ...]) -> None:
+    """Any word still read (`leftovers`): NotDeidentifiable(TEXT_LEFT)."""
+    if leftovers(red, source, detector, ds, sampled):
+        raise NotDeidentifiable(TEXT_LEFT)
 
 
 # --- writing --------------------------------------------------------------------------------------------
