@@ -79,7 +79,7 @@ OCT_SOP_CLASSES = frozenset({
 })
 # The largest decoded frame read for text (a 6000 x 6000 colour photograph is ~110 MB).
 MAX_FRAME_BYTES = 512 << 20
-# The second reading of a redacted frame (PixelTextDetector.verify_frame): the whole frame, never candidates.
+# The second reading of a redacted frame (PixelTextDetector.read_again): the whole frame, never candidates.
 # A single frame (photograph, report screen): at twice its size when its longer side is at most
 # VERIFY_ENLARGE_BELOW (native otherwise), with Sauvola then global Otsu (the screening reads candidates at
 # half size with global Otsu). A volume's frame: whole at native size (the screening reads half size after a

@@ -16,7 +16,7 @@ be read back), on every frame that carries the text, then proves it gone before 
   pixels hold the label's values (`carries`). Every frame of the volume is tested, not only the sampled ones.
 - **Proven gone** (`verify`). Every redacted frame is decoded again from the bytes that will be written
   (the spool below, in the output's transfer syntax) and read whole by Tesseract at another scale and
-  thresholding than the screening (`PixelTextDetector.verify_frame`), as are the sampled frames of a volume
+  thresholding than the screening (`PixelTextDetector.read_again`), as are the sampled frames of a volume
   left unredacted. A word left is covered in a second round (`ROUNDS`), read again the same way; a word
   left then: the file is quarantined, "text left after redaction". Only then does the engine declare
   BurnedInAnnotation NO and Clean Pixel Data (113101).
