@@ -992,9 +992,10 @@ class PixelTextDetector:
         whole frame (no candidates), padded, at another scale than the screening's (enlarged when small, native
         when large) and with other thresholding (`VERIFY_SINGLE`; `VERIFY_VOLUME`: a frame of a multi-frame
         image). The boxes (frame pixels) of the words counted as the check counts them, at least
-        `VERIFY_MIN_HEIGHT` tall. It confirms the screening's words before a redaction (`confirming`: a small
-        volume's frames then read at twice their size, where 10 px labels are read; after a redaction that size
-        reads the speckle as words) and reads the redacted frames after it."""
+        `VERIFY_MIN_HEIGHT` tall. It confirms the screening's words before a redaction (`confirming`: a volume's
+        frames then read as single frames are, Sauvola then Otsu, small ones at twice their size, where 10 px
+        labels are read; after a redaction those read the speckle as words) and reads the redacted frames after
+        it."""
         from PIL import Image, ImageOps
 
         started = time.perf_counter()
@@ -1007,7 +1008,7 @@ class PixelTextDetector:
                 image = image.resize((image.width * factor, image.height * factor), Image.BILINEAR)
             pad = max(self.settings.pad, 8)
             image = ImageOps.expand(image, pad, fill=int(np.median(grey[0])))
-            for method in VERIFY_VOLUME if volume else VERIFY_SINGLE:
+            for method in VERIFY_VOLUME if volume and not confirming else VERIFY_SINGLE:
                 self._api.SetVariable("thresholding_method", THRESHOLDING[method])
                 self._api.SetImage(image)
                 words += self._counted_boxes()
