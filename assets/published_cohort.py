@@ -150,6 +150,14 @@ def with_landing_versions(facts: RecordedFacts, inputs: ReleaseInputs) -> tuple[
                  for p in inputs.partitions)
 
 
+def _text_policy(deid: Deidentifier) -> dict[str, str]:
+    """platform/pixel_text.yaml's `on_text` per image type, as the data card states it."""
+    from imaging.deid.pixel_text import DEFAULT_TYPE, IMAGE_TYPES
+
+    settings = deid.pixel_text_settings()
+    return {name: settings.on_text_for(name) for name in (*IMAGE_TYPES, DEFAULT_TYPE)}
+
+
 def build_release(session, cohort: CohortDefinition, selected, ledger, images: int, building: str, work: str,
                   source_root: str, files_per_task: int, deid: Deidentifier,
                   facts: RecordedFacts | None = None, optout_section: OptOutSection | None = None,
@@ -189,7 +197,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
         inputs=with_landing_versions(facts, read) if facts is not None else read.partitions,
         code_versions=tuple(CodeVersion(a, v) for a, v in sorted(CODE_VERSIONS.items())),
         disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below,
-        key_fingerprint=deid.key_fingerprint, optouts=optout_section)
+        key_fingerprint=deid.key_fingerprint, optouts=optout_section, text_policy=_text_policy(deid))
     built = finish_release(building, card, images=_image_entries(f"{work}/images.sha256"))
     copied_frame.unpersist()
     # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.

@@ -2,6 +2,15 @@
 
     .venv/bin/python benchmarks/text_screening.py                 # 300 text + 300 clean images of each type
     .venv/bin/python benchmarks/text_screening.py --per-type 40   # a quick iteration
+    .venv/bin/python benchmarks/text_screening.py --redact        # on_text: redact for every type (issue 35)
+
+With `--redact` it de-identifies every file with `on_text: redact` for every image type (the shipped settings
+otherwise) and prints per type (and per transfer syntax, `--syntaxes N`: the first N text and N clean
+photographs and screens re-encoded in RLE, JPEG 2000, JPEG-LS and JPEG Baseline): the share of text images
+published redacted, quarantined with text left or unreadable, or published unredacted (missed); words of the
+drawn text still read in the published pixels by an independent whole-frame OCR (plain Tesseract on every
+frame, at 1x and 2x, global Otsu: not the detector's code); clean images whose pixels changed (must be 0);
+and CPU per file (dcmread + de-identification + encoding, this process).
 
 Generates (seeded: the same run gives the same files) DICOM files of three image types, half with a
 patient's name, a date and sometimes a hospital number drawn in, half clean:
@@ -84,16 +93,20 @@ def _dataset(seed: int, sop_class: str, modality: str, pixels: np.ndarray, frame
     return ds
 
 
-def oct_file(seed: int, text: bool) -> bytes:
-    """A 16-frame OCT volume; with text, the same label on every B-scan (a device's overlay)."""
+def oct_file(seed: int, text: bool, drawn: list | None = None) -> bytes:
+    """A 16-frame OCT volume; with text, the same label on every B-scan (a device's overlay). `drawn`: gets the
+    lines drawn."""
     shape = (256, 256) if seed % 2 else (496, 512)
     volume = oct_volume((16, *shape), seed + (0 if text else 1_000_000))
     if text:
         for index in range(16):
             rng = random.Random(f"oct-text:{seed}")  # the same label, font and place on every frame
             rgb = np.stack([volume[index]] * 3, axis=-1)
-            drawn, *_ = _draw(rgb, _lines(rng), rng, available_fonts())
-            volume[index] = np.asarray(Image.fromarray(np.ascontiguousarray(drawn)).convert("L"))
+            lines = _lines(rng)
+            if drawn is not None and index == 0:
+                drawn.extend(lines)
+            labelled, *_ = _draw(rgb, lines, rng, available_fonts())
+            volume[index] = np.asarray(Image.fromarray(np.ascontiguousarray(labelled)).convert("L"))
     return encode_part10(_dataset(seed, OPT_SOP_CLASS, "OPT", volume, 16))
 
 
@@ -127,8 +140,9 @@ def _screen(seed: int) -> tuple[Image.Image, random.Random, bool]:
     return image, rng, dark
 
 
-def screen_file(seed: int, text: bool) -> bytes:
-    """A secondary capture (a report screen); grey or colour; with text, identifiers drawn on it."""
+def screen_file(seed: int, text: bool, drawn: list | None = None) -> bytes:
+    """A secondary capture (a report screen); grey or colour; with text, identifiers drawn on it (`drawn`: gets
+    the lines)."""
     image, rng, dark = _screen(seed + (0 if text else 1_000_000))
     if text:
         draw = ImageDraw.Draw(image)
@@ -138,6 +152,8 @@ def screen_file(seed: int, text: bool) -> bytes:
         colour = rng.choice(((255, 255, 255), (200, 200, 200), (255, 230, 0))) if dark else \
             rng.choice(((0, 0, 0), (70, 70, 70), (20, 40, 140), (120, 120, 120)))
         lines = _lines(rng)
+        if drawn is not None:
+            drawn.extend(lines)
         where = rng.choice(("header", "footer", "panel", "right"))
         x, y = {"header": (16, 12), "footer": (16, image.height - 80), "right": (image.width - 420, 14),
                 "panel": (30, 100 + rng.randrange(0, 200))}[where]
@@ -248,14 +264,186 @@ def omp_probe(files: int) -> None:
     print(f"{1e3 * (time.process_time() - started) / files:.1f}")
 
 
+
+# --- redaction (issue 35) ----------------------------------------------------------------------------
+
+def drawn_text(kind: str, seed: int) -> list[str]:
+    """The lines drawn into a text sample (regenerated from its seed)."""
+    if kind == "photograph":
+        return fundus_with_text(seed).text.splitlines()
+    lines: list[str] = []
+    (oct_file if kind == "oct" else screen_file)(seed, True, lines)
+    return lines
+
+
+def _words(lines: list[str]) -> set[str]:
+    out = set()
+    for line in lines:
+        for word in line.replace("^", " ").replace(",", " ").split():
+            word = word.strip(".,:;").upper()
+            if sum(ch.isalnum() for ch in word) >= 3:
+                out.add(word)
+    return out
+
+
+class WholeFrameOCR:
+    """The independent reader of published pixels: plain Tesseract on every frame, whole, at 1x and 2x, global
+    Otsu, sparse text; the words it reads (not the detector's code, its candidates or its verification)."""
+
+    def __init__(self):
+        import tesserocr
+
+        self._api = tesserocr.PyTessBaseAPI(path=find_tessdata(), lang="eng", psm=tesserocr.PSM.SPARSE_TEXT)
+
+    def words(self, frame: np.ndarray) -> set[str]:
+        grey = frame if frame.ndim == 2 else np.asarray(Image.fromarray(frame.astype(np.uint8)).convert("L"))
+        if grey.dtype != np.uint8:
+            grey = (255.0 * (grey - grey.min()) / max(float(grey.max() - grey.min()), 1.0)).astype(np.uint8)
+        found = set()
+        for factor in (1, 2):
+            image = Image.fromarray(grey)
+            if factor > 1:
+                image = image.resize((image.width * factor, image.height * factor), Image.BILINEAR)
+            self._api.SetImage(image)
+            found |= _words([self._api.GetUTF8Text() or ""])
+        return found
+
+
+@dataclass
+class RedactTally:
+    texts: int = 0
+    redacted: int = 0
+    text_left: int = 0
+    other_quarantine: int = 0
+    missed: int = 0  # text images published without redaction
+    residual_words: int = 0  # drawn words the independent OCR still reads in redacted images
+    residual_images: int = 0
+    missed_words: int = 0  # ... and in text images the check missed (published unredacted)
+    words_before: int = 0  # drawn words it reads in the same images before (the reader works)
+    cleans: int = 0
+    clean_changed: int = 0
+    clean_quarantined: int = 0
+    cpu: float = 0.0
+
+
+def _encode(data: bytes, syntax) -> bytes:
+    from pydicom.encaps import encapsulate
+    from pydicom.uid import JPEG2000Lossless, JPEGBaseline8Bit, JPEGLSLossless, RLELossless
+
+    with quiet():
+        ds = dcmread(io.BytesIO(data))
+    if syntax == JPEGBaseline8Bit:  # no JPEG encoder is locked: Pillow's, quality 95, as cameras write
+        buffer = io.BytesIO()
+        Image.fromarray(ds.pixel_array).save(buffer, format="JPEG", quality=95)
+        ds.PixelData = encapsulate([buffer.getvalue()])
+        ds["PixelData"].VR = "OB"
+        ds.file_meta.TransferSyntaxUID = JPEGBaseline8Bit
+        ds.PhotometricInterpretation = "YBR_FULL_422" if ds.SamplesPerPixel == 3 else "MONOCHROME2"
+        ds.LossyImageCompression = "01"
+    else:
+        ds.compress({"rle": RLELossless, "j2k": JPEG2000Lossless, "jls": JPEGLSLossless}[syntax]
+                    if isinstance(syntax, str) else syntax)
+    out = io.BytesIO()
+    ds.save_as(out, enforce_file_format=True)
+    return out.getvalue()
+
+
+def measure_redaction(samples: list[tuple[str, bool, int, bytes]], label: str) -> dict[str, RedactTally]:
+    """De-identify every sample with on_text: redact for every type; tally what was published and read after."""
+    from imaging.deid import NotDeidentifiable, to_bytes
+    from imaging.deid.engine import REDACTED, deidentify_image
+    from imaging.pseudonym import Pseudonymizer
+
+    shipped = load_pixel_text_settings(yaml.safe_load((ROOT / "platform" / "pixel_text.yaml").read_text()))
+    reader = WholeFrameOCR()
+    pseudonymizer = Pseudonymizer("benchmark-redaction-key-" + "b" * 16)
+    tallies: dict[str, RedactTally] = {}
+    with PixelTextDetector(shipped.with_on_text("redact")) as detector:
+        for kind, has_text, seed, data in samples:
+            t = tallies.setdefault(kind, RedactTally())
+            started = time.process_time()
+            with quiet():
+                ds = dcmread(io.BytesIO(data))
+                try:
+                    result = deidentify_image(ds, pseudonymizer=pseudonymizer, namespace="NHS", pixel_text=detector)
+                    out = dcmread(io.BytesIO(to_bytes(result.dataset)))
+                    reason = None
+                except NotDeidentifiable as error:
+                    result, out, reason = None, None, str(error)
+            t.cpu += time.process_time() - started
+            if has_text:
+                t.texts += 1
+                if reason is not None:
+                    t.text_left += reason == "text left after redaction"
+                    t.other_quarantine += reason != "text left after redaction"
+                    continue
+                t.redacted += result.pixel_text == REDACTED
+                t.missed += result.pixel_text != REDACTED
+                words = _words(drawn_text(kind, seed))
+                with quiet():
+                    after, before = out.pixel_array, ds.pixel_array
+                frames = (after,) if int(out.get("NumberOfFrames", 1) or 1) == 1 else tuple(after)
+                originals = (before,) if len(frames) == 1 else tuple(before)
+                left = set().union(*(reader.words(f) for f in frames)) & words
+                if result.pixel_text == REDACTED:
+                    t.residual_words += len(left)
+                    t.residual_images += bool(left)
+                else:
+                    t.missed_words += len(left)
+                t.words_before += len(reader.words(originals[0]) & words)
+            else:
+                t.cleans += 1
+                if reason is not None:
+                    t.clean_quarantined += 1
+                elif out.PixelData != ds.PixelData:
+                    t.clean_changed += 1
+    for kind, t in tallies.items():
+        files = t.texts + t.cleans
+        print(f"  {label:22s} {kind:18s} text {t.texts}: redacted {t.redacted} ({100 * t.redacted / max(t.texts, 1):5.1f}%), "
+              f"text left {t.text_left}, other quarantine {t.other_quarantine}, missed {t.missed}; drawn words read "
+              f"after redaction {t.residual_words} in {t.residual_images} images (read before: {t.words_before}; in "
+              f"missed images: {t.missed_words}); clean "
+              f"{t.cleans}: changed {t.clean_changed}, quarantined {t.clean_quarantined}; CPU "
+              f"{1e3 * t.cpu / max(files, 1):6.1f} ms/file", flush=True)
+    return tallies
+
+
+def redaction_run(per_type: int, syntaxes: int) -> None:
+    """Photographs and report screens first (each type printed as it is done), then the other transfer
+    syntaxes, then OCT volumes (the slowest: the independent OCR reads each of 16 frames twice)."""
+    print(f"# redaction: on_text redact for every type, {per_type} text + {per_type} clean files of each type, "
+          f"Explicit VR Little Endian", flush=True)
+    made = {}
+    for kind in ("photograph", "secondary_capture"):
+        made[kind] = [(kind, text, seed, MAKERS[kind](seed, text)) for text in (True, False) for seed in range(per_type)]
+        measure_redaction(made[kind], "Explicit VR LE")
+    if syntaxes:
+        from pydicom.uid import JPEGBaseline8Bit
+
+        for name, syntax in (("RLE Lossless", "rle"), ("JPEG 2000 Lossless", "j2k"), ("JPEG-LS Lossless", "jls"),
+                             ("JPEG Baseline", JPEGBaseline8Bit)):
+            chosen = [(k, t, s, _encode(d, syntax)) for kind in made for k, t, s, d in made[kind] if s < syntaxes]
+            measure_redaction(chosen, name)
+    measure_redaction([("oct", text, seed, MAKERS["oct"](seed, text)) for text in (True, False)
+                       for seed in range(per_type)], "Explicit VR LE")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-type", type=int, default=300, help="text images and clean images of each type")
     parser.add_argument("--no-old", action="store_true", help="skip the old detector (quicker iterations)")
     parser.add_argument("--omp-probe", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--redact", action="store_true", help="measure redaction (on_text: redact) instead")
+    parser.add_argument("--syntaxes", type=int, default=0,
+                        help="with --redact: also the first N text and clean photographs and screens in other syntaxes")
     args = parser.parse_args()
     if args.omp_probe:
         omp_probe(args.omp_probe)
+        return
+    if args.redact:
+        started = time.perf_counter()
+        redaction_run(args.per_type, args.syntaxes)
+        print(f"# wall time {time.perf_counter() - started:.0f} s")
         return
     started = time.perf_counter()
     samples = generate(args.per_type)

@@ -154,7 +154,7 @@ REVIEWS = Folder(IDENTIFIABLE, "reviews", "review reports of releases (imaging-r
 _MANIFEST_FIELDS = (
     "output_path", "sha256", "size_bytes", "patient_pseudonym", "study_instance_uid", "series_instance_uid",
     "sop_instance_uid", "sop_class_uid", "modality", "laterality", "study_date", "manufacturer", "model",
-    "rows", "columns", "number_of_frames", "has_clinical_record", "batch",
+    "rows", "columns", "number_of_frames", "has_clinical_record", "pixel_text", "redacted_regions", "batch",
 )
 
 
@@ -217,6 +217,9 @@ COLUMN_DESCRIPTIONS = {
     "number_of_frames": "DICOM NumberOfFrames",
     "transfer_syntax_uid": "DICOM TransferSyntaxUID of the file",
     "has_clinical_record": "whether a clinical record dated on or before the image was found",
+    "pixel_text": "what the burned-in text check did to the pixels: not read, clean (read, no text) or redacted",
+    "redacted_regions": "the boxes a redaction covered (JSON: 1-based frame ranges, [top, left, height, width] "
+                        "in pixels); empty unless redacted",
     "clinical_extract_date": "the date of the extract the record came from",
     "clinical": "the patient's as-of clinical record, columns as the site names them",
     "source_sha256": "sha256 of the landed file",

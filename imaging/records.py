@@ -290,6 +290,10 @@ class PublishedImage:
     columns: Int32 | None
     number_of_frames: Int32 | None
     has_clinical_record: bool
+    # What the burned-in text check did to the pixels: "not read", "clean" or "redacted"
+    # (imaging.deid.engine), and the boxes a redaction covered (imaging.deid.redact.Redaction.regions: JSON).
+    pixel_text: str | None = None
+    redacted_regions: str | None = None
     clinical: dict = dataclasses.field(default_factory=dict, metadata={"flatten": True})
 
 

@@ -33,7 +33,7 @@ class NoText:
     """The pixel-text check answered "none found" having read the sampled frames it was given, so a
     frame that cannot be read quarantines as it does with OCR (both paths read through `Frames`)."""
 
-    def check(self, ds, syntax, frames=None) -> PixelTextResult:
+    def check(self, ds, syntax, frames=None, collect=False) -> PixelTextResult:
         frames = frames if frames is not None else Frames.from_dataset(ds, syntax)
         indexes = sample_frames(frames.count, 3)
         for index in indexes:

@@ -41,8 +41,10 @@ MAX_FALSE_POSITIVE_RATE = 0.02
 
 @pytest.fixture(scope="module")
 def detector():
-    """One detector for the whole module, as an executor makes one per partition."""
+    """One detector for the whole module, as an executor makes one per partition. Text found quarantines here,
+    whatever the shipped `on_text`: these tests measure what the check finds (redaction: tests/test_redact.py)."""
     settings = load_pixel_text_settings(yaml.safe_load((ROOT / "platform/pixel_text.yaml").read_text()))
+    settings = settings.with_on_text("quarantine")
     with PixelTextDetector(settings) as made:
         yield made
 

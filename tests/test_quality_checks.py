@@ -33,7 +33,8 @@ MANIFEST = StructType([StructField(n, t, True) for n, t in [
     ("batch", StringType()), ("output_path", StringType()), ("sha256", StringType()),
     ("patient_pseudonym", StringType()), ("study_instance_uid", StringType()), ("series_instance_uid", StringType()),
     ("sop_instance_uid", StringType()), ("study_date", StringType()), ("sex", StringType()),
-    ("age_at_scan", IntegerType()), ("has_clinical_record", BooleanType())]])
+    ("age_at_scan", IntegerType()), ("has_clinical_record", BooleanType()), ("pixel_text", StringType()),
+    ("redacted_regions", StringType())]])
 LEDGER = StructType([StructField(n, StringType(), False) for n in
                      ("source_path", "source_sha256", "batch", "output_path", "output_sha256", "date", "site")])
 
@@ -249,7 +250,8 @@ def _anonymized(tmp_path, hospital):
         digest = hashlib.sha256(data).hexdigest()
         manifest.append((batch, rel, digest, PSEUDO.patient_id(issuer, row["patient_id"]),
                          PSEUDO.uid(row["study_instance_uid"]), PSEUDO.uid(row["series_instance_uid"]), sop,
-                         "2023-01-01", "F", 73, True))
+                         "2023-01-01", "F", 73, True, "redacted" if len(manifest) == 0 else "clean",
+                         '[{"frames":[[1,1]],"boxes":[[4,0,39,170]]}]' if len(manifest) == 0 else None))
         ledger.append((row["source_path"], row["sha256"], batch, rel, digest, row["date"], row["site"]))
     return manifest, ledger
 

@@ -24,7 +24,8 @@ def selection(spark):
         row = {c: None for c in ("batch", "output_path", "size_bytes", "sha256", "patient_pseudonym",
                                  "study_instance_uid", "series_instance_uid", "sop_instance_uid", "sop_class_uid",
                                  "modality", "laterality", "study_date", "manufacturer", "model", "rows", "columns",
-                                 "number_of_frames", "has_clinical_record", *policy.output_columns)}
+                                 "number_of_frames", "has_clinical_record", "pixel_text", "redacted_regions",
+                                 *policy.output_columns)}
         row.update(patient_pseudonym=f"P{i % 11}", study_instance_uid=f"2.25.{i % 5}", series_instance_uid=f"2.25.{i}",
                    sop_instance_uid=f"2.25.{100 + i}", modality="OPT" if i % 3 else "OP",
                    laterality=None if i == 4 else "R" if i % 2 else "L", age_at_scan=age, sex=sex, rows=16)

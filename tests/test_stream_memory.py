@@ -105,3 +105,76 @@ def test_a_large_volume_is_deidentified_and_released_in_bounded_memory(volume, t
         a.seek(-1 << 20, 2)
         b.seek(-1 << 20, 2)
         assert a.read() == b.read()
+
+
+LABELLED, SIDE = 300, 512  # 79 MB of 8-bit pixels; the label on the first 40 B-scans
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    from PIL import Image, ImageDraw
+
+    from synth.burned_text import BUILTIN, _font
+
+    ds = Dataset()
+    ds.file_meta = FileMetaDataset()
+    ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds.SOPClassUID, ds.SOPInstanceUID = "1.2.840.10008.5.1.4.1.1.77.1.5.4", generate_uid(prefix="2.25.")
+    ds.StudyInstanceUID, ds.SeriesInstanceUID = generate_uid(prefix="2.25."), generate_uid(prefix="2.25.")
+    ds.PatientID, ds.PatientName, ds.StudyDate, ds.Modality = "9434765919", "SMITH^JANE", "20240302", "OPT"
+    ds.Rows, ds.Columns, ds.NumberOfFrames = SIDE, SIDE, LABELLED
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+    ds.BitsAllocated = ds.BitsStored = 8
+    ds.HighBit, ds.PixelRepresentation, ds.BurnedInAnnotation = 7, 0, "NO"
+    rng = np.random.default_rng(11)
+    frame = rng.integers(20, 90, size=(SIDE, SIDE), dtype=np.uint8)
+    label = Image.new("L", (SIDE, 40), 0)
+    ImageDraw.Draw(label).text((10, 6), "SMITH, Jane  02/03/2024", font=_font(BUILTIN, 24), fill=255)
+    ink = np.asarray(label) > 128
+    frames = []
+    for i in range(LABELLED):
+        f = np.roll(frame, i * 7, axis=1)
+        if i < 40:
+            f[SIDE - 40:][ink] = 255
+        frames.append(f.tobytes())
+    ds.PixelData = b"".join(frames)
+    path = tmp_path_factory.mktemp("labelled") / "labelled.dcm"
+    ds.save_as(path, enforce_file_format=True)
+    del ds, frames
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 22):
+            digest.update(chunk)
+    return path, digest.hexdigest()
+
+
+def test_a_volume_is_redacted_in_bounded_memory(labelled, tmp_path):
+    import pydicom
+
+    path, sha256 = labelled
+    size = path.stat().st_size
+    settings = load_settings({"IMAGING_SITES": "site-a"})
+    text = load_pixel_text_settings(settings.pixel_text).with_on_text("redact", ("multi_frame",))
+    job = AnonymizeJob("memory-test-key-" + "k" * 24, (), load_policy(), IssuerPolicy.from_dict(settings.issuers),
+                       text, staging=str(tmp_path / "staging"))
+    anonymizer = job()
+    uid = pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["SOPInstanceUID"]).SOPInstanceUID
+    image = LinkedImage(date="2024-03-02", site="site-a", source_path=str(path), size_bytes=size, sha256=sha256,
+                        sop_instance_uid=uid, study_instance_uid=None, series_instance_uid=None,
+                        sop_class_uid=None, modality="OPT", laterality=None, patient_id="9434765919",
+                        issuer_of_patient_id=None, study_date="20240302", study_time=None, manufacturer=None,
+                        model=None, rows=SIDE, columns=SIDE, number_of_frames=LABELLED,
+                        transfer_syntax_uid=ExplicitVRLittleEndian)
+    published, peak = _peak(lambda: anonymizer(image))
+    assert isinstance(published, PublishedImage), published
+    assert published.pixel_text == "redacted"
+    assert json.loads(published.redacted_regions)[0]["frames"] == [[1, 40]]
+    assert peak < PEAK, f"the redaction peaked at {peak / 1e6:.0f} MB of Python allocations"
+    output = tmp_path / "staging" / published.output_path
+    out = pydicom.dcmread(output, stop_before_pixels=True)
+    assert [c.CodeValue for c in out.DeidentificationMethodCodeSequence][1] == "113101"
+    # Frames after the label's passed through as bytes: the files end alike.
+    with open(path, "rb") as a, open(output, "rb") as b:
+        a.seek(-(LABELLED - 40) * SIDE * SIDE, 2)
+        b.seek(-(LABELLED - 40) * SIDE * SIDE, 2)
+        assert a.read() == b.read()

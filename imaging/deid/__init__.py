@@ -12,7 +12,7 @@
 Pure functions: no Spark, no Dagster, no clock, no randomness. See docs/deidentification.md.
 """
 
-from .engine import deidentify
+from .engine import Deidentified, deidentify, deidentify_image
 from .errors import NotDeidentifiable
 from .options import OPTIONS, RESEARCH_DEFAULT
 from .output import to_bytes
@@ -24,7 +24,7 @@ from .version import ENGINE_VERSION
 OPTION_NAMES = tuple(o.name for o in OPTIONS)
 
 __all__ = [
-    "DeidProfile", "ENGINE_VERSION", "NotDeidentifiable", "OPTION_NAMES", "PixelTextDetector", "PixelTextSettings",
-    "PixelTextStats", "RESEARCH_DEFAULT", "deidentify", "load_pixel_text_settings", "load_profile", "quiet", "shared_detector",
+    "DeidProfile", "Deidentified", "ENGINE_VERSION", "NotDeidentifiable", "OPTION_NAMES", "PixelTextDetector", "PixelTextSettings",
+    "PixelTextStats", "RESEARCH_DEFAULT", "deidentify", "deidentify_image", "load_pixel_text_settings", "load_profile", "quiet", "shared_detector",
     "to_bytes",
 ]

@@ -3,7 +3,8 @@
 The Burned In Annotation flag is only trusted one way: YES (or a value that is not NO) is
 believed and quarantines. NO is not believed for the files where devices are known to burn
 text in and still say NO, nor is a missing flag: those are read by OCR (pixel_text.py), and
-published only if no text is found. No pixels are ever cleaned.
+published only if no text is found, or, where the image type's `on_text` is `redact`, with the text covered
+and read again (redact.py).
 """
 
 from __future__ import annotations

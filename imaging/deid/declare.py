@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydicom.dataset import Dataset
 from pydicom.sequence import Sequence
 
-from .options import BASIC, BY_NAME, CODING_SCHEME, STANDARD_REVISION
+from .options import BASIC, BY_NAME, CLEAN_PIXEL_DATA, CODING_SCHEME, STANDARD_REVISION
 from .profile import DeidProfile
 from .version import ENGINE_NAME, ENGINE_VERSION
 
@@ -15,31 +15,38 @@ _LONGITUDINAL = {"modified": "MODIFIED", "full": "UNMODIFIED", None: "REMOVED"}
 PIXELS_READ = "Pixel data read by OCR for burned-in text: none found"
 
 
-def method_text(profile: DeidProfile, pixels_read: bool = False) -> list[str]:
-    """(0012,0063) values: profile, options, the pixel check, engine (each fits LO's 64 characters)."""
+def method_text(profile: DeidProfile, pixels_read: bool = False, redacted: list[str] | None = None) -> list[str]:
+    """(0012,0063) values: profile, options, the pixel check (or what the redaction covered), engine (each
+    fits LO's 64 characters)."""
+    pixels = redacted if redacted else [PIXELS_READ] if pixels_read else []
     return [
         f"DICOM PS3.15 {STANDARD_REVISION} {BASIC.meaning}",
         *(BY_NAME[name].meaning for name in profile.options),
-        *([PIXELS_READ] if pixels_read else []),
+        *pixels,
         f"{ENGINE_NAME} {ENGINE_VERSION}",
     ]
 
 
-def method_codes(profile: DeidProfile) -> list[tuple[str, str]]:
-    """CID 7050 (code value, meaning) pairs: the basic profile then each enabled option."""
-    return [(BASIC.code, BASIC.meaning), *((BY_NAME[n].code, BY_NAME[n].meaning) for n in profile.options)]
+def method_codes(profile: DeidProfile, clean_pixels: bool = False) -> list[tuple[str, str]]:
+    """CID 7050 (code value, meaning) pairs: the basic profile, Clean Pixel Data when the pixels were
+    redacted, then each enabled option (by code value)."""
+    return [(BASIC.code, BASIC.meaning),
+            *([(CLEAN_PIXEL_DATA.code, CLEAN_PIXEL_DATA.meaning)] if clean_pixels else []),
+            *((BY_NAME[n].code, BY_NAME[n].meaning) for n in profile.options)]
 
 
-def declare(ds: Dataset, profile: DeidProfile, pixels_read: bool = False) -> None:
+def declare(ds: Dataset, profile: DeidProfile, pixels_read: bool = False, redacted: list[str] | None = None) -> None:
     """Write the declarations, replacing any left by an earlier de-identification.
 
     `pixels_read`: the pixels were read by OCR and no text was found; said in the method text.
-    Clean Pixel Data (113101) is never declared: no pixel is changed.
+    `redacted`: burned-in text was covered and the redacted frames read again clean (imaging.deid.redact):
+    these method lines say what was covered, and Clean Pixel Data (113101) is declared. Otherwise no pixel
+    was changed and 113101 is not declared.
     """
     ds.PatientIdentityRemoved = "YES"
-    ds.DeidentificationMethod = method_text(profile, pixels_read)
+    ds.DeidentificationMethod = method_text(profile, pixels_read, redacted)
     items = []
-    for value, meaning in method_codes(profile):
+    for value, meaning in method_codes(profile, clean_pixels=bool(redacted)):
         item = Dataset()
         item.CodeValue = value
         item.CodingSchemeDesignator = CODING_SCHEME

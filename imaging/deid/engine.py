@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from pydicom.datadict import keyword_for_tag
 from pydicom.dataelem import DataElement
@@ -15,13 +16,31 @@ from . import burned_in, meta, passthrough, pixels, private, rules
 from .declare import declare
 from .errors import NotDeidentifiable
 from .part10 import SourceImage
-from .pixel_text import TEXT_FOUND, PixelTextDetector, shared_detector
+from .pixel_text import TEXT_FOUND, PixelTextDetector, image_type, sample_frames, shared_detector
 from .profile import REMOVE, DeidProfile, load_profile
 from .quiet import quiet
 from .rules import Context
 from .scrub import Scrubber, collect_terms
 
 MEDIA_DIRECTORY = "1.2.840.10008.1.3.10"  # DICOMDIR: byte offsets and patient records, not an image
+
+# What the text check did to a published image (the manifest's `pixel_text` column).
+NOT_READ, CLEAN, REDACTED = "not read", "clean", "redacted"
+
+
+@dataclass
+class Deidentified:
+    """A de-identified dataset and what its pixels went through: the text check's outcome (`NOT_READ`,
+    `CLEAN`, `REDACTED`) and, when redacted, the redaction (imaging.deid.redact.Redaction: the covered
+    boxes, and for a streamed file the redacted pixel data that `part10.write_image` writes)."""
+
+    dataset: Dataset
+    pixel_text: str
+    redaction: object | None = None
+
+    def close(self) -> None:
+        if self.redaction is not None:
+            self.redaction.close()
 
 
 def deidentify(
@@ -35,6 +54,29 @@ def deidentify(
     issuer_default: str = "NHS",
     streamed: "SourceImage | None" = None,
 ) -> Dataset:
+    """A new, de-identified dataset: `deidentify_image`'s, without what the pixels went through. A redacted
+    file read whole carries its redacted pixel data; a streamed file that is redacted is refused here
+    (NotDeidentifiable): its new pixel data is in `deidentify_image`'s result, for `part10.write_image`."""
+    result = deidentify_image(ds, pseudonymizer=pseudonymizer, namespace=namespace, profile=profile,
+                              extra_identifiers=extra_identifiers, pixel_text=pixel_text,
+                              issuer_default=issuer_default, streamed=streamed)
+    if result.redaction is not None and streamed is not None:
+        result.close()
+        raise NotDeidentifiable("redacted pixel data not written (use deidentify_image)")
+    return result.dataset
+
+
+def deidentify_image(
+    ds: Dataset,
+    *,
+    pseudonymizer: Pseudonymizer,
+    namespace: str | None = None,
+    profile: DeidProfile | None = None,
+    extra_identifiers: Iterable[str] = (),
+    pixel_text: PixelTextDetector | None = None,
+    issuer_default: str = "NHS",
+    streamed: "SourceImage | None" = None,
+) -> Deidentified:
     """A new, de-identified dataset (with file meta) for `ds`, or NotDeidentifiable.
 
     `namespace`: the issuer namespace of the file's PatientID, resolved by the caller from
@@ -52,6 +94,10 @@ def deidentify(
     (imaging.deid.part10.SourceImage: `ds` is then its header, the pixel data element located,
     never loaded). The returned dataset then has no pixel data either: `part10.write_image` writes
     it around the source's pixel bytes.
+
+    Burned-in text found in an image whose type says `on_text: redact` (the detector's settings) is covered
+    and proven gone (imaging.deid.redact) instead of quarantining the file: a file read whole gets its new
+    pixel data in the returned dataset; a streamed one's are in the result's `redaction`.
 
     `ds` is not modified. Any unexpected error becomes NotDeidentifiable naming only the
     exception's type: its message could quote a value from the file.
@@ -72,7 +118,7 @@ def _text(ds: Dataset, keyword: str) -> str:
     return str(ds.get(keyword, "") or "").strip().rstrip("\x00")
 
 
-def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pixel_text, streamed) -> Dataset:
+def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pixel_text, streamed) -> Deidentified:
     sop_class, sop_instance = _text(ds, "SOPClassUID"), _text(ds, "SOPInstanceUID")
     reason = None
     if not sop_class:
@@ -89,11 +135,45 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
     read_pixels = burned_in.check(ds, sop_class, has_pixels=True if located is not None else None)
     syntax = meta.transfer_syntax(ds)
     pixels.check_length(ds, syntax, located)
+    redaction = None
     if read_pixels:  # before the walk: a file with text costs no more than its OCR
         detector = pixel_text if pixel_text is not None else shared_detector()
         frames = streamed.frames() if streamed is not None else None
-        if detector.check(ds, syntax, frames=frames).found:
-            raise NotDeidentifiable(TEXT_FOUND)
+        settings = getattr(detector, "settings", None)
+        redact = settings is not None and settings.on_text_for(image_type(ds)) == "redact"
+        result = detector.check(ds, syntax, frames=frames, collect=True) if redact else \
+            detector.check(ds, syntax, frames=frames)
+        if result.found:
+            if not redact:
+                raise NotDeidentifiable(TEXT_FOUND)
+            redaction = _redacted(ds, syntax, streamed, detector, result)
+    try:
+        out = _published(ds, p, profile, namespace, issuer_default, extra_identifiers, syntax, read_pixels,
+                         redaction, streamed)
+    except BaseException:
+        if redaction is not None:
+            redaction.close()
+        raise
+    if redaction is not None and streamed is None:
+        redaction.close()  # read whole: the pixel data is in `out`
+        return Deidentified(out, REDACTED, redaction)
+    return Deidentified(out, REDACTED if redaction is not None else CLEAN if read_pixels else NOT_READ, redaction)
+
+
+def _redacted(ds, syntax, streamed, detector, result):
+    """The text found covered and proven gone (imaging.deid.redact), from the streamed file or `ds`."""
+    from . import redact
+
+    source = redact.PixelSource.of_image(streamed) if streamed is not None else redact.PixelSource.of_dataset(ds, syntax)
+    kind = detector.settings.for_type(image_type(ds))
+    sampled = tuple(sample_frames(source.count, kind.frame_sample)) if source.count > 1 else ()
+    red = redact.redact(ds, source, result.text, detector, sampled)
+    red.source = source
+    return red
+
+
+def _published(ds, p, profile, namespace, issuer_default, extra_identifiers, syntax, read_pixels, redaction,
+               streamed) -> Dataset:
 
     patient_id = _text(ds, "PatientID")
     issuer = namespace.strip() if namespace and namespace.strip() else _text(ds, "IssuerOfPatientID") or issuer_default
@@ -116,8 +196,17 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
     out.add(DataElement(0x00100010, "PN", pseudonym))
     _check_identity(out)
     if read_pixels:
-        out.BurnedInAnnotation = "NO"  # checked by OCR, not taken from the device
-    declare(out, profile, pixels_read=read_pixels)
+        out.BurnedInAnnotation = "NO"  # checked by OCR (and, if redacted, read again clean), not taken from the device
+    declare(out, profile, pixels_read=read_pixels, redacted=redaction.method_lines() if redaction else None)
+    if redaction is not None:
+        redaction.apply_header(out)
+        syntax = redaction.syntax
+        if streamed is None:  # read whole: the redacted pixel data goes into the dataset
+            from . import redact
+
+            value = redact.value_bytes(redaction, redaction.source)
+            vr = redact.pixel_vr(redaction, out["PixelData"].VR if "PixelData" in out else None) or "OB"
+            out.add_new(0x7FE00010, vr, value)
     out.file_meta = meta.build(out, syntax)
     passthrough.ready_to_write(out, syntax)
     return out

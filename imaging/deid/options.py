@@ -35,8 +35,11 @@ OPTIONS: tuple[Option, ...] = (
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 
-# Not offered: 113101 Clean Pixel Data and 113102 Clean Recognizable Visual Features are pixel
-# procedures this engine does not perform; files that would need them are quarantined instead.
+# 113101 Clean Pixel Data is not an option one turns on for every file: it is declared on exactly the files
+# whose burned-in text was covered and proven gone (platform/pixel_text.yaml `on_text: redact`,
+# imaging/deid/redact.py). 113102 Clean Recognizable Visual Features is not performed: such files are
+# quarantined instead.
+CLEAN_PIXEL_DATA = Option("clean_pixel_data", "cleanPixelOpt", "113101", "Clean Pixel Data Option")
 
 # The research default (see docs/deidentification.md for why each is on and the others off).
 RESEARCH_DEFAULT: tuple[str, ...] = (

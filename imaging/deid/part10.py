@@ -337,12 +337,13 @@ def read_trailing(data: bytes, header: Dataset) -> Dataset:
     return trailing
 
 
-def write_image(out: Dataset, image: SourceImage, target) -> None:
+def write_image(out: Dataset, image: SourceImage, target, redaction=None) -> None:
     """A de-identified header `out` (no pixel data in it) written around the source's pixel data.
 
     The bytes are those pydicom's writer gives for `out` with the source's pixel data element put back
     (tests/test_part10.py holds the two equal): zero preamble, the file meta, the elements before the
-    pixel data, the pixel data element, the elements after it."""
+    pixel data, the pixel data element, the elements after it. `redaction` (imaging.deid.redact.Redaction):
+    the pixel data element written with its redacted frames, the other frames' bytes copied from the source."""
     from pydicom.filebase import DicomBytesIO
     from pydicom.filewriter import write_dataset
 
@@ -353,9 +354,15 @@ def write_image(out: Dataset, image: SourceImage, target) -> None:
         trailing[tag] = out.get_item(tag)
         del out[tag]
     target.write(to_bytes(out))
-    image.copy_pixels(target)
+    if redaction is None:
+        image.copy_pixels(target)
+    else:
+        from .redact import write_element
+
+        write_element(redaction, redaction.source, target, image.pixels.vr)
     if len(trailing):
-        implicit, little = image.syntax.is_implicit_VR, True
+        syntax = redaction.syntax if redaction is not None else image.syntax
+        implicit, little = syntax.is_implicit_VR, True
         trailing.set_original_encoding(implicit, little, out._character_set)
         buffer = DicomBytesIO()
         buffer.is_implicit_VR, buffer.is_little_endian = implicit, little

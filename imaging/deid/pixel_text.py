@@ -75,6 +75,7 @@ TEXT_FOUND = "text in pixel data"
 THRESHOLDING = {"otsu": "0", "adaptive_otsu": "1", "sauvola": "2"}  # Tesseract's thresholding_method
 PAGE_SEGMENTATION = ("sparse_text", "auto", "single_block")
 SCREENING = ("candidates", "whole_frame")
+ON_TEXT = ("quarantine", "redact")  # what text found does: the file quarantined, or the text covered (redact.py)
 # Image types with settings of their own (`image_types` in platform/pixel_text.yaml); any other file
 # is read with the file's top-level settings (the default type).
 IMAGE_TYPES = ("photograph", "multi_frame", "secondary_capture")
@@ -85,6 +86,21 @@ OCT_SOP_CLASSES = frozenset({
 })
 # The largest decoded frame read for text (a 6000 x 6000 colour photograph is ~110 MB).
 MAX_FRAME_BYTES = 512 << 20
+# The second reading of a redacted frame (PixelTextDetector.read_again): the whole frame, never candidates.
+# A single frame (photograph, report screen): at twice its size when its longer side is at most
+# VERIFY_ENLARGE_BELOW (native otherwise), with Sauvola then global Otsu (the screening reads candidates at
+# half size with global Otsu). A volume's frame: whole at native size (the screening reads half size after a
+# median), global Otsu: on the speckle, adaptive thresholds read words in 7 of 30 redacted B-scans and Sauvola
+# in 14, while global Otsu read none and still read the label on 27 of 30 unredacted ones (measured on 10 + 10
+# + 10 generated files; photographs: Sauvola read 10/10 labels, screens: Otsu 9/9, neither a word once covered).
+VERIFY_SCALE = 2
+VERIFY_ENLARGE_BELOW = 640
+VERIFY_SINGLE = ("sauvola", "otsu")
+VERIFY_VOLUME = ("otsu",)
+VERIFY_VOLUME_ENLARGE_BELOW = 320  # confirming: a volume's frames this small are read at twice their size
+# Words shorter than this (frame pixels) are not counted by the second reading: below the smallest text the
+# screening reads (labels 10 px and up), and what speckle makes when read as words.
+VERIFY_MIN_HEIGHT = 8
 TESSDATA_GLOBS = ("/usr/share/tesseract-ocr/*/tessdata", "/usr/share/tessdata", "/usr/local/share/tessdata")
 
 
@@ -101,6 +117,7 @@ class ImageTypeSettings:
     overlay_frames: int | None = None
     full_size_side: int | None = None
     screening: str | None = None  # this type's own method (a type whose measured recall needs whole frames)
+    on_text: str | None = None  # "quarantine" or "redact" (ON_TEXT) for this type
 
 
 @dataclass(frozen=True)
@@ -147,6 +164,7 @@ class PixelTextSettings:
     overlay_frames: int = 3  # frames averaged for the overlay: first, last, evenly between (speckle falls as their root)
     full_size_side: int = 0  # frames no longer than this, without despeckle, are screened at full size (0: never)
     cache_frames: int = 4096  # verdicts kept by pixel hash per detector (0: none)
+    on_text: str = "quarantine"  # text found: "quarantine" the file, or "redact" it (imaging.deid.redact)
     image_types: tuple[tuple[str, ImageTypeSettings], ...] = ()
 
     @classmethod
@@ -163,7 +181,7 @@ class PixelTextSettings:
                                      thresholding=tuple(t.thresholding) if t.thresholding else None,
                                      despeckle=t.despeckle, min_contrast=t.min_contrast, overlay=t.overlay,
                                      overlay_frames=t.overlay_frames, full_size_side=t.full_size_side,
-                                     screening=t.screening))
+                                     screening=t.screening, on_text=t.on_text))
             for name, t in spec.image_types.items()))
         return cls(min_confidence=float(spec.min_confidence), min_word_chars=spec.min_word_chars,
                    min_words=spec.min_words, frame_sample=spec.frame_sample, thresholding=tuple(spec.thresholding),
@@ -172,7 +190,7 @@ class PixelTextSettings:
                    tessdata=spec.tessdata, screening=spec.screening, min_contrast=spec.min_contrast,
                    stroke_max=spec.stroke_max, despeckle=spec.despeckle, min_crossings=float(spec.min_crossings),
                    overlay=spec.overlay, overlay_frames=spec.overlay_frames, full_size_side=spec.full_size_side,
-                   cache_frames=spec.cache_frames,
+                   cache_frames=spec.cache_frames, on_text=spec.on_text,
                    image_types=types)
 
     def validate(self) -> None:
@@ -205,6 +223,20 @@ class PixelTextSettings:
             overlay_frames=own.overlay_frames or self.overlay_frames,
             full_size_side=self.full_size_side if own.full_size_side is None else own.full_size_side,
             screening=screening)
+
+    def on_text_for(self, name: str) -> str:
+        """What text found in an image of type `name` (`image_type`) does: its own `on_text`, else the top level's."""
+        own = dict(self.image_types).get(name)
+        return (own.on_text if own is not None and own.on_text else None) or self.on_text
+
+    def with_on_text(self, on_text: str, types: tuple[str, ...] | None = None) -> "PixelTextSettings":
+        """These settings with `on_text` for the image types named (every type when None)."""
+        named = dict(self.image_types)
+        chosen = IMAGE_TYPES if types is None else types
+        for name in chosen:
+            named[name] = replace(named.get(name, ImageTypeSettings()), on_text=on_text)
+        return replace(self, image_types=tuple(sorted(named.items())),
+                       on_text=on_text if types is None else self.on_text)
 
     def everywhere(self, method: str) -> "PixelTextSettings":
         """These settings with `method` for every image type (the types' own `screening` left out): the
@@ -249,6 +281,7 @@ class PixelTextTypeFile(StrictModel):
     overlay_frames: Annotated[int, Field(ge=2)] | None = None
     full_size_side: Annotated[int, Field(ge=0)] | None = None
     screening: Literal[SCREENING] | None = None  # type: ignore[valid-type]
+    on_text: Literal[ON_TEXT] | None = None  # type: ignore[valid-type]
 
     _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))
 
@@ -274,6 +307,7 @@ class PixelTextFile(StrictModel):
     overlay_frames: int = Field(_PT.overlay_frames, ge=2)
     full_size_side: int = Field(_PT.full_size_side, ge=0)
     cache_frames: int = Field(_PT.cache_frames, ge=0)
+    on_text: Literal[ON_TEXT] = _PT.on_text  # type: ignore[valid-type]
     image_types: dict[Literal[IMAGE_TYPES], PixelTextTypeFile] = {}  # type: ignore[valid-type]
 
     _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))
@@ -295,12 +329,40 @@ class PixelTextStats:
     overlay_boxes_moving: int = 0  # overlay candidates dropped: no pixel in them the same on every frame
     overlays_without_still: int = 0  # volumes whose overlays were not screened: no pixels every frame shares
     tesseract_seconds: float = 0.0
+    frames_verified: int = 0  # redacted frames read again whole (imaging.deid.redact.verify)
+
+
+@dataclass(frozen=True)
+class Box:
+    """A rectangle of a frame, in the frame's own pixels (rows from the top, columns from the left)."""
+
+    top: int
+    left: int
+    height: int
+    width: int
+
+    def padded(self, pad: int, rows: int, cols: int) -> "Box":
+        """This box grown by `pad` pixels on every side, clipped to a frame of `rows` x `cols`."""
+        top, left = max(0, self.top - pad), max(0, self.left - pad)
+        bottom, right = min(rows, self.top + self.height + pad), min(cols, self.left + self.width + pad)
+        return Box(top, left, max(0, bottom - top), max(0, right - left))
+
+
+@dataclass(frozen=True)
+class FoundText:
+    """The words Tesseract read in one place of an image, as boxes in frame coordinates: on frame `frame`,
+    or (`frame` None) on what a volume's frames share (its overlays or still pixels), so on every frame
+    that carries them (imaging.deid.redact decides which). Boxes only: the words are never kept."""
+
+    frame: int | None
+    boxes: tuple[Box, ...]
 
 
 @dataclass(frozen=True)
 class PixelTextResult:
     found: bool
     frames_checked: int
+    text: tuple[FoundText, ...] = ()  # where the words are (all of them when the check collected, else the first)
 
 
 def sample_frames(frames: int, sample: int) -> list[int]:
@@ -617,6 +679,12 @@ STILL_PAGE_LARGE = (1, 2)
 
 
 def still_pages(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray, full_size_side: int) -> list[np.ndarray]:
+    """The still pages (`still_layouts`) alone."""
+    return [page for page, _ in still_layouts(lowest, highest, mean, full_size_side)]
+
+
+def still_layouts(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray,
+                  full_size_side: int) -> list[tuple[np.ndarray, list[Placement]]]:
     """What every overlay frame shares, as pages for Tesseract: still pixels black on white, padded, at the
     sizes of `STILL_PAGE_SMALL` when the frame is no longer than `full_size_side`, else `STILL_PAGE_LARGE`.
 
@@ -628,8 +696,10 @@ def still_pages(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray, full_
 
     still = _still(lowest, highest, mean, STILL_PAGE_SHARE)
     image = Image.fromarray(np.where(still, 0, 255).astype(np.uint8))
-    return [np.pad(np.asarray(image.resize((image.width * f, image.height * f), Image.BILINEAR)) if f > 1
-                   else np.asarray(image), 16, constant_values=255)
+    rows, cols = still.shape
+    return [(np.pad(np.asarray(image.resize((image.width * f, image.height * f), Image.BILINEAR)) if f > 1
+                    else np.asarray(image), 16, constant_values=255),
+             [Placement(16, 16, rows * f, cols * f, 0, 0, float(f))])
             for f in (STILL_PAGE_SMALL if max(still.shape) <= full_size_side else STILL_PAGE_LARGE)]
 
 
@@ -653,7 +723,49 @@ def _enlargement(height: int, target: int = TEXT_HEIGHT) -> int:
     return int(min(4, max(1, round(target / max(height, 1)))))
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a part of a frame went on a page for Tesseract: its rectangle on the page, the part's top-left in
+    the frame, and the whole factor it was enlarged by."""
+
+    page_top: int
+    page_left: int
+    height: int  # on the page
+    width: int
+    top: int  # in the frame
+    left: int
+    factor: float = 1.0
+    pad: int = 0  # page pixels of border on every side (whole-frame and still pages)
+
+
+def to_frame(boxes: list[Box], placements: list[Placement], rows: int, cols: int) -> list[Box]:
+    """Word boxes on a page back in the frame's pixels (outward-rounded, clipped to the frame): each by the
+    placement holding its centre; a word across no placement (on the page's white) is dropped."""
+    out = []
+    for b in boxes:
+        cy, cx = b.top + b.height / 2, b.left + b.width / 2
+        inside = [p for p in placements
+                  if p.page_top <= cy < p.page_top + p.height and p.page_left <= cx < p.page_left + p.width]
+        for p in inside or (placements if len(placements) == 1 else []):  # a whole page's word may touch its border
+                top = p.top + (b.top - p.page_top) / p.factor
+                left = p.left + (b.left - p.page_left) / p.factor
+                bottom = p.top + (b.top + b.height - p.page_top) / p.factor
+                right = p.left + (b.left + b.width - p.page_left) / p.factor
+                t, l = max(0, math.floor(top)), max(0, math.floor(left))
+                bt, r = min(rows, math.ceil(bottom)), min(cols, math.ceil(right))
+                if bt > t and r > l:
+                    out.append(Box(t, l, bt - t, r - l))
+                break
+    return out
+
+
 def candidate_page(grey: np.ndarray, candidates: list[Candidate], stroke_max: int = 14, gap: int = 32) -> np.ndarray:
+    """One white page with every candidate pasted on it (`candidate_layout`)."""
+    return candidate_layout(grey, candidates, stroke_max, gap)[0]
+
+
+def candidate_layout(grey: np.ndarray, candidates: list[Candidate], stroke_max: int = 14,
+                     gap: int = 32) -> tuple[np.ndarray, list[Placement]]:
     """One white page with every candidate pasted on it as dark strokes on white, one above another.
 
     Each box is padded by half its height (and 4 pixels) and turned so its text is dark
@@ -670,7 +782,7 @@ def candidate_page(grey: np.ndarray, candidates: list[Candidate], stroke_max: in
     from scipy import ndimage as ndi
 
     k = stroke_max | 1
-    crops = []
+    crops, origins = [], []
     for c in candidates:
         margin = max(4, c.height // 2)
         top, left = max(0, c.top - margin), max(0, c.left - margin)
@@ -686,14 +798,17 @@ def candidate_page(grey: np.ndarray, candidates: list[Candidate], stroke_max: in
             if factor > 1:
                 image = image.resize((image.width * factor, image.height * factor), Image.BILINEAR)
             crops.append(np.asarray(image))
+            origins.append((top, left, factor))
     width = max(c.shape[1] for c in crops) + 2 * gap
     height = sum(c.shape[0] for c in crops) + gap * (len(crops) + 1)
     page = np.full((height, width), 255, dtype=np.uint8)
+    placements = []
     y = gap
-    for crop in crops:
+    for crop, (top, left, factor) in zip(crops, origins):
         page[y:y + crop.shape[0], gap:gap + crop.shape[1]] = crop
+        placements.append(Placement(y, gap, crop.shape[0], crop.shape[1], top, left, float(factor)))
         y += crop.shape[0] + gap
-    return page
+    return page, placements
 
 
 def _downscale(grey: np.ndarray, side: int) -> np.ndarray:
@@ -721,7 +836,8 @@ class PixelTextDetector:
         self.settings.validate()
         self.stats = PixelTextStats()
         self._tesserocr = tesserocr
-        self._verdicts: OrderedDict[str, bool] = OrderedDict()  # frame_key -> text found, least recent first
+        # frame_key -> the frame's word boxes (empty: clean), least recent first
+        self._verdicts: OrderedDict[str, tuple[Box, ...]] = OrderedDict()
         psm = {"sparse_text": tesserocr.PSM.SPARSE_TEXT, "auto": tesserocr.PSM.AUTO,
                "single_block": tesserocr.PSM.SINGLE_BLOCK}[self.settings.page_segmentation]
         path = find_tessdata(self.settings.language, self.settings.tessdata)
@@ -741,12 +857,15 @@ class PixelTextDetector:
             self._api.End()
             self._api = None
 
-    def check(self, ds: Dataset, syntax: UID, frames: Frames | None = None) -> PixelTextResult:
+    def check(self, ds: Dataset, syntax: UID, frames: Frames | None = None, collect: bool = False) -> PixelTextResult:
         """Read the sampled frames of `ds` (settings of its `image_type`); raise NotDeidentifiable if
         they cannot be decoded.
 
         `frames`: where the frames are read from, one at a time (imaging.deid.frames; a streamed
         file's pixel data stay in the file); by default `ds.PixelData`.
+        `collect`: read on after the first text (every sampled frame, and a volume's overlays), so the
+        result holds every place words were read (a redaction covers them all); else the check stops at
+        the first text, as a quarantine needs no more.
         The caller decides whether the file needs a check and what text means for it.
         """
         started = time.perf_counter()
@@ -764,27 +883,31 @@ class PixelTextDetector:
             photometric = str(ds.get("PhotometricInterpretation", "") or "").strip().upper()
             kind = self.settings.for_type(image_type(ds))
             checked = 0
-            found = False
+            found: list[FoundText] = []
             greys = {}
             for index in sample_frames(count, kind.frame_sample):
                 frame = self._decode(frames, index)
                 checked += 1
-                if self._frame_verdict(frame, photometric, kind):
-                    found = True
-                    break
+                boxes = self._frame_verdict(frame, photometric, kind)
+                if boxes:
+                    found.append(FoundText(index, boxes))
+                    if not collect:
+                        break
                 if kind.overlay and frame.ndim == 2:
                     greys[index] = to_grey8(frame, photometric)
-            if not found and kind.overlay and count > 1 and len(greys) == checked:
+            if (collect or not found) and kind.overlay and count > 1 and len(greys) == checked:
                 for index in sample_frames(count, kind.overlay_frames):
                     if index not in greys:
                         frame = self._decode(frames, index)
                         greys[index] = to_grey8(frame, photometric) if frame.ndim == 2 else None
                 if all(g is not None for g in greys.values()):
-                    found = self._overlay_has_text(list(greys.values()), kind)
+                    boxes = self._overlay_text(list(greys.values()), kind)
+                    if boxes:
+                        found.append(FoundText(None, tuple(boxes)))
             self.stats.files_checked += 1
             self.stats.frames_checked += checked
-            self.stats.files_with_text += found
-            return PixelTextResult(found, checked)
+            self.stats.files_with_text += bool(found)
+            return PixelTextResult(bool(found), checked, tuple(found))
         finally:
             self.stats.ocr_seconds += time.perf_counter() - started
 
@@ -796,8 +919,8 @@ class PixelTextDetector:
             self.stats.files_uncheckable += 1
             raise
 
-    def _frame_verdict(self, frame: np.ndarray, photometric: str, kind: TypeSettings) -> bool:
-        """A decoded frame's verdict: from the cache by pixel hash, else read (and kept)."""
+    def _frame_verdict(self, frame: np.ndarray, photometric: str, kind: TypeSettings) -> tuple[Box, ...]:
+        """A decoded frame's words (empty: clean): from the cache by pixel hash, else read (and kept)."""
         key = None
         if self.settings.cache_frames:
             key = frame_key(frame, f"{photometric}|{kind.name}|{kind.screening}", self.settings)
@@ -806,14 +929,14 @@ class PixelTextDetector:
                 self.stats.frames_cached += 1
                 return self._verdicts[key]
         grey = to_grey8(frame, photometric)
-        verdict = grey is not None and self.frame_has_text(grey, kind)
+        verdict = tuple(self.frame_text(grey, kind)) if grey is not None else ()
         if key is not None:
             self._verdicts[key] = verdict
             if len(self._verdicts) > self.settings.cache_frames:
                 self._verdicts.popitem(last=False)
         return verdict
 
-    def _overlay_has_text(self, greys: list[np.ndarray], kind: TypeSettings) -> bool:
+    def _overlay_text(self, greys: list[np.ndarray], kind: TypeSettings) -> list[Box]:
         """A label a device draws on every frame of a volume, found where each frame alone hides it.
 
         OCT speckle changes from one B-scan to the next; an overlay does not. `greys` are the
@@ -829,7 +952,7 @@ class PixelTextDetector:
         a label is drawn alike on each, while speckled anatomy (the retina's layers, whose speckle the
         overlays only lower) differs from frame to frame. On the 256 x 256 volumes of the pipeline's
         corpus the layers made a candidate in both overlays of every clean volume, two Tesseract reads
-        a volume for nothing.
+        a volume for nothing. Returns the words' boxes in frame coordinates (empty: no text).
         """
         kind = replace(kind, despeckle=False)  # the minimum already took the speckle down
         lowest, highest = np.minimum.reduce(greys), np.maximum.reduce(greys)
@@ -840,41 +963,57 @@ class PixelTextDetector:
             # No candidate could hold STILL_PIXELS still pixels: the overlays' screens would find none to
             # read, and the still page would not be read either (a clean volume, the common case).
             self.stats.overlays_without_still += 1
-            return False
+            return []
         mean = (total // len(greys)).astype(np.uint8)
         for projection in (lowest, mean):
-            if self.frame_has_text(projection, kind, still=still):
-                return True
-        return any(self._read(page, kind.thresholding)
-                   for page in still_pages(lowest, highest, average, kind.full_size_side))
+            boxes = self.frame_text(projection, kind, still=still)
+            if boxes:
+                return boxes
+        rows, cols = lowest.shape
+        for page, placements in still_layouts(lowest, highest, average, kind.full_size_side):
+            boxes = self._read(page, kind.thresholding)
+            if boxes:
+                return to_frame(boxes, placements, rows, cols)
+        return []
 
     def frame_has_text(self, grey: np.ndarray, kind: TypeSettings | None = None, still: np.ndarray | None = None) -> bool:
-        """True if Tesseract reads `min_words` counted words in an 8-bit grey frame: in its text
-        candidates (`screening: candidates`) or in the whole frame; settings of `kind` (default type).
-        `still` (an overlay's: `still_pixels`, the frame's shape) keeps only the candidates holding
-        `STILL_PIXELS` of its pixels."""
+        """True if Tesseract reads `min_words` counted words in an 8-bit grey frame (`frame_text`)."""
+        return bool(self.frame_text(grey, kind, still))
+
+    def frame_text(self, grey: np.ndarray, kind: TypeSettings | None = None,
+                   still: np.ndarray | None = None) -> list[Box]:
+        """The boxes (in `grey`'s pixels) of the words Tesseract read where it reads `min_words` counted words
+        in an 8-bit grey frame: in its text candidates (`screening: candidates`) or in the whole frame;
+        settings of `kind` (default type). Empty: no text. `still` (an overlay's: `still_pixels`, the
+        frame's shape) keeps only the candidates holding `STILL_PIXELS` of its pixels."""
         kind = kind or self.settings.for_type(DEFAULT_TYPE)
         if kind.screening == "whole_frame":
             return self._read_whole(grey, kind)
         full = grey.shape
-        grey = _downscale(grey, kind.max_side)
+        small = _downscale(grey, kind.max_side)
         # Full size for small frames without the median (a volume's overlay): a 2 x 2 mean blurs the
         # 1 px strokes of 10 px labels below min_contrast; a median (speckled frames) takes them anyway.
-        scale = 1 if max(grey.shape) <= kind.full_size_side and not kind.despeckle else 2
-        candidates = screen(grey, kind.min_contrast, self.settings.stroke_max, kind.despeckle,
+        scale = 1 if max(small.shape) <= kind.full_size_side and not kind.despeckle else 2
+        candidates = screen(small, kind.min_contrast, self.settings.stroke_max, kind.despeckle,
                             self.settings.min_crossings, scale).candidates
         if still is not None:
-            kept = [c for c in candidates if _still_in(still, c, full[0] / grey.shape[0]) >= STILL_PIXELS]
+            kept = [c for c in candidates if _still_in(still, c, full[0] / small.shape[0]) >= STILL_PIXELS]
             self.stats.overlay_boxes_moving += len(candidates) - len(kept)
             candidates = kept
         if not candidates:
             self.stats.frames_without_candidates += 1
-            return False
-        if sum(c.height * c.width for c in candidates) * 2 >= grey.size:
+            return []
+        if sum(c.height * c.width for c in candidates) * 2 >= small.size:
             return self._read_whole(grey, kind)  # candidates everywhere: the whole frame is the smaller read
-        return self._read(candidate_page(grey, candidates, self.settings.stroke_max), kind.thresholding)
+        page, placements = candidate_layout(small, candidates, self.settings.stroke_max)
+        boxes = to_frame(self._read(page, kind.thresholding), placements, *small.shape)
+        if small.shape != full:  # back to the frame's own pixels
+            fy, fx = full[0] / small.shape[0], full[1] / small.shape[1]
+            boxes = [Box(int(b.top * fy), int(b.left * fx), math.ceil(b.height * fy) + 1, math.ceil(b.width * fx) + 1)
+                     for b in boxes]
+        return boxes
 
-    def _read_whole(self, grey: np.ndarray, kind: TypeSettings) -> bool:
+    def _read_whole(self, grey: np.ndarray, kind: TypeSettings) -> list[Box]:
         """The frame read whole, each pass at its side (the method before candidates)."""
         from PIL import Image, ImageOps
 
@@ -887,14 +1026,89 @@ class PixelTextDetector:
             if max(full.size) > side:
                 scale = side / max(full.size)
                 image = full.resize((max(1, round(full.width * scale)), max(1, round(full.height * scale))))
-            if self.settings.pad:
-                image = ImageOps.expand(image, self.settings.pad, fill=border)
-            if self._read(np.asarray(image), (method,)):
+            pad = self.settings.pad
+            if pad:
+                image = ImageOps.expand(image, pad, fill=border)
+            boxes = self._read(np.asarray(image), (method,))
+            if boxes:
+                factor = (image.width - 2 * pad) / full.width
+                return to_frame(boxes, [Placement(pad, pad, image.height - 2 * pad, image.width - 2 * pad, 0, 0, factor)],
+                                *grey.shape)
+        return []
+
+    def verify_frame(self, grey: np.ndarray, covered: tuple[Box, ...] = (), volume: bool = False) -> bool:
+        """True if a word is still read in a redacted frame (`read_again`) outside the covered boxes."""
+        for b in self.read_again(grey, volume):
+            if not any(c.top <= b.top and c.left <= b.left and b.top + b.height <= c.top + c.height
+                       and b.left + b.width <= c.left + c.width for c in covered):
                 return True
         return False
 
-    def _read(self, page: np.ndarray, passes: tuple[str, ...]) -> bool:
-        """Tesseract on one image, a pass per thresholding method until one finds text."""
+    def read_again(self, grey: np.ndarray, volume: bool = False, confirming: bool = False) -> list[Box]:
+        """The second, independent reading of imaging.deid.redact, not the screening that found the text: the
+        whole frame (no candidates), padded, at another scale than the screening's (enlarged when small, native
+        when large) and with other thresholding (`VERIFY_SINGLE`; `VERIFY_VOLUME`: a frame of a multi-frame
+        image). The boxes (frame pixels) of the words counted as the check counts them, at least
+        `VERIFY_MIN_HEIGHT` tall. It confirms the screening's words before a redaction (`confirming`: a volume's
+        frames then read as single frames are, Sauvola then Otsu, small ones at twice their size, where 10 px
+        labels are read; after a redaction those read the speckle as words) and reads the redacted frames after
+        it."""
+        from PIL import Image, ImageOps
+
+        started = time.perf_counter()
+        words = []
+        try:
+            image = Image.fromarray(np.ascontiguousarray(grey))
+            below = (VERIFY_VOLUME_ENLARGE_BELOW if confirming else 0) if volume else VERIFY_ENLARGE_BELOW
+            factor = VERIFY_SCALE if max(grey.shape) <= below else 1
+            if factor > 1:
+                image = image.resize((image.width * factor, image.height * factor), Image.BILINEAR)
+            pad = max(self.settings.pad, 8)
+            image = ImageOps.expand(image, pad, fill=int(np.median(grey[0])))
+            for method in VERIFY_VOLUME if volume and not confirming else VERIFY_SINGLE:
+                self._api.SetVariable("thresholding_method", THRESHOLDING[method])
+                self._api.SetImage(image)
+                words += self._counted_boxes()
+            self.stats.frames_verified += 1
+        finally:
+            self.stats.tesseract_seconds += time.perf_counter() - started
+        out = []
+        rows, cols = grey.shape[:2]
+        for b in words:
+            top, left = (b.top - pad) / factor, (b.left - pad) / factor
+            bottom, right = top + b.height / factor, left + b.width / factor
+            if bottom - top < VERIFY_MIN_HEIGHT:
+                continue  # speckle read as a tiny word ('dis', 6 px tall, 63%, on a redacted B-scan)
+            t, l = max(0, math.floor(top)), max(0, math.floor(left))
+            bt, r = min(rows, math.ceil(bottom)), min(cols, math.ceil(right))
+            if bt > t and r > l:
+                out.append(Box(t, l, bt - t, r - l))
+        return out
+
+    def _counted_boxes(self) -> list[Box]:
+        """The boxes of the counted words of the last image set (confidence and letters enough)."""
+        tess = self._tesserocr
+        if not self._api.Recognize():
+            return []
+        out = []
+        for word in tess.iterate_level(self._api.GetIterator(), tess.RIL.WORD):
+            try:
+                text = word.GetUTF8Text(tess.RIL.WORD) or ""
+            except RuntimeError:
+                continue
+            if word.Confidence(tess.RIL.WORD) < self.settings.min_confidence:
+                continue
+            if sum(ch.isalnum() for ch in text) < self.settings.min_word_chars:
+                continue
+            box = word.BoundingBox(tess.RIL.WORD)
+            if box is not None:
+                x1, y1, x2, y2 = box
+                out.append(Box(int(y1), int(x1), max(1, int(y2 - y1)), max(1, int(x2 - x1))))
+        return out
+
+    def _read(self, page: np.ndarray, passes: tuple[str, ...]) -> list[Box]:
+        """Tesseract on one image, a pass per thresholding method until one finds text: the page boxes of
+        every word that pass read (empty: no text)."""
         from PIL import Image
 
         started = time.perf_counter()
@@ -904,28 +1118,37 @@ class PixelTextDetector:
             for method in passes:
                 self._api.SetVariable("thresholding_method", THRESHOLDING[method])
                 self._api.SetImage(image)  # again per pass: Tesseract keeps the first pass's binary image
-                if self._count_words() >= self.settings.min_words:
-                    return True
-            return False
+                counted, boxes = self._words()
+                if counted >= self.settings.min_words:
+                    return boxes
+            return []
         finally:
             self.stats.tesseract_seconds += time.perf_counter() - started
 
-    def _count_words(self) -> int:
+    def _words(self) -> tuple[int, list[Box]]:
+        """The counted words of the last image set (confidence and letters enough to mean text), and the box
+        of every word read with at least one letter or digit, whatever its confidence: when a frame has
+        text, a redaction covers its weaker words too (a 2-letter initial, a date read at 40%)."""
         tess = self._tesserocr
         if not self._api.Recognize():
-            return 0
-        counted = 0
+            return 0, []
+        counted, boxes = 0, []
         iterator = self._api.GetIterator()
         for word in tess.iterate_level(iterator, tess.RIL.WORD):
             try:
                 text = word.GetUTF8Text(tess.RIL.WORD) or ""
             except RuntimeError:  # an empty word
                 continue
-            if word.Confidence(tess.RIL.WORD) < self.settings.min_confidence:
+            letters = sum(ch.isalnum() for ch in text)
+            if not letters:
                 continue
-            if sum(ch.isalnum() for ch in text) >= self.settings.min_word_chars:
+            box = word.BoundingBox(tess.RIL.WORD)
+            if box is not None:
+                x1, y1, x2, y2 = box
+                boxes.append(Box(int(y1), int(x1), max(1, int(y2 - y1)), max(1, int(x2 - x1))))
+            if word.Confidence(tess.RIL.WORD) >= self.settings.min_confidence and letters >= self.settings.min_word_chars:
                 counted += 1
-        return counted
+        return counted, boxes
 
 
 def frame_bytes(ds: Dataset) -> int:
@@ -958,7 +1181,7 @@ def shared_detector(settings: PixelTextSettings | None = None) -> PixelTextDetec
 
 
 __all__ = [
-    "Candidate", "IMAGE_TYPES", "ImageTypeSettings", "PixelTextDetector", "PixelTextResult", "PixelTextSettings",
+    "Box", "Candidate", "FoundText", "IMAGE_TYPES", "ImageTypeSettings", "PixelTextDetector", "PixelTextResult", "PixelTextSettings",
     "PixelTextStats", "Screen", "TEXT_FOUND", "TypeSettings", "UNCHECKABLE", "candidate_page", "find_candidates",
     "frame_key", "image_type", "load_pixel_text_settings", "sample_frames", "screen", "shared_detector",
 ]

@@ -221,6 +221,9 @@ class DataCardInputs:
     key_fingerprint: str | None = None
     # The opt-out lists applied and what they held back; None: not recorded (a card made without them).
     optouts: OptOutSection | None = None
+    # What burned-in text found in an image's pixels did, per image type (platform/pixel_text.yaml `on_text`:
+    # "quarantine" or "redact"; `imaging.deid.pixel_text.image_type`); empty: not recorded.
+    text_policy: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -308,7 +311,9 @@ def build_datacard(inputs: DataCardInputs) -> DataCard:
         },
         "disclosure": inputs.disclosure.report(below),
         "deidentification": {"standard": inputs.deid.standard, "engine": inputs.deid.engine,
-                             "options": [{"name": n, "code": code, "meaning": m} for n, code, m in inputs.deid.options]},
+                             "options": [{"name": n, "code": code, "meaning": m} for n, code, m in inputs.deid.options],
+                             **({"burned_in_text": dict(sorted(inputs.text_policy.items()))}
+                                if inputs.text_policy else {})},
         # Which key made the pseudonyms, UIDs and date shifts: a keyed hash of a fixed string, never the key.
         "pseudonym_key": key_section(inputs.key_fingerprint),
         **({"optouts": optout_section(inputs.optouts, below)} if inputs.optouts is not None else {}),
@@ -353,6 +358,19 @@ def _scope(check: Mapping) -> str:
     return {"whole table": "whole table", "release": "this release"}.get(check.get("scope", "release"), "")
 
 
+TEXT_POLICY = {"quarantine": "quarantined when text is found in its pixels",
+               "redact": "text found in its pixels is covered (solid boxes), read again clean, then published with "
+                         "Clean Pixel Data (113101); text still read: quarantined"}
+
+
+def _text_policy(policy: Mapping[str, str] | None) -> str:
+    if not policy:
+        return ""
+    return ("\nBurned-in text, per image type (the boxes covered are in the metadata's `redacted_regions`):\n\n"
+            + _table(["image type", "on text", "what happens"],
+                     [[t, p, TEXT_POLICY.get(p, p)] for t, p in policy.items()]))
+
+
 def render_markdown(card: Mapping) -> str:
     counts, k = card["counts"], card["disclosure"]
     key = card.get("pseudonym_key") or key_section(None)
@@ -379,6 +397,7 @@ def render_markdown(card: Mapping) -> str:
             f"{card['deidentification']['engine']}.\n\n",
             _table(["option", "CID 7050 code", "meaning"],
                    [[o["name"], o["code"], o["meaning"]] for o in card["deidentification"]["options"]]),
+            _text_policy(card["deidentification"].get("burned_in_text")),
             f"\nPseudonym key fingerprint: `{key['fingerprint']}` (HMAC-SHA256 of a fixed string under the key, "
             "first 16 hex digits: the same key gives the same fingerprint; the key is never recorded)"
             + (f". **{DEMO_KEY_NOTE}**" if key["demo_key"] else "") + ".\n",

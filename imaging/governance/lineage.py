@@ -107,6 +107,10 @@ def manifest_lineage(policy: ClinicalPolicy, options: Iterable[str] | None) -> l
         *(_dicom(profile, HEADER[column][0], column, _linked(column)) for column in PUBLISHED),
         ColumnLineage(MANIFEST, "has_clinical_record", _linked("has_clinical_record"), KEPT, False,
                       "whether a clinical record dated on or before the scan was found"),
+        ColumnLineage(MANIFEST, "pixel_text", _linked("source_path"), DERIVED, False,
+                      "the burned-in text check's outcome on the pixels: not read, clean, or redacted"),
+        ColumnLineage(MANIFEST, "redacted_regions", _linked("source_path"), DERIVED, False,
+                      "the boxes covered where burned-in text was found (geometry only, JSON)"),
     ]
     for rule in policy.rules:
         sources = _clinical(rule.aliases)

@@ -88,6 +88,7 @@ class Review:
     audit_events: list = field(default_factory=list)
     traces: list[Trace] = field(default_factory=list)
     optouts: Recheck | None = None  # released patients against the opt-out lists (identifiable zone); None: not read
+    text: object | None = None  # imaging.governance.contact_sheet.TextEvidence: burned-in text per type, thumbnails
     problems: list[str] = field(default_factory=list)  # evidence problems (the decisions' are in `standing`)
     flags: list[str] = field(default_factory=list)  # shown first, not failing: a demo key, a k below policy
     notes: list[str] = field(default_factory=list)
@@ -316,6 +317,7 @@ def _evidence(result: Review) -> None:
         if result.row is None:
             result.problems.append("the file has no row in metadata.parquet")
     result.counts = exact_counts(table)
+    _text_evidence(result, table)
     try:
         disclosure = _policy_disclosure()
     except (ConfigError, ValueError) as error:
@@ -349,6 +351,21 @@ def _evidence(result: Review) -> None:
     if min_k < disclosure.min_k:
         result.flags.append(f"the release's minimum k ({min_k}) is below the policy's ({disclosure.min_k}): "
                             f"IMAGING_MIN_K lowered it")
+
+
+def _text_evidence(result: Review, table) -> None:
+    """Burned-in text: counts per image type and the contact sheet, drawn from the released files."""
+    from imaging.governance.contact_sheet import text_evidence
+
+    if "pixel_text" not in table.column_names:
+        result.notes.append("the metadata does not record what the burned-in text check did (a release made "
+                            "before it was recorded): no contact sheet")
+        return
+    if result.file is not None:
+        table = table.filter(_in(table, {result.file}))
+    result.text = text_evidence(result.root, table, result.release_id or "")
+    result.problems += result.text.problems
+    result.notes += result.text.notes
 
 
 def _in(table, paths: set[str]):
@@ -393,6 +410,10 @@ def _identifiable(result: Review) -> None:
     _optouts(result)
     site_days = {(t.record.date, t.record.site) for t in result.traces if t.record is not None}
     result.quarantine = quarantine_summary(result.tables, site_days)
+    if result.text is not None:
+        from imaging.governance.contact_sheet import add_quarantined
+
+        add_quarantined(result.text, result.tables, site_days)
     result.arrived = arrived_columns(result.tables, site_days)
     # Each signer's stored review report is the one their signature names (identifiable zone).
     for decision in (*result.standing.approvals, *result.standing.rejections) if result.standing else ():
@@ -537,6 +558,10 @@ def evidence_text(r: Review) -> str:
                   f"  {'attribute':40s} {'removed':>8s} {'replaced':>8s} {'shifted':>8s} {'kept':>8s} {'added':>8s}"]
         lines += [f"  {a.attribute:40s} {a.removed:8d} {a.replaced:8d} {a.shifted:8d} {a.kept:8d} {a.added:8d}"
                   for a in r.attributes]
+    if r.text is not None:
+        from imaging.governance.contact_sheet import text_lines
+
+        lines += [""] + text_lines(r.text)
     if r.quarantine is not None:
         lines += ["", "Quarantine of the partitions the release read (files by reason):"]
         lines += [f"  {q.files:6d}  {q.table}: {q.reason}" for q in r.quarantine] or ["  (none)"]

@@ -8,12 +8,11 @@ the clinical columns that actually arrived when the identifiable zone was read (
 per policy column, naming its aliases); columns dropped on the way are listed under the drawing,
 not drawn as edges; the legend says what each edge colour means, and an edge table repeats every
 edge in words so the meaning survives printing. The report holds checksums, runs and versions,
-never a landing path, a real date or a site.
+never a landing path, a real date or a site. Rendered from `templates/review.html` (jinja2, autoescape on);
+this module only shapes the review into what the template draws (the lineage graph's geometry included).
 """
 
 from __future__ import annotations
-
-from html import escape
 
 from imaging.governance.lineage import LINKED, MANIFEST, RELEASE
 
@@ -46,7 +45,8 @@ def _drawn(lineage: list[dict], arrived: set[str] | None) -> list[tuple[list[tup
     return [(_sources(e, arrived), e) for e in lineage if e["column"]]
 
 
-def _graph(lineage: list[dict], arrived: set[str] | None) -> str:
+def _graph(lineage: list[dict], arrived: set[str] | None) -> dict:
+    """The lineage drawing's geometry: titles, edges (paths) and nodes, for the template to draw."""
     columns: dict[str, list[str]] = {LINKED: [], MANIFEST: [], RELEASE: []}
 
     def node(table: str, column: str) -> None:
@@ -60,30 +60,22 @@ def _graph(lineage: list[dict], arrived: set[str] | None) -> str:
         node(e["table"], e["column"])
     x = {LINKED: 10, MANIFEST: 10 + NODE_W + GAP, RELEASE: 10 + 2 * (NODE_W + GAP)}
     y = {(t, c): TOP + i * ROW for t, cols in columns.items() for i, c in enumerate(cols)}
-    height = TOP + max(len(c) for c in columns.values()) * ROW + 20
-    width = x[RELEASE] + NODE_W + 10
-    parts = [f'<svg id="lineage-graph" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="column lineage graph">']
-    for table, left in x.items():
-        parts.append(f'<text class="title" x="{left}" y="{TOP - 25}">{escape(TITLES[table])}</text>')
+    edges = []
     for sources, e in drawn:
         target = (e["table"], e["column"])
-        colour = COLOURS[e["transform"]]
-        dash = ' stroke-dasharray="4 3"' if e["transform"] == "dropped" else ""
         for source in sources:
             x1, y1 = x[source[0]] + NODE_W, y[source] + ROW / 2 - 2
             x2, y2 = x[target[0]], y[target] + ROW / 2 - 2
             mid = (x1 + x2) / 2
-            label = f'{source[0]}.{source[1]} -> {target[0]}.{target[1]}: {e["transform"]}'
-            parts.append(f'<path class="edge {e["transform"]}" data-masked="{str(e["masked"]).lower()}" '
-                         f'd="M{x1},{y1} C{mid},{y1} {mid},{y2} {x2},{y2}" fill="none" stroke="{colour}" '
-                         f'stroke-width="1.4"{dash}><title>{escape(label)}</title></path>')
-    for (table, column), top in y.items():
-        parts.append(f'<g class="node" data-table="{table}" data-column="{escape(column)}">'
-                     f'<rect x="{x[table]}" y="{top}" width="{NODE_W}" height="{ROW - 4}" rx="3" fill="#f7f9fc" '
-                     f'stroke="#9aa7b8"/><text x="{x[table] + 6}" y="{top + ROW - 9}">{escape(column)}</text></g>')
-    parts.append("</svg>")
-    return "".join(parts)
+            edges.append({"transform": e["transform"], "masked": str(e["masked"]).lower(),
+                          "d": f"M{x1},{y1} C{mid},{y1} {mid},{y2} {x2},{y2}", "colour": COLOURS[e["transform"]],
+                          "dashed": e["transform"] == "dropped",
+                          "label": f'{source[0]}.{source[1]} -> {target[0]}.{target[1]}: {e["transform"]}'})
+    return {"width": x[RELEASE] + NODE_W + 10, "height": TOP + max(len(c) for c in columns.values()) * ROW + 20,
+            "titles": [{"x": left, "y": TOP - 25, "text": TITLES[table]} for table, left in x.items()],
+            "edges": edges,
+            "nodes": [{"table": table, "column": column, "x": x[table], "y": top, "w": NODE_W, "h": ROW - 4,
+                       "ty": top + ROW - 9} for (table, column), top in y.items()]}
 
 
 def _dropped(lineage: list[dict], arrived: set[str] | None) -> list[list]:
@@ -112,14 +104,9 @@ def _edges(lineage: list[dict], arrived: set[str] | None) -> list[list]:
              e["transform"], e["description"]] for sources, e in _drawn(lineage, arrived)]
 
 
-def _rows(header: list[str], rows: list[list], cls: str = "") -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{escape('' if v is None else str(v))}</td>" for v in row) + "</tr>"
-                   for row in rows)
-    return f"<table{f' class={chr(34)}{cls}{chr(34)}' if cls else ''}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-STYLE = ("body{font:14px system-ui,sans-serif;margin:24px;color:#1b2733}"
+STYLE = ("#contact-sheet{display:flex;flex-wrap:wrap;gap:8px}.thumb{margin:0;font-size:11px;max-width:200px}"
+         ".thumb.redacted img{outline:2px solid #b3261e}"
+         "body{font:14px system-ui,sans-serif;margin:24px;color:#1b2733}"
          "table{border-collapse:collapse;margin:6px 0 16px}td,th{border:1px solid #ccd5df;padding:3px 8px;"
          "text-align:left;font-size:13px;overflow-wrap:anywhere}th{background:#eef2f6}.ok{color:#1e7d34}.bad{color:#b3261e}"
          ".wait{color:#8a5a00}.flag{color:#8a5a00;font-weight:600}"
@@ -129,128 +116,97 @@ STYLE = ("body{font:14px system-ui,sans-serif;margin:24px;color:#1b2733}"
          "@media print{*{-webkit-print-color-adjust:exact;print-color-adjust:exact}svg{max-width:100%;height:auto}}")
 
 
+def _environment():
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    return Environment(loader=PackageLoader("imaging.governance", "templates"), autoescape=select_autoescape(["html"]),
+                       undefined=StrictUndefined, trim_blocks=False)
+
+
 def render_html(review) -> str:
-    """The report of a `imaging.governance.review.Review`: verdict, problems and approvals first."""
+    """The report of a `imaging.governance.review.Review`: verdict, problems and approvals first, rendered from
+    `templates/review.html` with autoescape (every value from a file or the card escaped)."""
     card = review.card or {}
     verdict = review.verdict
-    cls = {True: "ok", None: "wait", False: "bad"}[review.settled]
-    out = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
-           f"<title>Release review: {escape(str(card.get('cohort', '')))} {verdict}</title>",
-           f"<style>{STYLE}</style></head><body>",
-           f"<h1>Release review <span id=\"status\" class=\"{cls}\">{verdict}</span></h1>"]
-    if review.all_problems:
-        out.append("<h2>Problems</h2><ul id=\"problems\">"
-                   + "".join(f"<li class=\"bad\">{escape(p)}</li>" for p in review.all_problems) + "</ul>")
-    if review.all_flags:
-        out.append("<h2>Flags</h2><ul id=\"flags\">"
-                   + "".join(f"<li class=\"flag\">{escape(f)}</li>" for f in review.all_flags) + "</ul>")
     st = review.standing
-    out.append("<h2>Approvals</h2>")
-    if st is None:
-        out.append("<p>none readable</p>")
-    else:
-        out.append(f"<p>{len(st.approvals)} of {st.required} required signed approvals, verified against the "
-                   f"allowed signers (read from {escape(review.decisions_from)})"
-                   + (": <b class=\"bad\">REJECTED</b>" if st.rejected else "") + "</p>")
-        decisions = [[d.text.kind, d.text.principal, d.text.key_fingerprint + (" (DEMO KEY)" if d.demo_key else ""),
-                      d.text.signed_at, d.text.review_sha256, d.text.note] for d in (*st.approvals, *st.rejections)]
-        if decisions:
-            out.append(_rows(["decision", "principal", "key", "signed at", "review report sha256", "note"], decisions))
-    if review.notes:
-        out.append("<ul>" + "".join(f"<li>{escape(n)}</li>" for n in review.notes) + "</ul>")
-    out.append(_rows(["", ""], [["state", review.state], ["release id (sha256 of SHA256SUMS)", review.release_id],
-                                ["cohort", f"{card.get('cohort', '')} v{card.get('version', '')}"],
-                                ["data digest (recomputed)", card.get("data_digest")],
-                                ["files checked", f"{review.check.checked} of {review.check.listed} listed"],
-                                ["reviewed file", review.file or "(whole release)"],
-                                ["review report sha256 (what an approval signs)", review.sha256]]))
-    if review.counts:
-        c = review.counts
-        out += ["<h2>Counts (exact)</h2>",
-                _rows(["images", "patients", "studies", "series"], [[c.images, c.patients, c.studies, c.series]])]
-    if review.k:
-        k, declared = review.k, card.get("disclosure", {})
-        out += ["<h2>Disclosure control, recomputed from the released files</h2>",
-                _rows(["quasi-identifiers (metadata, headers)", "release min k", "policy min k", "classes", "smallest",
-                       "headers read", "same as the metadata"],
-                      [[", ".join(k.quasi_identifiers), declared.get("min_k"), review.policy_min_k, len(k.class_sizes),
-                        k.smallest, k.headers_read, "yes" if k.same_as_metadata else "NO"]]),
-                f"<p id=\"class-sizes\">Class sizes, exact (no values): {escape(', '.join(map(str, k.class_sizes)))}</p>"]
-    if review.attributes:
-        out += ["<h2>Per-attribute evidence: landing file to released file (files, no values)</h2>",
-                _rows(["attribute", "removed", "replaced", "shifted", "kept", "added"],
-                      [[a.attribute, a.removed, a.replaced, a.shifted, a.kept, a.added] for a in review.attributes])]
-    if review.quarantine is not None:
-        out += ["<h2>Quarantine of the partitions the release read</h2>",
-                _rows(["table", "reason", "files"], [[q.table, q.reason, q.files] for q in review.quarantine])
-                if review.quarantine else "<p>none</p>"]
-    out += _optouts(card.get("optouts"), review.optouts)
+    standing = None if st is None else {
+        "approvals": len(st.approvals), "required": st.required, "rejected": st.rejected,
+        "decisions": [[d.text.kind, d.text.principal, d.text.key_fingerprint + (" (DEMO KEY)" if d.demo_key else ""),
+                       d.text.signed_at, d.text.review_sha256, d.text.note] for d in (*st.approvals, *st.rejections)]}
+    summary = [["state", review.state], ["release id (sha256 of SHA256SUMS)", review.release_id],
+               ["cohort", f"{card.get('cohort', '')} v{card.get('version', '')}"],
+               ["data digest (recomputed)", card.get("data_digest")],
+               ["files checked", f"{review.check.checked} of {review.check.listed} listed"],
+               ["reviewed file", review.file or "(whole release)"],
+               ["review report sha256 (what an approval signs)", review.sha256]]
+    c = review.counts
+    k = review.k
+    k_view = None
+    if k:
+        declared = card.get("disclosure", {})
+        k_view = {"row": [", ".join(k.quasi_identifiers), declared.get("min_k"), review.policy_min_k, len(k.class_sizes),
+                          k.smallest, k.headers_read, "yes" if k.same_as_metadata else "NO"],
+                  "sizes": ", ".join(map(str, k.class_sizes))}
+    text = None
+    if review.text is not None:
+        t = review.text
+        text = {"quarantine_read": any(v.quarantined is not None for v in t.counts.values()),
+                "rows": [[name, v.screened, v.clean, v.redacted, "not read" if v.quarantined is None else v.quarantined,
+                          v.not_read] for name, v in t.counts.items()],
+                "sheet": t.sheet, "others": sum(1 for x in t.sheet if not x.redacted)}
+    card_view = None
     if card:
         d = card["deidentification"]
         lineage = card.get("lineage", [])
-        legend = [[f'<i style="border-color:{c}"{" class=dashed" if t == "dropped" else ""}></i>', t, MEANINGS[t]]
-                  for t, c in COLOURS.items()]
-        out += ["<h2>Column lineage</h2>",
-                "<p>" + ("Source nodes: the clinical columns that arrived in the partitions read."
-                         if review.arrived is not None else
-                         "Source nodes: one per policy column, naming the aliases it accepts (the identifiable zone "
-                         "was not read, so which arrived is not known).") + "</p>",
-                "<table class=\"legend\"><thead><tr><th>edge</th><th>transform</th><th>meaning</th></tr></thead><tbody>"
-                + "".join(f"<tr><td>{swatch}</td><td>{escape(t)}</td><td>{escape(m)}</td></tr>" for swatch, t, m in legend)
-                + "</tbody></table>",
-                _graph(lineage, review.arrived),
-                "<h3>Dropped on the way (not drawn)</h3>",
-                _rows(["hop", "columns", "why"], _dropped(lineage, review.arrived), "dropped"),
-                "<h3>Every edge, in words</h3>",
-                _rows(["from", "to", "transform", "what is done"], _edges(lineage, review.arrived), "edges"),
-                "<h2>Selection</h2>", f"<p><code>{escape(card['selection']['predicate'])}</code></p>",
-                "<h2>De-identification</h2>", f"<p>{escape(d['standard'])}; engine {escape(d['engine'])}</p>",
-                _rows(["option", "code", "meaning"], [[o["name"], o["code"], o["meaning"]] for o in d["options"]]),
-                "<h2>Checks</h2>", _rows(["asset", "check", "result", "severity", "on", "run", "evaluated"],
-                                         [[c["asset"], c["check"], c["result"], c.get("severity"),
-                                           ", ".join(c["partitions"]) if c.get("partitions") else
-                                           {"whole table": "whole table"}.get(c.get("scope"), "this release"),
-                                           c["run_id"], c["evaluated_at"]] for c in card["checks"]]),
-                "<h2>Inputs</h2>", _rows(["asset", "batch", "data version", "run", "materialized",
-                                          "landing data version"],
-                                         [[p["asset"], p["batch"], p["data_version"], p["run_id"],
-                                           p["materialized_at"], p.get("landing_data_version")]
-                                          for p in card["inputs"]]),
-                "<h2>Code versions</h2>", _rows(["asset", "version"], [[a, v] for a, v in card["code_versions"].items()])]
-    if review.audit_events:
-        out += ["<h2>Audit log</h2>", _rows(["at", "event", "principal", "detail"],
-                                            [[e.at, e.event, e.principal, e.detail] for e in review.audit_events])]
-    if review.traces:
-        out += ["<h2>Provenance</h2><p>Landing paths, dates and sites are in the terminal output only.</p>",
-                _rows(["release file sha256", "landing sha256", "landing file", "run", "code version"],
-                      [[t.sha256, t.record.source_sha256 if t.record else "NOT TRACED", t.landing,
-                        t.record.run_id if t.record else "", t.record.code_version if t.record else ""]
-                       for t in review.traces])]
-    out.append("</body></html>\n")
-    return "".join(out)
+        card_view = {
+            "sources_note": "Source nodes: the clinical columns that arrived in the partitions read."
+            if review.arrived is not None else
+            "Source nodes: one per policy column, naming the aliases it accepts (the identifiable zone was not read, "
+            "so which arrived is not known).",
+            "legend": [(t, colour, MEANINGS[t]) for t, colour in COLOURS.items()],
+            "graph": _graph(lineage, review.arrived),
+            "dropped": _dropped(lineage, review.arrived), "edges": _edges(lineage, review.arrived),
+            "predicate": card["selection"]["predicate"], "standard": d["standard"], "engine": d["engine"],
+            "options": [[o["name"], o["code"], o["meaning"]] for o in d["options"]],
+            "text_policy": sorted((d.get("burned_in_text") or {}).items()),
+            "checks": [[x["asset"], x["check"], x["result"], x.get("severity"),
+                        ", ".join(x["partitions"]) if x.get("partitions") else
+                        {"whole table": "whole table"}.get(x.get("scope"), "this release"),
+                        x["run_id"], x["evaluated_at"]] for x in card["checks"]],
+            "inputs": [[p["asset"], p["batch"], p["data_version"], p["run_id"], p["materialized_at"],
+                        p.get("landing_data_version")] for p in card["inputs"]],
+            "code_versions": [[a, v] for a, v in card["code_versions"].items()]}
+    return _environment().get_template("review.html").render(
+        cohort=str(card.get("cohort", "")), verdict=verdict,
+        status_class={True: "ok", None: "wait", False: "bad"}[review.settled],
+        style=STYLE, problems=review.all_problems, flags=review.all_flags, standing=standing,
+        decisions_from=review.decisions_from, notes=review.notes, summary=summary,
+        counts=[c.images, c.patients, c.studies, c.series] if c else None, text=text, k=k_view,
+        attributes=[[a.attribute, a.removed, a.replaced, a.shifted, a.kept, a.added] for a in review.attributes],
+        quarantine=None if review.quarantine is None else [[q.table, q.reason, q.files] for q in review.quarantine],
+        optouts=_optouts(card.get("optouts"), review.optouts),
+        card=card_view,
+        audit=[[e.at, e.event, e.principal, e.detail] for e in review.audit_events],
+        traces=[[t.sha256, t.record.source_sha256 if t.record else "NOT TRACED", t.landing,
+                 t.record.run_id if t.record else "", t.record.code_version if t.record else ""]
+                for t in review.traces]) + "\n"
 
 
-def _optouts(section, rc) -> list[str]:
+def _optouts(section, rc) -> dict | None:
     """The opt-out lists the card says were applied (site tokens, keyed versions, days received: no site, no id)
-    and the review's re-check of the released patients."""
+    and the review's re-check of the released patients, for the template's "Opt-outs" section."""
     if section is None and rc is None:
-        return []
-    out = ["<h2>Opt-outs</h2>"]
-    if section is None:
-        out.append("<p>The data card records no opt-out list.</p>")
-    else:
-        out.append(_rows(["list (site token)", "version (keyed digest)", "received"],
-                         [[x["list"], x["version"], x["received"]] for x in section["lists"]], "optout-lists")
-                   if section["lists"] else "<p>No opt-out list had been received when the release was built.</p>")
+        return None
+    view: dict = {"recorded": section is not None, "lists": [], "held": [], "recheck": []}
+    if section is not None:
+        view["lists"] = [[x["list"], x["version"], x["received"]] for x in section["lists"]]
         at_build, before = section["excluded_at_build"], section["not_deidentified"]
-        out.append(_rows(["held back (as the card publishes the counts)", "images", "patients"],
-                         [["selected by the cohort, left out at the build", at_build["images"], at_build["patients"]],
-                          ["never de-identified (every site-day)", before["images"], before["patients"]]]))
+        view["held"] = [["selected by the cohort, left out at the build", at_build["images"], at_build["patients"]],
+                        ["never de-identified (every site-day)", before["images"], before["patients"]]]
     if rc is not None:
-        out.append(_rows(["re-checked from the identifiable zone (exact)", "count"], [
-            ["released images walked back to their patient", rc.images],
-            ["released images not walked back", rc.untraced],
-            ["released images on the lists in force at the build", rc.on_list_at_build_images],
-            ["released patients on the lists since", rc.since_patients],
-            ["sites whose list changed since the build", rc.lists_changed]], "optout-recheck"))
-    return out
+        view["recheck"] = [["released images walked back to their patient", rc.images],
+                           ["released images not walked back", rc.untraced],
+                           ["released images on the lists in force at the build", rc.on_list_at_build_images],
+                           ["released patients on the lists since", rc.since_patients],
+                           ["sites whose list changed since the build", rc.lists_changed]]
+    return view

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from imaging import fs as fsx
 from imaging.catalogue import ANONYMIZED_FILES
-from imaging.deid import NotDeidentifiable, deidentify, load_profile, to_bytes
+from imaging.deid import NotDeidentifiable, load_profile, to_bytes
+from imaging.deid.engine import deidentify_image
 from imaging.deid.part10 import TRUNCATED, SourceImage, read_whole, write_image  # noqa: F401 - TRUNCATED: its reason
 from imaging.deid.pixel_text import PixelTextDetector, PixelTextSettings, shared_detector
 from imaging.issuers import IssuerPolicy
@@ -113,13 +114,13 @@ class _Anonymizer:
         output hashed as it is written. Files that cannot be streamed are read whole (size-capped)."""
         with SourceImage(image.source_path) as source:
             try:
-                out, relative, written = self._deidentify(image, source)
+                result, relative, written = self._deidentify(image, source)
             except NotDeidentifiable:
                 # A changed file is reported as changed, whatever else the new bytes would have caused.
                 if source.sha256() != image.sha256:
                     raise NotDeidentifiable(CHANGED) from None
                 raise
-        return self._described(image, out, relative, written)
+        return self._described(image, result, relative, written)
 
     def _deidentify(self, image: LinkedImage, source: SourceImage):
         job, pseudonymizer = self.job, self.pseudonymizer
@@ -136,29 +137,34 @@ class _Anonymizer:
         known = job.policy.identifying_values({**clinical, "patient_id": image.patient_id or ""})
         # The patient's namespace comes from the site, never from the file's IssuerOfPatientID.
         namespace = job.issuers.resolve(image.site, image.issuer_of_patient_id).namespace
-        out = deidentify(ds, pseudonymizer=pseudonymizer, namespace=namespace, profile=self.profile,
-                         extra_identifiers=known, pixel_text=self.detector,
-                         streamed=source if source.streamed else None)
-        batch = batch_name(pseudonymizer, image.date, image.site)
-        relative = f"{ANONYMIZED_FILES.name}/{batch}/{output_name(out)}"
-        payload = None if source.streamed else to_bytes(out)
-        url = fsx.under(job.staging, relative)
+        result = deidentify_image(ds, pseudonymizer=pseudonymizer, namespace=namespace, profile=self.profile,
+                                  extra_identifiers=known, pixel_text=self.detector,
+                                  streamed=source if source.streamed else None)
+        out = result.dataset
         try:
-            with fsx.open_write_under(job.staging, relative) as handle:
-                target = fsx.HashingWriter(handle)
-                if payload is None:
-                    write_image(out, source, target)
-                else:
-                    target.write(payload)
-            if source.sha256() != image.sha256:
-                raise NotDeidentifiable(CHANGED)
-        except BaseException:
-            fsx.remove(url)  # nothing half-written, nothing from a changed source, stays in staging
-            raise
-        return out, relative, target
+            batch = batch_name(pseudonymizer, image.date, image.site)
+            relative = f"{ANONYMIZED_FILES.name}/{batch}/{output_name(out)}"
+            payload = None if source.streamed else to_bytes(out)
+            url = fsx.under(job.staging, relative)
+            try:
+                with fsx.open_write_under(job.staging, relative) as handle:
+                    target = fsx.HashingWriter(handle)
+                    if payload is None:
+                        write_image(out, source, target, redaction=result.redaction)
+                    else:
+                        target.write(payload)
+                if source.sha256() != image.sha256:
+                    raise NotDeidentifiable(CHANGED)
+            except BaseException:
+                fsx.remove(url)  # nothing half-written, nothing from a changed source, stays in staging
+                raise
+        finally:
+            result.close()  # a redaction's spool
+        return result, relative, target
 
-    def _described(self, image: LinkedImage, out, relative: str, written) -> PublishedImage:
+    def _described(self, image: LinkedImage, result, relative: str, written) -> PublishedImage:
         job, pseudonymizer = self.job, self.pseudonymizer
+        out = result.dataset
         clinical = image.clinical or {}
         namespace = job.issuers.resolve(image.site, image.issuer_of_patient_id).namespace
         batch = batch_name(pseudonymizer, image.date, image.site)
@@ -173,5 +179,7 @@ class _Anonymizer:
             patient_pseudonym=column_value(out, "patient_id"),  # the pseudonym is the de-identified PatientID
             **{**read_columns(out, PUBLISHED), "study_date": _iso(column_value(out, "study_date"))},
             has_clinical_record=bool(image.has_clinical_record),
+            pixel_text=result.pixel_text,
+            redacted_regions=result.redaction.regions() if result.redaction is not None else None,
             clinical={c: fields[c] for c in job.policy.output_columns},
         )
