@@ -22,6 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+DAEMON_SECONDS = 5  # the backfill daemon's pause between iterations in test servers (Dagster's: 30 s)
 
 
 def free_port() -> int:
@@ -43,6 +44,9 @@ def platform_env(root: Path, *, sites: tuple[str, ...], start_date: str, key: st
                PYSPARK_PYTHON=sys.executable)
     if end_date:  # a hospital that ends: the partitions end with it (as the demo's do)
         env["IMAGING_END_DATE"] = end_date
+    # Backfills picked up and marked done within seconds, not Dagster's 30 s (tests/daemon_interval/sitecustomize.py).
+    env["IMAGING_TEST_DAEMON_SECONDS"] = str(DAEMON_SECONDS)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "tests" / "daemon_interval"), env.get("PYTHONPATH")) if p)
     return env
 
 
