@@ -36,7 +36,9 @@ def _resolve(name: str) -> str | None:
 def imports_of(module: str) -> set[str]:
     """Every module of `imaging` that `module` imports, at its top level or inside a function. `import a.b`
     counts as importing `a.b` (not its parent package, whose __init__ Python runs first but which a
-    package's own modules always import mid-way through it)."""
+    package's own modules always import mid-way through it); `from a import b` counts `a` too, since the
+    name is looked up in it (a package whose __init__ re-exports its modules is then in a cycle with each
+    module that takes a sibling from it: they import siblings by name, `from .b import f`)."""
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
@@ -48,10 +50,9 @@ def imports_of(module: str) -> set[str]:
             if node.level:
                 parts = package.split(".")
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
-            for alias in node.names:  # `from pkg import module` imports the module; else a name of `base`
-                target = f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else _resolve(base)
-                if target:
-                    found.add(target)
+            # `from pkg import module` reads `pkg` (its __init__, for the name) and the module; else a name of `base`.
+            found.update(filter(None, [_resolve(base)]))
+            found.update(f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in MODULES)
     found.discard(module)
     return found
 

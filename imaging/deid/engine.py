@@ -12,7 +12,12 @@ from pydicom.dataset import Dataset
 
 from imaging.pseudonym import Pseudonymizer
 
-from . import burned_in, meta, passthrough, pixels, private, rules
+from .burned_in import check as check_burned_in
+from .meta import build as build_meta, transfer_syntax
+from .passthrough import ready_to_write, source_element
+from .pixels import check_length
+from .private import creator_of, safe_element
+from .rules import graphic, not_in_table, table_action
 from .declare import declare
 from .errors import NotDeidentifiable
 from .part10 import SourceImage
@@ -132,9 +137,9 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
     if reason:
         raise NotDeidentifiable(reason)
     located = streamed.pixels if streamed is not None else None
-    read_pixels = burned_in.check(ds, sop_class, has_pixels=True if located is not None else None)
-    syntax = meta.transfer_syntax(ds)
-    pixels.check_length(ds, syntax, located)
+    read_pixels = check_burned_in(ds, sop_class, has_pixels=True if located is not None else None)
+    syntax = transfer_syntax(ds)
+    check_length(ds, syntax, located)
     redaction = None
     if read_pixels:  # before the walk: a file with text costs no more than its OCR
         detector = pixel_text if pixel_text is not None else shared_detector()
@@ -162,12 +167,12 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
 
 def _redacted(ds, syntax, streamed, detector, result):
     """The text found covered and proven gone (imaging.deid.redact), from the streamed file or `ds`."""
-    from . import redact
+    from .redact import PixelSource, redact
 
-    source = redact.PixelSource.of_image(streamed) if streamed is not None else redact.PixelSource.of_dataset(ds, syntax)
+    source = PixelSource.of_image(streamed) if streamed is not None else PixelSource.of_dataset(ds, syntax)
     kind = detector.settings.for_type(image_type(ds))
     sampled = tuple(sample_frames(source.count, kind.frame_sample)) if source.count > 1 else ()
-    red = redact.redact(ds, source, result.text, detector, sampled)
+    red = redact(ds, source, result.text, detector, sampled)
     red.source = source
     return red
 
@@ -202,13 +207,13 @@ def _published(ds, p, profile, namespace, issuer_default, extra_identifiers, syn
         redaction.apply_header(out)
         syntax = redaction.syntax
         if streamed is None:  # read whole: the redacted pixel data goes into the dataset
-            from . import redact
+            from .redact import pixel_vr, value_bytes
 
-            value = redact.value_bytes(redaction, redaction.source)
-            vr = redact.pixel_vr(redaction, out["PixelData"].VR if "PixelData" in out else None) or "OB"
+            value = value_bytes(redaction, redaction.source)
+            vr = pixel_vr(redaction, out["PixelData"].VR if "PixelData" in out else None) or "OB"
             out.add_new(0x7FE00010, vr, value)
-    out.file_meta = meta.build(out, syntax)
-    passthrough.ready_to_write(out, syntax)
+    out.file_meta = build_meta(out, syntax)
+    ready_to_write(out, syntax)
     return out
 
 
@@ -250,7 +255,7 @@ def _walk_elements(src: Dataset, out: Dataset, ctx: Context, dummy: bool) -> Non
         if group % 2 and element <= 0x0FFF:
             continue  # private creators (added back below if needed) and reserved elements
         try:
-            new = _element(src, passthrough.source_element(src, tag, ctx.syntax), ctx, dummy)
+            new = _element(src, source_element(src, tag, ctx.syntax), ctx, dummy)
             failed = False
         except NotDeidentifiable:
             raise
@@ -261,7 +266,7 @@ def _walk_elements(src: Dataset, out: Dataset, ctx: Context, dummy: bool) -> Non
         if new is not None:
             out.add(new)
             if group % 2:
-                blocks[(group << 16) | (element >> 8)] = private.creator_of(src, group, element)
+                blocks[(group << 16) | (element >> 8)] = creator_of(src, group, element)
     for tag, creator in blocks.items():
         out.add(DataElement(tag, "LO", creator))
 
@@ -276,16 +281,16 @@ def _element(src: Dataset, elem: DataElement, ctx: Context, dummy: bool) -> Data
     tag = int(elem.tag)
     group, element = tag >> 16, tag & 0xFFFF
     if group % 2:
-        return private.safe_element(src, elem, profile, ctx.little_endian)
+        return safe_element(src, elem, profile, ctx.little_endian)
     if 0x5000 <= group <= 0x50FF:  # curves: the whole group follows (50xx,xxxx)
-        return None if profile.curves == REMOVE else rules.graphic(elem, ctx)
+        return None if profile.curves == REMOVE else graphic(elem, ctx)
     if 0x6000 <= group <= 0x60FF:  # overlays: without Clean Graphics the whole group goes
         if profile.overlay_data == REMOVE:
             return None
         if element == 0x4000:
-            return rules.table_action(elem, profile.overlay_comments, ctx, dummy)
-        return rules.graphic(elem, ctx)
+            return table_action(elem, profile.overlay_comments, ctx, dummy)
+        return graphic(elem, ctx)
     action = profile.actions.get(tag)
     if action is not None:
-        return rules.table_action(elem, action, ctx, dummy)
-    return rules.not_in_table(elem, ctx, dummy)
+        return table_action(elem, action, ctx, dummy)
+    return not_in_table(elem, ctx, dummy)

@@ -38,7 +38,7 @@ from pydicom.uid import UID
 
 from imaging import fs as fsx
 
-from . import meta
+from .meta import transfer_syntax
 from .errors import NotDeidentifiable
 from .frames import Frames, pixel_options
 
@@ -123,7 +123,7 @@ class SourceImage:
         if tag != PIXEL_DATA:
             return  # no pixel data (or float pixel data): read whole
         try:
-            syntax = meta.transfer_syntax(header)
+            syntax = transfer_syntax(header)
         except NotDeidentifiable:
             return  # the whole-file path refuses it, in its order of reasons
         implicit, little = header.original_encoding

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from pydicom.datadict import keyword_for_tag
 
-from . import lists
+from .lists import allowlist, safe_private
 from .options import BY_NAME, FULL_DATES, MODIFIED_DATES, OPTIONS, RESEARCH_DEFAULT
 from .table import Row, load_table
 
@@ -123,7 +123,7 @@ def _build(options: tuple[str, ...]) -> DeidProfile:
     basic = {tag: resolve_basic(row.basic) for tag, row in table.rows.items()}
     safe = {}
     if "retain_safe_private" in enabled:
-        safe = {(s.group, s.creator, s.offset): s.vr for s in lists.safe_private()}
+        safe = {(s.group, s.creator, s.offset): s.vr for s in safe_private()}
     return DeidProfile(
         options=options,
         actions=actions,
@@ -132,6 +132,6 @@ def _build(options: tuple[str, ...]) -> DeidProfile:
         overlay_data=resolve(table.overlay_data, enabled),
         overlay_comments=resolve(table.overlay_comments, enabled),
         private=resolve(table.private, enabled),
-        allowlist=lists.allowlist(frozenset(table.rows)),
+        allowlist=allowlist(frozenset(table.rows)),
         safe_private=safe,
     )

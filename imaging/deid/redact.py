@@ -168,7 +168,7 @@ class PixelSource:
     @classmethod
     def of_image(cls, image) -> "PixelSource":
         """A streamed file's pixel data (imaging.deid.part10.SourceImage), read through its second handle."""
-        from . import pixels
+        from .pixels import frame_count, item_lengths
 
         element = image.pixels
         try:
@@ -176,21 +176,21 @@ class PixelSource:
         except Exception:  # noqa: BLE001
             raise NotDeidentifiable(NOT_REDACTABLE) from None
         return cls(image.random(), element.value_offset, element.length, image.syntax, options, element.items,
-                   pixels.frame_count(image.header))
+                   frame_count(image.header))
 
     @classmethod
     def of_dataset(cls, ds: Dataset, syntax: UID) -> "PixelSource":
         import io
 
-        from . import pixels
+        from .pixels import frame_count, item_lengths
 
         data = bytes(ds.PixelData or b"")
-        items = pixels.item_lengths(data, syntax.is_little_endian) if syntax.is_compressed else ()
+        items = item_lengths(data, syntax.is_little_endian) if syntax.is_compressed else ()
         try:
             options = pixel_options(ds)
         except Exception:  # noqa: BLE001
             raise NotDeidentifiable(NOT_REDACTABLE) from None
-        return cls(io.BytesIO(data), 0, len(data), syntax, options, items, pixels.frame_count(ds))
+        return cls(io.BytesIO(data), 0, len(data), syntax, options, items, frame_count(ds))
 
     def read(self, offset: int, length: int) -> bytes:
         self.handle.seek(offset)

@@ -16,7 +16,9 @@ from pydicom.uid import UID as TransferSyntax
 
 from imaging.pseudonym import DateTimeShift, Pseudonymizer
 
-from . import timeshift, uids, values
+from .timeshift import DATE_TIME_PAIRS, shift_date, shift_datetime, shift_paired_date, shift_time
+from .uids import map_values
+from .values import as_list, dummy as dummy_value, empty as empty_value, valid_number_string
 from .passthrough import Unconverted
 from .profile import CLEAN, DUMMY, EMPTY, KEEP, REMOVE, UID, DeidProfile
 from .scrub import Scrubber
@@ -56,9 +58,9 @@ def _per_value(elem: DataElement, vr: str, fn: Callable[[str], str]) -> DataElem
     A value cleaned to nothing keeps its place (empty) while another value survives, so the element
     keeps its multiplicity: ImageType's third value stays the third when a name equal to it is
     scrubbed from the second (`DERIVED\\PRIMARY\\\\RCBF`, never `DERIVED\\PRIMARY\\RCBF`)."""
-    out = [fn(str(v)) for v in values.as_list(elem.value) if not isinstance(v, (bytes, bytearray))]
+    out = [fn(str(v)) for v in as_list(elem.value) if not isinstance(v, (bytes, bytearray))]
     if not any(out):
-        return _new(elem, values.empty(vr), vr)
+        return _new(elem, empty_value(vr), vr)
     return _new(elem, out[0] if len(out) == 1 else out, vr)
 
 
@@ -68,8 +70,8 @@ def _dates(elem: DataElement, vr: str, ctx: Context) -> DataElement:
         return _copy(elem)
     if ctx.profile.dates == "modified":
         shifted = _shift_values(elem, vr, ctx)
-        return _new(elem, values.empty(vr) if shifted is None else shifted, vr)
-    return _new(elem, values.empty(vr), vr)
+        return _new(elem, empty_value(vr) if shifted is None else shifted, vr)
+    return _new(elem, empty_value(vr), vr)
 
 
 def _times(elem: DataElement, ctx: Context, otherwise: Callable[[], DataElement | None]) -> DataElement | None:
@@ -78,17 +80,17 @@ def _times(elem: DataElement, ctx: Context, otherwise: Callable[[], DataElement 
         return _copy(elem)
     if ctx.profile.dates == "modified":
         shifted = _shift_values(elem, "TM", ctx)
-        return _new(elem, values.empty("TM") if shifted is None else shifted, "TM")
+        return _new(elem, empty_value("TM") if shifted is None else shifted, "TM")
     return otherwise()
 
 
 def _paired_time(elem: DataElement, ctx: Context, count: int) -> list[str] | None:
     """The values of a DA's paired TM in the same dataset (StudyTime for StudyDate...), if usable."""
-    partner = timeshift.DATE_TIME_PAIRS.get(int(elem.tag))
+    partner = DATE_TIME_PAIRS.get(int(elem.tag))
     if partner is None or ctx.dataset is None or partner not in ctx.dataset:
         return None
     try:
-        times = [str(v) for v in values.as_list(ctx.dataset[partner].value)]
+        times = [str(v) for v in as_list(ctx.dataset[partner].value)]
     except Exception:  # noqa: BLE001 - an unreadable time: the date is shifted on its own
         return None
     return times if len(times) == count else None
@@ -99,19 +101,19 @@ def _shift_values(elem: DataElement, vr: str, ctx: Context):
 
     A DA whose dataset holds its paired TM is shifted as one date-time with it (timeshift.py).
     """
-    items = [str(v) for v in values.as_list(elem.value) if not isinstance(v, (bytes, bytearray))]
-    if len(items) != len(values.as_list(elem.value)):
+    items = [str(v) for v in as_list(elem.value) if not isinstance(v, (bytes, bytearray))]
+    if len(items) != len(as_list(elem.value)):
         return None
     if vr == "DA":
         times = _paired_time(elem, ctx, len(items))
         if times is not None:
-            out = [timeshift.shift_paired_date(d, t, ctx.shift) for d, t in zip(items, times)]
+            out = [shift_paired_date(d, t, ctx.shift) for d, t in zip(items, times)]
         else:
-            out = [timeshift.shift_date(d, ctx.shift) for d in items]
+            out = [shift_date(d, ctx.shift) for d in items]
     elif vr == "DT":
-        out = [timeshift.shift_datetime(v, ctx.shift) for v in items]
+        out = [shift_datetime(v, ctx.shift) for v in items]
     else:
-        out = [timeshift.shift_time(v, ctx.shift) for v in items]
+        out = [shift_time(v, ctx.shift) for v in items]
     if not out:
         return ""
     if any(v is None for v in out):
@@ -135,19 +137,19 @@ def table_action(elem: DataElement, action: str, ctx: Context, dummy: bool) -> D
         # K, C and U clean the items with the same rules as everywhere else.
         return _sequence(elem, ctx, dummy or action == DUMMY)
     if action == EMPTY:
-        return _new(elem, values.empty(vr), vr)
+        return _new(elem, empty_value(vr), vr)
     if action == DUMMY:
         if vr == "UI":
-            return _new(elem, uids.map_values(elem.value, ctx.p), vr)
-        return _new(elem, values.dummy(vr, len(values.as_list(elem.value))), vr)
+            return _new(elem, map_values(elem.value, ctx.p), vr)
+        return _new(elem, dummy_value(vr, len(as_list(elem.value))), vr)
     if action == KEEP:
-        if vr in NUMBER_STRINGS and not values.valid_number_string(vr, elem.value):
-            return _new(elem, values.empty(vr), vr)  # kept numbers must be numbers
+        if vr in NUMBER_STRINGS and not valid_number_string(vr, elem.value):
+            return _new(elem, empty_value(vr), vr)  # kept numbers must be numbers
         return _copy(elem)
     if action == UID:
         if vr == "UI":
-            return _new(elem, uids.map_values(elem.value, ctx.p), vr)
-        return _new(elem, values.dummy(vr), vr)  # a U on a non-UID: replace, never keep
+            return _new(elem, map_values(elem.value, ctx.p), vr)
+        return _new(elem, dummy_value(vr), vr)  # a U on a non-UID: replace, never keep
     if action == CLEAN:
         return _clean(elem, vr, ctx)
     raise ValueError("unknown action")
@@ -160,7 +162,7 @@ def _clean(elem: DataElement, vr: str, ctx: Context) -> DataElement | None:
     if vr == "TM":  # no date option gives C to a time; if one did, the basic action applies
         return _times(elem, ctx, lambda: table_action(elem, ctx.profile.basic.get(int(elem.tag), REMOVE), ctx, True))
     if vr == "UI":
-        return _new(elem, uids.map_values(elem.value, ctx.p), vr)
+        return _new(elem, map_values(elem.value, ctx.p), vr)
     if vr == "AE":  # a consistent token per AE title: which device, not whose
         return _per_value(elem, vr, lambda v: ctx.p.token("ae", v.strip(), length=16).upper())
     if vr in TEXT or vr == "CS":
@@ -168,7 +170,7 @@ def _clean(elem: DataElement, vr: str, ctx: Context) -> DataElement | None:
     if vr in BINARY_NUMBERS:
         return _copy(elem)
     if vr in NUMBER_STRINGS:
-        return _copy(elem) if values.valid_number_string(vr, elem.value) else _new(elem, values.empty(vr), vr)
+        return _copy(elem) if valid_number_string(vr, elem.value) else _new(elem, empty_value(vr), vr)
     # Bytes cannot be cleaned (e.g. a timestamp or a maker note): fall back to the basic action.
     basic = ctx.profile.basic.get(int(elem.tag), REMOVE)
     return table_action(elem, basic, ctx, dummy=True)
@@ -183,7 +185,7 @@ def not_in_table(elem: DataElement, ctx: Context, dummy: bool) -> DataElement | 
             return _copy(elem)  # pixel data and its LUTs: raw bytes, never decoded
         if vr in TEXT or vr == "CS":
             if dummy:  # inside a sequence the table replaces with dummies (e.g. institution codes)
-                return _new(elem, values.dummy(vr), vr)
+                return _new(elem, dummy_value(vr), vr)
             if vr == "CS":
                 return _per_value(elem, vr, ctx.scrubber.code)
             scrub = ctx.scrubber.descriptor if mode == "descriptor" else ctx.scrubber.terms
@@ -194,17 +196,17 @@ def not_in_table(elem: DataElement, ctx: Context, dummy: bool) -> DataElement | 
     if vr in BINARY_NUMBERS:
         return _copy(elem)
     if vr in NUMBER_STRINGS:
-        return _copy(elem) if values.valid_number_string(vr, elem.value) else _new(elem, values.empty(vr), vr)
+        return _copy(elem) if valid_number_string(vr, elem.value) else _new(elem, empty_value(vr), vr)
     if vr == "CS":
         return _per_value(elem, vr, ctx.scrubber.code)
     if vr == "UI":
-        return _new(elem, uids.map_values(elem.value, ctx.p), vr)
+        return _new(elem, map_values(elem.value, ctx.p), vr)
     if vr in DATES:
         return _dates(elem, vr, ctx)
     if vr == "TM":
-        return _times(elem, ctx, lambda: _new(elem, values.empty(vr), vr))
+        return _times(elem, ctx, lambda: _new(elem, empty_value(vr), vr))
     if vr in TEXT:
-        return _new(elem, values.empty(vr), vr)  # emptied, not removed: keeps Type 2 attributes present
+        return _new(elem, empty_value(vr), vr)  # emptied, not removed: keeps Type 2 attributes present
     return None  # bytes, UN and anything unknown
 
 
