@@ -85,7 +85,9 @@ def nginx_in_front(upstream_url: str, tmp: Path):
                 time.sleep(0.3)
         yield port, tmp / "ui.crt"
     finally:
-        nginx.send_signal(signal.SIGQUIT)  # graceful stop of the master and its worker
+        # Fast shutdown: a graceful one (SIGQUIT) waits for open connections, and a browser keeps the UI's
+        # websocket open for as long as the page is shown (20 s lost to the timeout below, each time).
+        nginx.send_signal(signal.SIGTERM)
         try:
             nginx.wait(20)
         except subprocess.TimeoutExpired:
