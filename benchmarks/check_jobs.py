@@ -190,7 +190,8 @@ def runs(args) -> None:
           f"{'old':>6} {'new':>6}    old/new")
     for label in runs_:
         print(line(label))
-    print(f"{'Figures (new-seq: the GX suite in line, not beside)':<62} {'old':>5} {'seq':>5}")
+    heading = "Figures (new-seq: the GX suite in line, not beside)" if seq == "new-seq" else "Figures"
+    print(f"{heading:<62} {'old':>5} {seq:>5}")
     for label in figures:
         print(line(label, seq))
     for mode in modes:

@@ -4,7 +4,7 @@ The instance file is used unchanged: PostgreSQL storage from DAGSTER_PG_* and co
 bucket on the GCS emulator. The data contract's backfill command (a single run over a range of
 partitions) runs through the `dagster` CLI with DAGSTER_HOME set, as an operator runs it; the run
 must be recorded in PostgreSQL and the outputs must equal the local run's. (The contract's other
-command, one partition, is tests/test_cli.py's: what it adds, the instance, is the same here.)
+command, one partition, runs in tests/test_cli.py; on this instance it would exercise nothing more.)
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ be read back), on every frame that carries the text, then proves it gone before 
 
 from __future__ import annotations
 
+import io
 import json
 import struct
 import tempfile
@@ -46,7 +47,9 @@ from pydicom.uid import UID, ExplicitVRLittleEndian
 
 from .errors import NotDeidentifiable
 from .frames import Frames, pixel_options
-from .pixel_text import ON_TEXT, Box, FoundText, PixelTextDetector, still_pixels, to_grey8  # noqa: F401 - ON_TEXT: named here too
+from .pixel_text import (ON_TEXT, STILL_SHARE, TEXT_FOUND, Box, FoundText, PixelTextDetector,  # noqa: F401 - ON_TEXT: named here too
+                         sample_frames, still_pixels, to_grey8)
+from .pixels import frame_count, item_lengths
 
 TEXT_LEFT = "text left after redaction"
 NOT_REDACTABLE = "pixel data could not be redacted"
@@ -168,8 +171,6 @@ class PixelSource:
     @classmethod
     def of_image(cls, image) -> "PixelSource":
         """A streamed file's pixel data (imaging.deid.part10.SourceImage), read through its second handle."""
-        from .pixels import frame_count, item_lengths
-
         element = image.pixels
         try:
             options = pixel_options(image.header)
@@ -180,10 +181,6 @@ class PixelSource:
 
     @classmethod
     def of_dataset(cls, ds: Dataset, syntax: UID) -> "PixelSource":
-        import io
-
-        from .pixels import frame_count, item_lengths
-
         data = bytes(ds.PixelData or b"")
         items = item_lengths(data, syntax.is_little_endian) if syntax.is_compressed else ()
         try:
@@ -259,8 +256,6 @@ def _label(box: Box, reference: np.ndarray, still: np.ndarray | None) -> _Label 
 def carries(grey: np.ndarray, label: _Label) -> bool:
     """Whether a frame (8-bit grey) holds a label: at least `CARRY_SHARE` of the label's pixels within the
     still tolerance of its values (15% of the value, at least 4 grey levels: `pixel_text.STILL_SHARE`)."""
-    from .pixel_text import STILL_SHARE
-
     b = label.box
     region = grey[b.top:b.top + b.height, b.left:b.left + b.width].astype(np.float32)
     if region.shape != label.mask.shape:
@@ -402,8 +397,6 @@ def confirm(source: PixelSource, found: tuple[FoundText, ...], detector: PixelTe
     `on_text: quarantine` would: on the 300 clean report screens of benchmarks/text_screening.py the two the
     screening took for text (a B-scan thumbnail's speckle) would otherwise have been published with boxes over
     their thumbnails. Confirmed: the second reading's words are covered too (a word the screening's boxes cut)."""
-    from .pixel_text import TEXT_FOUND
-
     options = source.options
     rows, cols = int(options["rows"]), int(options["columns"])
     volume = source.count > 1
@@ -548,8 +541,6 @@ def _grey(frame: np.ndarray, photometric: str) -> np.ndarray | None:
 def _volume_reference(source: PixelSource, detector: PixelTextDetector, photometric: str,
                       count: int) -> tuple[np.ndarray | None, np.ndarray | None]:
     """The still pixels and the mean of the volume's overlay frames (as the text check made them)."""
-    from .pixel_text import sample_frames
-
     kind_frames = max(2, detector.settings.for_type("multi_frame").overlay_frames)
     greys = []
     for index in sample_frames(count, kind_frames):
@@ -654,8 +645,6 @@ class _SpoolFrames:
 
                 array = convert_color_space(array, red.layout.photometric, "RGB")
             return array
-        import io
-
         from pydicom.encaps import encapsulate
         from pydicom.pixels import get_decoder
 
@@ -803,8 +792,6 @@ def write_element(red: Redaction, source: PixelSource, target, vr: str | None) -
 
 def value_bytes(red: Redaction, source: PixelSource) -> bytes:
     """The output's pixel data value in memory (a file read whole is written whole)."""
-    import io
-
     buffer = io.BytesIO()
     write_value(red, source, buffer)
     return buffer.getvalue()
