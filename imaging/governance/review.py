@@ -803,6 +803,9 @@ def _sign_command(name: str, argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from imaging.deid.quiet import silence_for_process
+
+    silence_for_process()  # headers of identifiable and released files are read: no library warning quotes one
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["pending"]:
         parser = argparse.ArgumentParser(prog="imaging-review pending",
