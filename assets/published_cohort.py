@@ -6,8 +6,10 @@ import time
 from dataclasses import dataclass
 
 from dagster import (AllPartitionMapping, AssetCheckSpec, AssetDep, AssetExecutionContext, AssetKey,
-                     AssetMaterialization, Failure, MaterializeResult, MetadataValue, asset)
-from dagster._core.definitions.data_version import DATA_VERSION_TAG
+                     AssetMaterialization, AssetRecordsFilter, Failure, MaterializeResult, MetadataValue, asset)
+from dagster._core.definitions.data_version import (CODE_VERSION_TAG, DATA_VERSION_IS_USER_PROVIDED_TAG,
+                                                    DATA_VERSION_TAG, DEFAULT_DATA_VERSION, NULL_EVENT_POINTER,
+                                                    get_input_data_version_tag, get_input_event_pointer_tag)
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -15,8 +17,9 @@ from assets import quality as q
 from assets.checks import (RULES, RecordedFacts, check_outputs, check_specs, checks_table, partition_check_events,
                            publication_refusal, quality_context)
 from assets.optouts import ReleaseOptOuts
-from assets.partitions import COHORTS, SINGLE_RUN, UI, run_partition_keys
-from assets.versions import EVENTS_LOGGED_BY_STEP
+from assets.partitions import COHORTS, PARTITIONS, SETTINGS, SINGLE_RUN, UI, run_partition_keys
+from assets.runner import code_version
+from assets.versions import EVENTS_LOGGED_BY_STEP, OPTOUT, InputVersion, input_version_over
 from assets.run_tags import label_run
 from assets.governance import CODE_VERSIONS, DISCLOSURE, LINEAGE, column_lineage, definition_metadata
 from imaging import fs as fsx
@@ -283,6 +286,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     # The opt-out lists in force now (an unreadable list file refuses the run); published releases holding patients
     # who opted out since are flagged (a count) and logged, and each cohort's next version is built without them.
     optouts = ReleaseOptOuts.gather(context, session, warehouse, landing, deid)
+    provenance = cohort_provenance(context)  # what it reads, as recorded now: before any row is read
     flagged = optouts.flag_published(warehouse.root)
     rows = warehouse.read(session, manifest(load_clinical_policy()))
     ledger = warehouse.read(session, LEDGER)
@@ -352,7 +356,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     opted = optouts.metadata(flagged, applied)
     for name, plan in sorted(plans.items()):
         materialization = cohort_materialization(warehouse, plan, outcomes[name], reviews.get(name), read[name],
-                                                 smallest[name], approvers.required, seconds, len(plans))
+                                                 smallest[name], approvers.required, seconds, len(plans), provenance)
         # The cohort's page shows its own checks too (recorded right after, on its partition), and what the
         # opt-out lists did to it: its published releases holding patients who opted out since (a count, never
         # who), what they held back of this build, the list versions applied and the site-days to withdraw.
@@ -381,10 +385,12 @@ def _checks(context, outcomes: list[CheckOutcome], cohorts: list[str]):
 
 
 def cohort_materialization(warehouse: Warehouse, plan: ReleasePlan, outcome: Outcome, review, site_days,
-                           smallest: int | None, required: int, seconds: float, cohorts: int) -> AssetMaterialization:
+                           smallest: int | None, required: int, seconds: float, cohorts: int,
+                           provenance: dict[str, str] | None = None) -> AssetMaterialization:
     """One cohort's materialization: its own state, reason, release id, k, counts and approvals, and its review
     as Markdown with a link to the page of each site-day it read. Its data version is the release id (a
-    release is named by its content), so a rebuild of the same content is the same version."""
+    release is named by its content), so a rebuild of the same content is the same version; its provenance
+    (`cohort_provenance`) says which versions of its inputs it read."""
     decision, cohort = plan.decision, plan.cohort
     path = warehouse.relative(outcome.path) if outcome.path else None
     if path is None and decision.action == UNCHANGED:
@@ -418,8 +424,33 @@ def cohort_materialization(warehouse: Warehouse, plan: ReleasePlan, outcome: Out
         metadata.update(patients=review.counts.patients, studies=review.counts.studies, series=review.counts.series)
     if path:
         metadata["path"] = path  # warehouse-relative: a folder on the server, never a link
-    tags = {DATA_VERSION_TAG: decision.release_id} if decision.release_id else {}
+    tags = dict(provenance or {})
+    if decision.release_id:
+        tags.update({DATA_VERSION_TAG: decision.release_id, DATA_VERSION_IS_USER_PROVIDED_TAG: "true"})
     return AssetMaterialization(asset_key=COHORT, partition=cohort.name, metadata=metadata, tags=tags)
+
+
+def cohort_provenance(context: AssetExecutionContext) -> dict[str, str]:
+    """Dagster's provenance tags for every cohort this run materializes: its code version, and for each input the
+    version read and a pointer to the newest event read. Dagster then calls a cohort unsynced only when a site-day of
+    anonymized_images (or a site's opt-out list) has, after that pointer, a data version other than the one it had:
+    a re-run that changes nothing leaves every cohort synced. Without these tags Dagster falls back to times, and
+    any later materialization of any site-day, the same data included, made every cohort unsynced. (Dagster tracks
+    partitioned inputs below 100 partitions only; beyond, the pointer is the newest materialization of any.)"""
+    instance = context.instance
+    keys = PARTITIONS.get_partition_keys()
+    if len(keys) < 100:
+        images = input_version_over(instance, "anonymized_images", keys, observed=False)
+    else:
+        latest = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey("anonymized_images")),
+                                                 limit=1).records
+        images = InputVersion("anonymized_images", DEFAULT_DATA_VERSION.value, latest[0].storage_id if latest else None)
+    lists = input_version_over(instance, OPTOUT, SETTINGS.sites, observed=True)
+    tags = {CODE_VERSION_TAG: code_version(context, "published_cohort")}
+    for i in (images, lists):
+        tags[get_input_data_version_tag(AssetKey(i.asset))] = i.version
+        tags[get_input_event_pointer_tag(AssetKey(i.asset))] = str(i.pointer) if i.pointer else NULL_EVENT_POINTER
+    return tags
 
 
 def _partition_link(asset: str, partition: str) -> str:
