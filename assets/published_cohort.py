@@ -17,7 +17,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from assets import quality as q
 from assets.checks import (RULES, RecordedFacts, check_outputs, check_specs, checks_table, partition_check_events,
                            publication_refusal, quality_context)
-from assets.optouts import ReleaseOptOuts
+from assets.optouts import ReleaseOptOuts, read_optouts
 from assets.partitions import COHORTS, PARTITIONS, SETTINGS, SINGLE_RUN, UI, run_partition_keys
 from assets.runner import code_version
 from assets.versions import EVENTS_LOGGED_BY_STEP, OPTOUT, InputVersion, input_version_over
@@ -273,7 +273,8 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     label_run(context)  # who launched the run and why, when its launcher did not say
     # Across runs: a failed ERROR check on any partition this reads (every manifest partition) holds
     # publication until the partition is fixed and re-materialized. Nothing is staged before this.
-    refusal = publication_refusal(context.instance)
+    # An unreadable opt-out list refuses too, before a Spark session is started for nothing.
+    refusal = publication_refusal(context.instance) or read_optouts(landing.root).refusal()
     if refusal:
         raise Failure(refusal)
     wanted = set(run_partition_keys(context, COHORTS))

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from proxy import NGINX, OPENSSL, PASSWORD, REVIEWER, REVIEWER_PASSWORD, USER, nginx_in_front
-from ui_mutations import answer, mutations
+from ui_mutations import REFUSED, answer, mutations, refused
 
 pytestmark = pytest.mark.skipif(not (NGINX and OPENSSL), reason="needs nginx and openssl (Debian: nginx, openssl)")
 
@@ -95,9 +95,6 @@ def test_the_websocket_upgrade_needs_credentials_and_passes_with_them(proxied_ui
     assert headers["upgrade"].lower() == "websocket"
 
 
-REFUSED = "Refused: this login may only read (a reviewer)"
-
-
 def _graphql(port, cafile, login, query: str, variables: dict | None = None) -> dict:
     import json
 
@@ -122,7 +119,7 @@ def test_a_reviewer_reads_but_every_launch_is_refused_with_a_message_and_the_ope
         assert allowed[operator][permission]["value"], permission
     for what, (document, variables) in mutations("amd-oct", "2024-03-01|site-a").items():
         result = answer(_graphql(port, cafile, reviewer, document, variables)["data"])
-        assert result["__typename"] == "UnauthorizedError" and result["message"].startswith(REFUSED), (what, result)
+        assert refused(result) and result["message"].startswith(REFUSED), (what, result)
     # The operator's login reaches the webserver that may act: a sensor's Preview runs (with an empty cursor).
     document, variables = mutations("amd-oct", "2024-03-01|site-a")["preview a sensor"]
     preview = answer(_graphql(port, cafile, operator, document.replace("landing_sensor", "notify_failed_checks"),

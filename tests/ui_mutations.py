@@ -37,7 +37,7 @@ def mutations(cohort: str, site_day: str, run_id: str | None = None) -> dict[str
     }
     if run_id:
         found["terminate a run"] = ("""mutation($id: String!) { terminateRun(runId: $id) { __typename
-            """ + ERRORS + " } }", {"id": run_id})
+            ... on TerminateRunFailure { message } """ + ERRORS + " } }", {"id": run_id})
         found["delete a run"] = ("""mutation($id: String!) { deleteRun(runId: $id) { __typename """ + ERRORS + " } }",
                                  {"id": run_id})
     return found
@@ -47,3 +47,13 @@ def answer(data: dict) -> dict:
     """A mutation's one result: its `__typename` and `message`."""
     (result,) = data.values()
     return result
+
+
+REFUSED = "Refused: this login may only read (a reviewer)"
+
+
+def refused(result: dict) -> bool:
+    """A refusal a person understands: the proxy's words for Dagster's UnauthorizedError, or Dagster's own for a run
+    it will not terminate ("You do not have permission to terminate this run")."""
+    return (result.get("__typename") == "UnauthorizedError" and result["message"].startswith(REFUSED)) or (
+        result.get("__typename") == "TerminateRunFailure" and "do not have permission" in result["message"])
