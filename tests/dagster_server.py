@@ -217,6 +217,12 @@ class SharedDagsterDev:
                 generate_hospital(landing, seed=3, sites=UI_SITES, dates=UI_DATES, patients_per_site=2)
                 folders_named_after_patients(landing)
             env = self.env()
+            # The instance's storage made first, by this process: two servers starting on a fresh instance would both
+            # create its tables at once, and the loser stops (as platform/demo.sh does before its daemon).
+            from dagster import DagsterInstance
+            from dagster._core.instance.ref import InstanceRef
+
+            DagsterInstance.from_ref(InstanceRef.from_dir(env["DAGSTER_HOME"])).dispose()
             # The reviewers' read-only webserver starts alongside (its own code location load): ready when asked.
             self._read_only_start = None
             if self.read_only is None or self.read_only.process.poll() is not None:

@@ -16,8 +16,15 @@ and share one browser, as an operator would, following docs/ui.md's recipes:
    the three assets become unsynced, and the partition's page says so;
 8. publish every cohort (job `publish`, a backfill of every cohort partition, one run): each is held with its
    own state and review; the Overview shows the runs;
-9. a reviewer, through the authenticating proxy (nginx, TLS, a login), opens a held cohort's review, reads its
-   verdict and site-days and follows one to its page.
+9. a reviewer, through the authenticating proxy (nginx, TLS, a reviewer's login, a read-only webserver), opens a
+   held cohort's review, reads its verdict and site-days, follows one to its page and the link to the whole review
+   (contact sheet, opt-out table; it fits a 1,280 px window), and cannot launch anything: each kind refused in words;
+10. an operator, through the same proxy, turns a failure sensor on (its page says where messages go), lists a
+   site-day's quarantined files by token, re-runs a site-day that changed nothing from the UI (every cohort stays
+   synced), previews a sensor with an empty cursor (no error), and a failed run's notice reaches the SMTP sink.
+
+The world's landing folders are named after patients (hospital numbers), as some exports are: nothing a reviewer
+sees names one.
 
 Every step saves a screenshot under `tests/artifacts/ui-browser/` (or $UI_SCREENSHOTS); the folder is printed.
 """
@@ -664,21 +671,35 @@ def test_an_operator_through_the_proxy_acts_finds_held_back_files_and_hears_of_a
         ui.driver.refresh()
         ui.shot("operator-failure-sensor-on-says-where")
 
-        # 2. A site-day's held-back files, by token (an operator's or a reviewer's page: never a path).
-        date, site = SITE_DAY.split("|")
-        ui.driver.get(f"{base}/assets/raw_image_index?view=partitions&partition=" + urllib.parse.quote(SITE_DAY))
-        ui.wait(lambda: ui.text_shown("quarantined_files"), "the site-day's quarantined files")
-        table = ui.visible("//*[normalize-space(text())='quarantined_files']")[0]
-        ui.driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", table)
-        listed = latest_materialization(ui, "raw_image_index", SITE_DAY)
-        rows = next(e for e in listed["metadataEntries"] if e["label"] == "quarantined_files")["table"]["records"]
-        tokens = [json.loads(r)["token"] for r in rows]
-        assert tokens and all(re.fullmatch(r"[0-9a-f]{16}", t) for t in tokens)
-        ui.wait(lambda: all(ui.visible(f"//*[contains(text(), '{t}')]") for t in tokens), "the tokens on the page")
-        assert world.root.as_posix() not in ui.driver.page_source
-        ui.shot("operator-site-day-quarantined-files")
+        # 2. A run that fails, first (its notice is sent at the sensor's next tick while the rest goes on): an
+        # opt-out list file that cannot be read refuses publish (before any Spark session is started).
+        broken = world.root / "landing" / "optouts" / SITES[0] / "not-a-date.csv"
+        broken.parent.mkdir(parents=True, exist_ok=True)
+        broken.write_text("patient_id\n123\n")
+        try:
+            failed = graphql(ui.server.url, """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
+                __typename ... on LaunchRunSuccess { run { runId } } } }""", {"p": {
+                "selector": {"repositoryLocationName": "imaging_platform", "repositoryName": "__repository__",
+                             "jobName": "publish"},
+                "executionMetadata": {"tags": [{"key": "dagster/partition", "value": ui.facts["held_cohort"]}]}}})
+            failed_id = failed["launchRun"]["run"]["runId"]
+            # 3. Meanwhile, a site-day's held-back files, by token (an operator's or a reviewer's page: never a path).
+            ui.driver.get(f"{base}/assets/raw_image_index?view=partitions&partition=" + urllib.parse.quote(SITE_DAY))
+            ui.wait(lambda: ui.text_shown("quarantined_files"), "the site-day's quarantined files")
+            table = ui.visible("//*[normalize-space(text())='quarantined_files']")[0]
+            ui.driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", table)
+            listed = latest_materialization(ui, "raw_image_index", SITE_DAY)
+            rows = next(e for e in listed["metadataEntries"] if e["label"] == "quarantined_files")["table"]["records"]
+            tokens = [json.loads(r)["token"] for r in rows]
+            assert tokens and all(re.fullmatch(r"[0-9a-f]{16}", t) for t in tokens)
+            ui.wait(lambda: all(ui.visible(f"//*[contains(text(), '{t}')]") for t in tokens), "the tokens on the page")
+            assert world.root.as_posix() not in ui.driver.page_source
+            ui.shot("operator-site-day-quarantined-files")
+            assert wait_for_run(ui, failed_id) == "FAILURE"
+        finally:
+            broken.unlink()
 
-        # 3. A re-run that changes nothing, launched from the UI: the site-day keeps its version, every cohort synced.
+        # 4. A re-run that changes nothing, launched from the UI: the site-day keeps its version, every cohort synced.
         again = f"{DATES[0]}|{BACKFILL_SITE}"
         before = latest_materialization(ui, "anonymized_images", again)
         cohorts = every_cohort()
@@ -691,14 +712,15 @@ def test_an_operator_through_the_proxy_acts_finds_held_back_files_and_hears_of_a
         ui.click(lambda: ui.button("Launch 1 run"), "the 'Launch 1 run' button")
         run_id = ui.launched_link(r"/runs/[0-9a-f]{8}-[0-9a-f-]{27}$").rsplit("/", 1)[1]
 
-        # 4. Meanwhile, a sensor's Preview with an empty cursor: its result, no error.
+        # 5. Meanwhile, a sensor's Preview with an empty cursor: its result, no error.
         ui.driver.get(f"{base}{sensor_page}notify_failed_checks")
         ui.click(lambda: ui.button("Preview tick result"), "'Preview tick result'")
         preview = "//*[@role='dialog']"
         ui.wait(lambda: ui.visible(f"{preview}//input"), "the cursor field")
         assert ui.visible(f"{preview}//input")[0].get_attribute("value") == ""
         ui.click(lambda: ui.button("Preview", within=ui.visible(preview)[0]) or ui.button("Continue"), "'Preview'")
-        ui.wait(lambda: ui.visible(f"{preview}//*[contains(text(), 'from now on are sent')]"), "the preview's result")
+        ui.wait(lambda: ui.visible(f"{preview}//*[contains(normalize-space(.), 'from now on are sent')]"),
+                "the preview's result")
         shown = ui.visible(preview)[0].text
         assert "ValueError" not in shown and "invalid literal" not in shown and "Traceback" not in shown, shown
         ui.shot("operator-sensor-preview-empty-cursor")
@@ -714,20 +736,6 @@ def test_an_operator_through_the_proxy_acts_finds_held_back_files_and_hears_of_a
         assert not ui.visible("//*[starts-with(normalize-space(text()), 'Unsynced')]")
         ui.shot("operator-no-change-rerun-cohort-synced")
 
-        # 5. A run that fails: an opt-out list file that cannot be read refuses publish (before any Spark).
-        broken = world.root / "landing" / "optouts" / SITES[0] / "not-a-date.csv"
-        broken.parent.mkdir(parents=True, exist_ok=True)
-        broken.write_text("patient_id\n123\n")
-        try:
-            failed = graphql(ui.server.url, """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
-                __typename ... on LaunchRunSuccess { run { runId } } } }""", {"p": {
-                "selector": {"repositoryLocationName": "imaging_platform", "repositoryName": "__repository__",
-                             "jobName": "publish"},
-                "executionMetadata": {"tags": [{"key": "dagster/partition", "value": ui.facts["held_cohort"]}]}}})
-            failed_id = failed["launchRun"]["run"]["runId"]
-            assert wait_for_run(ui, failed_id) == "FAILURE"
-        finally:
-            broken.unlink()
         mailbox = world.mailbox()
         ui.wait(lambda: any(failed_id.encode() in m for m in mailbox.messages), "the failure's mail in the sink",
                 timeout=120, poll=2)
