@@ -456,9 +456,9 @@ def cohort_provenance(context: AssetExecutionContext) -> dict[str, str]:
     if len(keys) < 100:
         images = input_version_over(instance, "anonymized_images", keys, observed=False)
     else:
-        latest = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey("anonymized_images")),
-                                                 limit=1).records
-        images = InputVersion("anonymized_images", DEFAULT_DATA_VERSION.value, latest[0].storage_id if latest else None)
+        latest = next(iter(instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey("anonymized_images")), limit=1).records), None)
+        images = InputVersion("anonymized_images", DEFAULT_DATA_VERSION.value, latest.storage_id if latest else None)
     lists = input_version_over(instance, OPTOUT, SETTINGS.sites, observed=True)
     tags = {CODE_VERSION_TAG: code_version(context, "published_cohort")}
     for i in (images, lists):

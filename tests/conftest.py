@@ -182,8 +182,8 @@ WORLD_FIXTURES = {"hospital": SESSION_WORLD, "warehouse": SESSION_WORLD, "instan
 # fill in at the end, where the two workers should finish together.
 GROUP_SECONDS = {
     # Issue 47 added a read-only webserver (started alongside dagster dev), the reviewer's whole review and refusals,
-    # and the operator's step (a failing run, a no-change run, a preview): 476 s for the module under a load of 10,
-    # about 1.3x the 165 s before it measured the same way; an estimate until a quiet run re-measures it.
+    # and the operator's step (a failing run, a no-change run, a preview): about +50 s, estimated from a run under
+    # a load of 10 (the module took 476 s there); to be measured again in a quiet run of the whole suite.
     "dagster-ui": 215,
     "test_crash_safety": 134,
     SESSION_WORLD: 89,

@@ -747,6 +747,32 @@ def test_an_operator_through_the_proxy_acts_finds_held_back_files_and_hears_of_a
         ui.shot("operator-failed-run-noticed")
 
 
+def test_the_console_review_prints_no_patient_of_the_landing_folders_unless_asked(ui):
+    """The world's landing folders are named after patients (hospital numbers), as some exports are: the console
+    review of a held release (`imaging-review`, the warehouse set as the docs show) prints none of them, and the
+    signed report holds none; `--identifiable` prints the paths, and says so first."""
+    import subprocess
+
+    from dagster_server import BIN
+
+    assert ui.facts.get("held_cohort"), "needs the cohorts of the publish step"
+    world = ui.server_world
+    numbers = {p.name for p in (world.root / "landing" / "images").glob("*/*/*") if p.is_dir()}
+    assert numbers and all(n.isalnum() for n in numbers)
+    env = world.env()
+    pending = subprocess.run([str(BIN / "imaging-review"), "pending"], env=env, capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+    held = pending.splitlines()[0].split("\t")[0]
+    plain = subprocess.run([str(BIN / "imaging-review"), held], env=env, capture_output=True, text=True, timeout=300)
+    shown = subprocess.run([str(BIN / "imaging-review"), held, "--identifiable"], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert "Provenance (identifiable zone)" in plain.stdout and "landing  file " in plain.stdout
+    assert not [n for n in numbers if n in plain.stdout + plain.stderr], "a hospital number in the console review"
+    assert shown.stdout.startswith("IDENTIFIABLE VIEW") and any(n in shown.stdout for n in numbers)
+    signed = shown.stdout.split("Review report sha256 ")[0]
+    assert not [n for n in numbers if n in signed.split("\n", 2)[2]], "a hospital number in the signed report"
+
+
 def sensor_ticks(ui: UI, name: str) -> list:
     found = graphql(ui.server.url, """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) {
         ... on Sensor { sensorState { status ticks(limit: 5) { status timestamp } } } } }""",
