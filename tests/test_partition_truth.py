@@ -256,3 +256,30 @@ def test_a_rerun_that_changes_nothing_leaves_every_cohort_synced(warehouse, inst
     assert after.asset_materialization.tags["dagster/data_version"] == \
         before.asset_materialization.tags["dagster/data_version"]
     assert unsynced() == set()
+
+
+def test_each_cohort_version_has_one_opt_out_table_with_the_same_numbers_everywhere(warehouse, instance):
+    """The opt-out table of a cohort version: the same rows and numbers in the metadata (`optout_table`), the
+    Markdown review and the HTML review the run wrote (and the UI links, `review_html`)."""
+    import html
+    import re
+
+    from assets.partitions import COHORTS
+
+    for cohort in COHORTS.get_partition_keys():
+        (record,) = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey("published_cohort"), asset_partitions=[cohort]), limit=1).records
+        m = record.asset_materialization.metadata
+        rows = [(r.data["what"], r.data["images"], r.data["patients"]) for r in m["optout_table"].value.records]
+        assert len(rows) == 4 and rows[1][1:] == (m["optout_excluded"].value["images"],
+                                                  m["optout_excluded"].value["patients"])
+        cell = lambda v: "-" if v is None else str(v)  # noqa: E731
+        markdown = m["review"].value
+        for what, images, patients in rows:
+            assert f"| {what} | {cell(images)} | {cell(patients)} |" in markdown, (cohort, what)
+        link = m["review_html"].value
+        assert re.fullmatch(rf"/reviews/{cohort}-[0-9a-f]{{64}}\.html", link) and f"]({link})" in markdown
+        page = html.unescape((warehouse / "identifiable" / "reviews" / link.rsplit("/", 1)[1]).read_text())
+        table = page.split('id="optout-table"', 1)[1].split("</table>", 1)[0]
+        shown = [re.findall(r"<td>(.*?)</td>", row) for row in table.split("<tr>")[2:]]
+        assert shown == [[what, cell(images), cell(patients)] for what, images, patients in rows], (cohort, shown)
