@@ -261,12 +261,13 @@ class SharedDagsterDev:
 
 def folders_named_after_patients(landing: Path) -> None:
     """As some hospital exports do: each site-day's files in a folder named after the patient's hospital number
-    (its PatientID), so a landing path names a patient. Files that cannot be read stay where they are."""
+    (its PatientID), so a landing path names a patient; every file of the export, whatever its name (a DICOMDIR
+    tree's IM000004 too). Files that cannot be read stay where they are."""
     import pydicom
 
     from imaging.deid.quiet import quiet
 
-    for path in sorted((landing / "images").rglob("*.dcm")):
+    for path in sorted(p for p in (landing / "images").rglob("*") if p.is_file()):
         try:
             with quiet():
                 patient = str(pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["PatientID"]).PatientID)
