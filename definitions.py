@@ -9,8 +9,12 @@ from __future__ import annotations
 # Every file under platform/ is validated first: a mistake stops the code location at load, naming the
 # file and the field, before anything else is imported and long before a Spark session could start.
 from imaging.driver.platform_files import load_platform
+from imaging.deid.quiet import silence_for_process
 
 load_platform()
+# The code server, the run workers and the daemon read headers (the PACS listing, the driver's checks): pydicom's
+# and pynetdicom's warnings quote values, and never reach their logs.
+silence_for_process()
 
 import datetime as dt  # noqa: E402
 

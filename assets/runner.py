@@ -46,6 +46,7 @@ from assets.checks import (check_outputs, check_specs, checks_table, partition_c
                            summary)
 from assets.quality import plain_plans, shared_passes
 from assets.governance import definition_metadata
+from assets.held_files import held_files, held_metadata
 from assets.optouts import read_optouts
 from assets.partitions import PARTITIONS, SETTINGS, SINGLE_RUN, UI, site_days
 from assets.versions import (EVENTS_LOGGED_BY_STEP, LANDING, OPTOUT, landing_read, landing_scan, materialization,
@@ -56,6 +57,7 @@ from imaging.driver.platform_files import load_clinical_policy
 from imaging.driver.progress import commit_groups
 from imaging.driver.run_summary import OTHER, Counts, QuarantineRow, StageClock, StepSummary
 from imaging.optout import OptOutLists
+from imaging.quarantine import HeldFile
 from imaging.quality.gate import covering
 from imaging.quality.outcomes import CheckOutcome
 from imaging.quality.rules import QualityContext
@@ -296,7 +298,8 @@ def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figur
     for frame in out.release:
         frame.unpersist()
 
-    yield from _result(run, checks, by_partition, {**out.metadata, "table_unchanged": False})
+    listed = held_files(run, {p: c.quarantined_total for p, c in by_partition.items()})
+    yield from _result(run, checks, by_partition, {**out.metadata, "table_unchanged": False}, listed)
     return checks
 
 
@@ -373,7 +376,8 @@ def _outputs(run: StepRun) -> dict[str, str]:
             for label, entry in run.step.outputs(run.policy).items()}
 
 
-def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Counts], metadata: dict):
+def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Counts], metadata: dict,
+            listed: Mapping[str, Sequence[HeldFile]] | None = None):
     """One materialization per site-day (its own counts, its quarantine as one table, data version and inputs'
     versions; the part's totals and times under `run/`), then each check's result on each site-day, after the
     materialization it checks."""
@@ -390,6 +394,7 @@ def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Co
     for partition in run.partitions:
         yield materialization(asset, versions[partition], {
             **summary_.values(partition), "quarantine": quarantine_table(summary_.quarantine(partition)),
+            **held_metadata((listed or {}).get(partition, ()), by_partition[partition].quarantined_total),
             "checks": checks_table(checks, partition), **shared,
             "summary": MetadataValue.md(summary_.markdown(asset, partition))})
     yield from partition_check_events(context, checks, run.partitions, asset, context.log)

@@ -150,6 +150,10 @@ PACS_INSTANCES = Table(
 OPTOUT_SITES = Folder(IDENTIFIABLE, "optout_sites", "<token>: the site a data card's opt-out list token stands for "
                                                     "(written once by published_cohort)")
 REVIEWS = Folder(IDENTIFIABLE, "reviews", "review reports of releases (imaging-review's HTML), <cohort>-<release id>.html")
+# The key of the landing files' tokens (imaging/quarantine.py): derived from the pseudonym key, written by the runs,
+# read by whoever may read this zone (imaging-quarantine, imaging-review) to name a landing file without its path.
+KEYS = Folder(IDENTIFIABLE, "keys", "landing_file_token: the key of the landing files' tokens (derived from the "
+                                    "pseudonym key)")
 
 _MANIFEST_FIELDS = (
     "output_path", "sha256", "size_bytes", "patient_pseudonym", "study_instance_uid", "series_instance_uid",

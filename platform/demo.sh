@@ -91,7 +91,9 @@ release="$(ls -d "$IMAGING_WAREHOUSE"/deidentified/cohorts/*/v* | head -1)"
 echo "== The opt-out list as the data card of $release states it (counts below 10 shown as <10)"
 sed -n '/^## Opt-outs/,/^## Released columns/p' "$release/datacard.md" | sed '$d'
 echo "== The lineage of one published release, as a governance reviewer sees it (IMAGING_WAREHOUSE set)"
-.venv/bin/imaging-review "$release" --html "$PWD/data/review.html" | grep -v '^    \|^  images/'
+.venv/bin/imaging-review "$release" | grep -v '^    \|^  images/'
+echo "== The whole review of each release, written by the run that built it (the UI links each from its cohort):"
+ls "$IMAGING_WAREHOUSE"/identifiable/reviews/
 cat <<MSG
 
 Review any release or published file offline (the HTML draws the column lineage):

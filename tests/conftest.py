@@ -181,7 +181,10 @@ WORLD_FIXTURES = {"hospital": SESSION_WORLD, "warehouse": SESSION_WORLD, "instan
 # 2026-11-26, --durations): heaviest first, so the few long groups start at once and the many short ones
 # fill in at the end, where the two workers should finish together.
 GROUP_SECONDS = {
-    "dagster-ui": 165,
+    # Issue 47 added a read-only webserver (started alongside dagster dev), the reviewer's whole review and refusals,
+    # and the operator's step (a failing run, a no-change run, a preview): about +50 s, estimated from a run under
+    # a load of 10 (the module took 476 s there); to be measured again in a quiet run of the whole suite.
+    "dagster-ui": 215,
     "test_crash_safety": 134,
     SESSION_WORLD: 89,
     "deployments-standalone": 85,

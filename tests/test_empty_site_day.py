@@ -74,9 +74,9 @@ def test_empty_site_day_starts_no_spark_and_reports_every_check(defs, sessions_m
     metadata = {m.asset_key.path[-1]: {k: v.value for k, v in m.metadata.items()}
                 for m in (e.materialization for e in result.get_asset_materialization_events())}
     assert set(metadata) == set(ASSETS)
-    assert metadata["raw_image_index"]["files_in"] == 0 and metadata["raw_image_index"]["spark_tasks"] == 0
+    assert metadata["raw_image_index"]["files_in"] == 0 and metadata["raw_image_index"]["run/spark_tasks"] == 0
     assert metadata["linked_patient_metadata"]["dagster/row_count"] == 0
-    assert metadata["anonymized_images"]["files_in"] == 0 and metadata["anonymized_images"]["spark_tasks"] == 0
+    assert metadata["anonymized_images"]["files_in"] == 0 and metadata["anonymized_images"]["run/spark_tasks"] == 0
     assert all(m["table_unchanged"] and m["quality_checks_failed"] == [] for m in metadata.values())
     # The key's fingerprint, as on the Spark path (assets record it on both), never the key.
     from imaging.pseudonym import key_fingerprint
