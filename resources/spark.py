@@ -190,7 +190,7 @@ class DriverJvm:
 
 
 def spark_config(master: str, env: Mapping[str, str] | None = None,
-                 archive: Path | None = DRIVER_ARCHIVE) -> dict[str, str]:
+                 archive: Path | None = DRIVER_ARCHIVE, jars: tuple[str, ...] = ()) -> dict[str, str]:
     """Spark defaults from `platform/spark.yaml`, with the master from IMAGING_SPARK_MASTER.
 
     `local[...]`, `spark://...` and `k8s://...` are classic masters (`spark.master`); `sc://...` makes
@@ -207,6 +207,8 @@ def spark_config(master: str, env: Mapping[str, str] | None = None,
     check_master(master, env)
     config = dict(load_as(SparkFile, "spark.yaml").root)  # every value a string, checked by the model
     config.pop("spark.master", None)
+    if jars:  # a clinical source's JDBC drivers (a running session gets them with ADD JAR: resources/clinical_source.py)
+        config["spark.jars"] = ",".join(filter(None, [config.get("spark.jars", ""), *jars]))
     if is_connect(master):
         config["spark.remote"] = master
         return config

@@ -47,7 +47,11 @@ class Selection:
     def from_cohort(cls, cohort) -> "Selection":
         criteria = {"modalities": list(cohort.modalities), "lateralities": list(cohort.lateralities),
                     "diagnosis_code_prefixes": list(cohort.diagnosis_code_prefixes),
-                    "age_at_scan_min": cohort.age_min, "age_at_scan_max": cohort.age_max}
+                    "age_at_scan_min": cohort.age_min, "age_at_scan_max": cohort.age_max,
+                    "imaged_eye": list(cohort.eye_lateralities),
+                    "imaged_eye_diagnosis_code_prefixes": list(cohort.eye_diagnosis_code_prefixes),
+                    "imaged_eye_fields": {f: {"min": lo, "max": hi} for f, lo, hi in cohort.eye_fields} or None,
+                    "imaged_eye_max_days_before": cohort.eye_max_days_before}
         return cls(cohort.name, cohort.version, cohort.description,
                    {k: v for k, v in criteria.items() if v not in (None, [])}, cohort.sql_predicate())
 
