@@ -98,7 +98,9 @@ def _patient_key(placeholders: Sequence[str]):
 def _figures(reader: Reader, name: str, frame: DataFrame, reasons: Sequence[str]) -> dict:
     """Rows read, rows set aside by reason, and an order-free digest of the rows (a sum of 64-bit row hashes): one
     aggregate, the action that reads the database."""
-    row_hash = F.xxhash64(*[F.col(c) for c in frame.columns if c not in ("reason", "_tie")])
+    columns = [F.to_json(F.array_sort(F.map_entries(c.name))) if isinstance(c.dataType, T.MapType) else F.col(c.name)
+               for c in frame.schema.fields if c.name not in ("reason", "_tie")]  # a map hashed as its sorted entries
+    row_hash = F.xxhash64(*columns)
     found = reader.materialize(name, frame, F.count(F.lit(1)).alias("rows"),
                                F.sum(row_hash.cast("decimal(38,0)")).alias("digest"),
                                *[F.sum(F.when(F.col("reason") == r, 1).otherwise(0)).alias(f"r{i}")

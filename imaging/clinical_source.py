@@ -29,7 +29,7 @@ from typing import Annotated, Mapping
 
 from pydantic import StringConstraints, field_validator
 
-from imaging.config_model import SiteKey, StrictModel, Text
+from imaging.config_model import SecretInputError, SiteKey, StrictModel, Text
 
 # The queries of the contract and the columns each must return. `KEYS` are not clinical fields: the
 # link step reads them; every other column is a clinical field for the policy.
@@ -80,7 +80,7 @@ class ClinicalSourceFile(StrictModel):
     @classmethod
     def _no_credentials(cls, url):
         if credentials_in(url):
-            raise ValueError("must not carry a user or password: give `user`, and the password in the environment "
+            raise SecretInputError("must not carry a user or password: give `user`, and the password in the environment "
                              "variable `password_env` names")
         return url
 
@@ -254,47 +254,48 @@ def image_eye(laterality: str | None) -> tuple[str | None, str | None]:
 
 # --- failures ---------------------------------------------------------------------------------------------------
 
-# SQLSTATE classes (the standard's first two characters) and what they mean for the run.
-_STATES = {"08": "the database cannot be reached", "28": "the database refused the login",
-           "42": "the query is not valid for this database", "3D": "the database named in the URL does not exist",
-           "22": "the database could not return a value", "57": "the database stopped the query",
-           "53": "the database ran out of a resource"}
-_UNREACHABLE = ("connection refused", "connect timed out", "unknownhostexception", "no route to host",
-                "could not connect", "communications link failure", "socket fail to connect", "connection attempt failed")
-_LOGIN = ("password authentication failed", "access denied for user", "authentication failed")
+# What went wrong, from the drivers' own words (PostgreSQL's and MariaDB's JDBC drivers name the failure in the
+# exception's class or text; PostgreSQL's text carries no SQLSTATE).
+_LOGIN = ("password authentication failed", "access denied for user", "sqlinvalidauthorizationspecexception",
+          "authentication failed", "no pg_hba.conf entry")
+_UNREACHABLE = ("connection refused", "connect timed out", "unknownhostexception", "no route to host", "refused.",
+                "could not connect", "communications link failure", "socket fail to connect",
+                "connection attempt failed", "the connection attempt failed")
+_QUERY = ("sqlsyntaxerrorexception", "does not exist", "doesn't exist", "syntax error", "unknown column",
+          "psqlexception: error:", "sqldataexception")
+_NO_DRIVER = ("classnotfoundexception", "no suitable driver")
 
 
 def failure_message(source: ClinicalSource, query: str, error: str, password: str | None) -> str:
     """The message a failed read raises: the source, its URL without parameters, the query and what went wrong, with
     the database's own first line (the password, should a driver ever echo it, masked). Never the password."""
-    text = error or ""
-    state = re.search(r"SQLSTATE[:=\s]*\(?([0-9A-Z]{5})|SQL ?State[:=\s]*([0-9A-Z]{5})", text)
-    code = next((g for g in (state.groups() if state else ()) if g), None)
-    lower = text.lower()
+    lower = (error or "").lower()
     if any(m in lower for m in _LOGIN):
-        what = _STATES["28"]
+        what = "the database refused the login"
     elif any(m in lower for m in _UNREACHABLE):
-        what = _STATES["08"]
-    elif code and code[:2] in _STATES:
-        what = _STATES[code[:2]]
-    elif "classnotfoundexception" in lower or "no suitable driver" in lower:
+        what = "the database cannot be reached"
+    elif any(m in lower for m in _NO_DRIVER):
         what = "the JDBC driver is not on the Spark session's classpath (driver_jars)"
+    elif any(m in lower for m in _QUERY):
+        what = "the query is not valid for this database"
     else:
         what = "the read failed"
-    detail = _database_line(text)
+    detail = _database_line(error or "")
     message = (f"clinical source {source.name!r} ({shown_url(source.url)}), query {query!r}: {what}"
-               + (f" [{code}]" if code else "") + (f": {detail}" if detail else ""))
+               + (f": {detail}" if detail else ""))
     return redact(message, password)
 
 
 def _database_line(text: str) -> str:
-    """The database's own words: the first line naming an SQL exception, without the Java class or stack."""
+    """The database's own words: the first line naming an SQL exception (or Spark's own error class), without the
+    Java class or stack."""
     for line in text.splitlines():
         match = re.search(r"(?:[A-Za-z0-9_.$]*(?:SQL|Sql)[A-Za-z]*Exception|ConnectException|UnknownHostException)"
                           r":\s*(.+)", line)
         if match:
             return match.group(1).strip()[:300]
-    return ""
+    match = re.search(r"\[([A-Z_.]+)\]", text)  # a Spark error class: never a value
+    return match.group(1) if match else ""
 
 
 def redact(text: str, secret: str | None) -> str:

@@ -106,7 +106,7 @@ class Reader:
         return reader.option("driver", connection.driver) if connection.driver else reader
 
     def _fail(self, query: str, error: BaseException) -> ClinicalSourceError:
-        return ClinicalSourceError(failure_message(self.source, query, str(error), self.password))
+        return ClinicalSourceError(failure_message(self.source, query, error_text(error), self.password))
 
     def read(self, name: str) -> DataFrame:
         """One query of the contract as a frame: its columns lower-cased, the required ones checked; split over
@@ -154,6 +154,23 @@ class Reader:
             return frame.agg(*aggregates).first().asDict()
         except Exception as error:  # noqa: BLE001
             raise self._fail(name, error) from None
+
+
+def error_text(error: BaseException) -> str:
+    """A failure's text with its causes: Spark reports a refused JDBC connection by its error class alone
+    (FAILED_JDBC.CONNECTION), the driver's words (a refused login, a refused connection) are in the JVM
+    exception's causes, which a classic session's captured exception holds (a Connect client gets the server's
+    message only)."""
+    texts, cause = [str(error)], getattr(error, "_origin", None)
+    for _ in range(10):
+        if cause is None:
+            break
+        try:
+            texts.append(str(cause.toString()))
+            cause = cause.getCause()
+        except Exception:  # noqa: BLE001 - not a JVM throwable: what we have is enough
+            break
+    return "\n".join(texts)
 
 
 def _bound(value) -> str:
