@@ -2,7 +2,7 @@
 the eye's latest observations and diagnoses in force (step: imaging/steps/declared.py LINK).
 
 The clinical records come from the landing zone's extracts, or, for the sites a clinical source serves
-(IMAGING_CLINICAL_SOURCE), from the hospital's database (assets/clinical_source.py): one as-of join either way
+(IMAGING_CLINICAL_SOURCE), from the hospital's database (assets/clinical_read.py): one as-of join either way
 (assets/linkage.py), then the eye-level join of the image's own eye.
 """
 
@@ -11,9 +11,10 @@ import dataclasses
 from pyspark.sql import functions as F
 
 from assets import quality as q
-from assets.clinical_source import CLINICAL_SOURCE, SOURCE_RECORD_DATE, extract_eye_rows, read_source
+from assets.clinical_read import SOURCE_RECORD_DATE, extract_eye_rows, read_source
 from assets.linkage import as_of_join, with_eyes
 from assets.partitions import SETTINGS
+from assets.versions import CLINICAL_SOURCE
 from assets.runner import Body, StepOutput, StepRun, image_asset, merged, tally_of
 from imaging.catalogue import CLINICAL_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX
 from imaging.clinical_source import EYE_REASONS, SOURCE_ORIGIN

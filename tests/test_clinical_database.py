@@ -2,7 +2,7 @@
 real PostgreSQL and real MariaDB, and an EPR of a schema no preset knows, end to end through IMAGING_CLINICAL_SOURCE.
 
 One PostgreSQL (with its statement log on) and one MariaDB for the module (tests/services.py). The presets are read
-by the link step's own code (resources/clinical_source.py, assets/clinical_source.py, assets/linkage.py) on the
+by the link step's own code (resources/clinical_source.py, assets/clinical_read.py, assets/linkage.py) on the
 worker's Spark session, whose JVM predates the source: its driver jars arrive by ADD JAR. The end-to-end run is the
 data contract's command in a process of its own with TZ=Europe/London, on a synthetic hospital imaged in June (British
 Summer Time), where an examination at 00:30 on a day is, in UTC, the evening before.
@@ -230,7 +230,7 @@ def link_with(session, path: Path, env: dict) -> list[dict]:
     """The module's images linked through the source file at `path`, as the link step links them."""
     from pyspark.sql import functions as F
 
-    from assets.clinical_source import read_source
+    from assets.clinical_read import read_source
     from assets.linkage import as_of_join, with_eyes
     from imaging.clinical_source import SOURCE_ORIGIN
     from imaging.driver.config import load_clinical_source
@@ -488,6 +488,42 @@ def test_unseen_epr_each_image_carries_its_own_eyes_latest_values(district, pg):
     ranges = {line.split("source_query", 1)[1].strip() for line in pg.log.read_text(errors="replace").splitlines()
               if "FROM clinic.exam" in line and '"exam_no"' in line and "source_query" in line}
     assert len(ranges) >= 2, ranges
+
+
+def test_unseen_epr_read_is_recorded_as_a_data_version(district):
+    """The read is an observation of `clinical_source` (a digest of the rows read), and each linked site-day's
+    materialization names the source and its queries' digests: what the UI shows and a release's data card states."""
+    from dagster import AssetKey, DagsterInstance
+    from dagster._core.definitions.data_version import extract_data_version_from_entry
+
+    from assets.checks import RecordedFacts
+    from imaging.driver.config import load_clinical_source
+
+    source = load_clinical_source(district["env"]["IMAGING_CLINICAL_SOURCE"])
+    with DagsterInstance.from_config(str(district["root"] / "dagster-home")) as instance:
+        observed = instance.get_latest_data_version_record(AssetKey("clinical_source"), True)
+        assert observed is not None
+        metadata = observed.event_log_entry.asset_observation.metadata
+        assert metadata["eye_observations/rows"].value > 2 * EXAMS_PER_EYE
+        assert metadata["eye_observations/query_sha256"].value == source.queries["eye_observations"].digest
+        (read,) = RecordedFacts(instance).clinical_sources(["2024-06-03|site-a"])
+    assert read.name == "district-epr" and read.queries == {q.name: q.digest for q in source.queries.values()}
+    assert extract_data_version_from_entry(observed.event_log_entry).value == read.data_version
+
+
+def test_a_cohort_selects_eyes_with_wet_amd_and_poor_acuity(session):
+    """"Right and left eyes with wet AMD and acuity 0.3 logMAR or worse" as a cohort definition, evaluated by Spark
+    over manifest-shaped rows."""
+    from imaging.governance.cohort import CohortDefinition
+
+    cohort = CohortDefinition.from_dict({"name": "wet-amd-eyes", "version": 1, "eye": {
+        "lateralities": ["R", "L"], "diagnosis_code_prefixes": ["H35.32"],
+        "fields": {"visual_acuity_logmar": {"min": 0.3}}}})
+    rows = [("a", "R", "H35.32", 0.3), ("b", "L", "E11.3;H35.321", 1.0), ("c", "R", "H35.31", 0.9),
+            ("d", "L", "H35.32", 0.2), ("e", None, None, None), ("f", "R", "H35.32", None), ("g", "L", None, 0.5)]
+    frame = session.createDataFrame(rows, "name string, eye string, eye_diagnosis_codes string, "
+                                          "eye_visual_acuity_logmar double")
+    assert sorted(r["name"] for r in frame.where(cohort.sql_predicate()).collect()) == ["a", "b"]
 
 
 def test_unseen_epr_comments_and_password_stay_out(district):
