@@ -7,6 +7,8 @@ copy of them.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from pyspark.sql import Column, DataFrame, functions as F
 
 from imaging.clinical_source import BOTH, BOTH_EYES, EYES, LEFT, NO_EYE_OBSERVATION, NO_LATERALITY, RIGHT
@@ -71,20 +73,23 @@ def _both_eyes(frame: DataFrame) -> DataFrame:
 EYE_KEY = ["date", "site", "patient_id", "eye"]
 
 
-def eye_as_of(images: DataFrame, observations: DataFrame, diagnoses: DataFrame) -> DataFrame:
+def eye_as_of(images: DataFrame, observations: DataFrame, diagnoses: DataFrame,
+              fields: Sequence[str] | None = None) -> DataFrame:
     """For each (date, site, patient, eye) of `images` (`image_eyes`, with `_origin`): each eye field's latest value
     observed on or before the image's day for that eye, with the days between (`eye_clinical`,
     `eye_days_before`), and the diagnosis codes in force for that eye on that day (`eye_diagnoses`).
 
     `observations`: _origin, patient_id, eye (R/L/B), observed_at (local date-time), _tie, clinical (the eye fields
     as text). `diagnoses`: _origin, patient_id, eye, diagnosed_on, resolved_on (date or null), code. Rows of eye B
-    count for both eyes. Joined on the distinct keys, not the images; the latest per field is a `max_by`
+    count for both eyes. `fields`: the eye fields to follow (the policy's per-eye column names); None: every one. Joined on the distinct keys, not the images; the latest per field is a `max_by`
     aggregation (pre-aggregated on each task), never a grouping of whole keys."""
     keys = (images.where(F.col("eye").isNotNull() & F.col("patient_id").isNotNull())
             .select(*EYE_KEY, "_origin").distinct())
     day = F.to_date("date")
+    wanted = list(fields) if fields is not None else None
+    clinical = F.map_filter("clinical", lambda k, v: k.isin(wanted)) if wanted is not None else F.col("clinical")
     values = (_both_eyes(observations)
-              .select("_origin", "patient_id", "eye", "observed_at", "_tie", F.explode("clinical").alias("field", "value"))
+              .select("_origin", "patient_id", "eye", "observed_at", "_tie", F.explode(clinical).alias("field", "value"))
               .where(F.col("value").isNotNull()))
     latest = (keys.join(values, ["_origin", "patient_id", "eye"])
               .where(F.to_date("observed_at") <= day)
@@ -100,12 +105,13 @@ def eye_as_of(images: DataFrame, observations: DataFrame, diagnoses: DataFrame) 
     return keys.drop("_origin").join(latest, EYE_KEY, "left").join(in_force, EYE_KEY, "left")
 
 
-def with_eyes(linked: DataFrame, observations: DataFrame, diagnoses: DataFrame, origin: Column) -> DataFrame:
+def with_eyes(linked: DataFrame, observations: DataFrame, diagnoses: DataFrame, origin: Column,
+              fields: Sequence[str] | None = None) -> DataFrame:
     """`linked` (the as-of join's rows) with the eye-level fields of the eye each image shows, and the reason an image
     has none: no laterality, both eyes, or no observation of that eye on or before its day. `origin` says which
-    observations a row's site reads (its own extracts, or the clinical source)."""
+    observations a row's site reads (its own extracts, or the clinical source); `fields` the eye fields followed."""
     images = image_eyes(linked).withColumn("_origin", origin)
-    found = eye_as_of(images, observations, diagnoses)
+    found = eye_as_of(images, observations, diagnoses, fields)
     return (images.join(found, EYE_KEY, "left").drop("_origin")
             .withColumn("eye_reason", F.coalesce(F.col("eye_reason"), F.when(
                 F.col("eye_clinical").isNull(), F.lit(NO_EYE_OBSERVATION)))))

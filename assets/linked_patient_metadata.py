@@ -81,7 +81,9 @@ def link(run: StepRun) -> StepOutput:
     as_of = as_of_join(images, records).withColumn(
         "clinical_extract_date", F.when(F.col("clinical_extract_date") != SOURCE_RECORD_DATE,
                                         F.col("clinical_extract_date")))
-    joined = with_eyes(as_of, observations, diagnoses, origin).withColumn(
+    # Only the fields the policy follows per eye (its `eye: true` columns, by every name they go by).
+    fields = sorted(policy.eye_aliases - set(diagnosis_aliases))
+    joined = with_eyes(as_of, observations, diagnoses, origin, fields).withColumn(
         "reason", F.when(q.study_date(F.col("study_date")) < q.birth_date(policy), F.lit(STUDY_BEFORE_BIRTH))).persist()
     linked = joined.where(~F.expr(QUARANTINED)).drop("reason")
     counted = joined.withColumn("_linked", F.col("has_clinical_record").cast("int"))

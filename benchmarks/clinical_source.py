@@ -111,10 +111,13 @@ def measure(args, files: dict, url: str, pg) -> int:
     from assets.linkage import as_of_join, with_eyes
     from imaging.clinical_source import SOURCE_ORIGIN
     from imaging.driver.config import load_settings
+    from imaging.driver.platform_files import load_clinical_policy
     from resources.clinical_source import ClinicalSourceResource, reader
     from resources.spark import spark_config
 
     settings = load_settings()
+    policy = load_clinical_policy()
+    fields = sorted(policy.eye_aliases - set(policy.eye_diagnosis_rule.aliases))
     config = spark_config("local[2]", jars=(PG_JAR,))
     builder = SparkSession.builder
     for key, value in config.items():
@@ -156,7 +159,7 @@ def measure(args, files: dict, url: str, pg) -> int:
         source = reader(resources["partitioned"], session)
         read = read_source(source, ["site-x"], ["", "UNKNOWN"], shuffle)
         linked = with_eyes(as_of_join(rng_images, read.patients), read.observations, read.diagnoses,
-                           F.lit(SOURCE_ORIGIN))
+                           F.lit(SOURCE_ORIGIN), fields)
         linked.count()
         read.release()
 

@@ -93,11 +93,13 @@ INDEX_QUARANTINE = Table(
     "landing files that are not usable DICOM instances, and second copies of an instance, with the reason")
 CLINICAL_QUARANTINE = Table(
     IDENTIFIABLE, "quarantine/clinical_extracts", Quarantined, SITE_DAY, ("source_path",),
-    "clinical extracts that cannot be read, and extract rows keyed by an empty or placeholder patient_id, "
-    "accounted to their own day")
+    "clinical extracts that cannot be read, and extract rows keyed by an empty or placeholder patient_id or with an "
+    "eye that is none, accounted to their own day; a clinical source's unusable rows (source "
+    "clinical_source:<name>/<query>), in each site-day holding images of their patient")
 LINKED = Table(
     IDENTIFIABLE, "linked_patient_metadata", LinkedImage, SITE_DAY, ("source_path",),
-    "each indexed image with its patient's latest clinical record dated on or before the image's day")
+    "each indexed image with its patient's latest clinical record dated on or before the image's day and, for the "
+    "eye it shows, each eye field's latest value on or before that day and the diagnoses in force for that eye")
 LINK_QUARANTINE = Table(
     IDENTIFIABLE, "quarantine/linked_patient_metadata", Quarantined, SITE_DAY, ("source_path",),
     "indexed images that cannot be linked (a study date before the linked record's birth date), with the reason")

@@ -50,8 +50,8 @@ class ClinicalSourceResource(ConfigurableResource):
         if source is None:
             return
         selection = getattr(context.dagster_run, "asset_selection", None) if context.dagster_run else None
-        if selection is not None and not any(key.to_user_string() == LINKED_ASSET for key in selection):
-            return
+        if selection and not any(key.to_user_string() == LINKED_ASSET for key in selection):
+            return  # a run that selects assets, none of them the link step: it never reads the database
         reach(source)
 
     def source(self) -> ClinicalSource | None:

@@ -234,6 +234,7 @@ def link_with(session, path: Path, env: dict) -> list[dict]:
     from assets.linkage import as_of_join, with_eyes
     from imaging.clinical_source import SOURCE_ORIGIN
     from imaging.driver.config import load_clinical_source
+    from imaging.driver.platform_files import load_clinical_policy
     from resources.clinical_source import ClinicalSourceResource, reader
 
     resource = ClinicalSourceResource(file=str(path), partitions=3, fetch_size=2)
@@ -243,7 +244,10 @@ def link_with(session, path: Path, env: dict) -> list[dict]:
     images = session.createDataFrame(
         [(day, SITE, pid, eye, f"{pid}-{day}-{eye}.dcm", day.replace("-", "")) for pid, day, eye in IMAGES],
         "date string, site string, patient_id string, laterality string, source_path string, study_date string")
-    linked = with_eyes(as_of_join(images, read.patients), read.observations, read.diagnoses, F.lit(SOURCE_ORIGIN))
+    policy = load_clinical_policy()
+    fields = sorted(policy.eye_aliases - set(policy.eye_diagnosis_rule.aliases))  # as the link step follows them
+    linked = with_eyes(as_of_join(images, read.patients), read.observations, read.diagnoses, F.lit(SOURCE_ORIGIN),
+                       fields)
     from assets.quality import plain_plans
 
     with plain_plans(session):  # tiny frames: one reduce task per core, no adaptive re-planning
@@ -547,7 +551,13 @@ def test_unseen_epr_comments_and_password_stay_out(district):
     assert "district-epr" in district["logs"]  # the source's read is named in the run's log
 
 
-def test_unseen_epr_stopped_fails_the_rerun_and_changes_nothing(district, pg):
+def test_unseen_epr_stopped_fails_the_rerun_and_changes_nothing(district, pg, defs):
+    """The database stopped: a re-run fails at once, naming the source (never the password), and the warehouse is
+    as it was. Run in this process (the same partition, landing and warehouse): the run stops when its resources are
+    set up, before any step."""
+    from conftest import rooted, run_assets
+    from resources.clinical_source import ClinicalSourceResource
+
     warehouse = district["root"] / "warehouse"
 
     def snapshot():
@@ -555,10 +565,19 @@ def test_unseen_epr_stopped_fails_the_rerun_and_changes_nothing(district, pg):
 
     before = snapshot()
     pg.stop()
-    done = subprocess.run(district["args"], cwd=REPO, env=district["env"], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode != 0
-    logs = done.stdout + done.stderr
-    assert "clinical source 'district-epr'" in logs and "cannot be reached" in logs
-    assert district["password"] not in logs
+    scoped = rooted(defs, district["root"] / "landing", warehouse, checks=False)
+    scoped = type(scoped)(assets=scoped.assets, executor=scoped.executor, resources={
+        **scoped.resources, "clinical_source": ClinicalSourceResource(file=district["env"]["IMAGING_CLINICAL_SOURCE"])})
+    key = "2024-06-03|site-a"
+    os.environ["DISTRICT_EPR_PASSWORD"] = district["password"]
+    try:
+        result = run_assets(scoped, ["raw_image_index", "linked_patient_metadata", "anonymized_images"], (key, key),
+                            must_succeed=False)
+    finally:
+        del os.environ["DISTRICT_EPR_PASSWORD"]
+    assert not result.success
+    failure = " ".join(str(e.event_specific_data) for e in result.all_events if e.is_failure)
+    assert "clinical source 'district-epr'" in failure and "cannot be reached" in failure
+    assert district["password"] not in failure
+    assert not result.get_asset_materialization_events()
     assert snapshot() == before
