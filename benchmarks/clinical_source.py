@@ -61,7 +61,7 @@ def load(pg, patients: int, rows: int) -> None:
     pg.execute(f"""
         CREATE TABLE people AS SELECT 'P' || lpad(g::text, 7, '0') AS mrn, DATE '1940-01-01' + (g * 37 % 20000) AS born,
             CASE WHEN g % 2 = 0 THEN 'F' ELSE 'M' END AS sex FROM generate_series(1, {patients}) g;
-        CREATE TABLE exam AS SELECT g::bigint AS exam_no, 'P' || lpad((1 + (g * 7919 % {patients}))::text, 7, '0') AS mrn,
+        CREATE TABLE exam AS SELECT g::bigint AS exam_no, 'P' || lpad((1 + (g::bigint * 7919 % {patients}))::text, 7, '0') AS mrn,
             TIMESTAMP '2019-01-01 08:00' + (g % 1826) * INTERVAL '1 day' + (g % 600) * INTERVAL '1 minute' AS seen_at,
             (ARRAY['R', 'L', 'B'])[1 + g % 3] AS side, ((g * 31) % 150) / 100.0 AS va, 8 + (g * 13) % 25 AS pressure,
             'remark ' || g AS remarks FROM generate_series(1, {rows}) g;

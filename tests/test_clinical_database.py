@@ -11,6 +11,7 @@ Summer Time), where an examination at 00:30 on a day is, in UTC, the evening bef
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pytest
 import yaml
+from pyspark.sql import functions as F
 
 from services import mariadb_available, mariadb_server, postgres_bin_dir, postgres_server, skip_unless
 
@@ -581,3 +583,40 @@ def test_unseen_epr_stopped_fails_the_rerun_and_changes_nothing(district, pg, de
     assert district["password"] not in failure
     assert not result.get_asset_materialization_events()
     assert snapshot() == before
+
+
+def test_eye_checks_flag_a_feed_fault_and_stale_labels_by_pseudonym(session):
+    """A patient with hundreds of eye observations in one day is flagged as a patient with a million scans is (by
+    pseudonym, the site-days of their images failed); an image whose eye's latest observation is older than the
+    window is counted."""
+    import datetime as dt_
+
+    from assets import quality as q
+    from assets.checks import quality_context
+    from assets.partitions import SETTINGS
+    from imaging.clinical_source import SOURCE_ORIGIN
+    from resources.deid import Deidentifier
+
+    ctx = quality_context(Deidentifier(pseudonym_key=os.environ["IMAGING_PSEUDONYM_KEY"],
+                                       options=list(SETTINGS.deid_options), issuers=SETTINGS.issuers,
+                                       pixel_text=SETTINGS.pixel_text))
+    images = session.createDataFrame([("2024-03-01", "site-a", "9990000001"), ("2024-03-02", "site-a", "9990000002")],
+                                     "date string, site string, patient_id string")
+    at = dt_.datetime(2024, 2, 1, 9)
+    observations = session.createDataFrame(
+        [(SOURCE_ORIGIN, "9990000001", "R", at + dt_.timedelta(seconds=i), 0, {"iop_mmhg": "15"}) for i in range(60)]
+        + [(SOURCE_ORIGIN, "9990000002", "L", at, 0, {"iop_mmhg": "15"})],
+        "_origin string, patient_id string, eye string, observed_at timestamp_ntz, _tie int, "
+        "clinical map<string,string>")
+    flagged = q.eye_observations_per_patient_day(images, observations, ["site-a"], ctx)
+    assert not flagged.passed and flagged.observed == 60 and flagged.failed_partitions == ("2024-03-01|site-a",)
+    assert "9990000001" not in json.dumps(flagged.as_metadata()) and len(flagged.offenders) == 1
+    assert q.eye_observations_per_patient_day(images, observations, [], ctx).observed == 0  # not served: not read
+    linked = session.createDataFrame([("2024-03-01", "site-a", "9990000001", {"iop_mmhg": 400, "va": 20}),
+                                      ("2024-03-02", "site-a", "9990000002", {"iop_mmhg": 30}),
+                                      ("2024-03-02", "site-a", "9990000003", None)],
+                                     "date string, site string, patient_id string, eye_days_before map<string,int>")
+    stale = q.stale_eye_observations(linked, ctx)
+    assert stale.observed == 0 and stale.details["images_with_eye_observation"] == 2  # the latest (20 days) counts
+    older = linked.withColumn("eye_days_before", F.map_from_arrays(F.array(F.lit("va")), F.array(F.lit(500))))
+    assert q.stale_eye_observations(older, ctx).observed == 3
