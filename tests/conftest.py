@@ -183,6 +183,9 @@ WORLD_FIXTURES = {"hospital": SESSION_WORLD, "warehouse": SESSION_WORLD, "instan
 GROUP_SECONDS = {
     "dagster-ui": 165,
     "test_crash_safety": 134,
+    # Issue 45 (not from a quiet whole-suite run: measured alone, on this machine under load 8-10, then halved):
+    # a PostgreSQL and a MariaDB, four preset reads, one CLI run of the pipeline with TZ=Europe/London.
+    "test_clinical_database": 90,
     SESSION_WORLD: 89,
     "deployments-standalone": 85,
     "test_ui_automation": 66,
