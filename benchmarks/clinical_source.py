@@ -148,7 +148,7 @@ def measure(args, files: dict, url: str, pg) -> int:
         frame.unpersist()
 
     rng_images = session.range(args.images).select(
-        F.format_string("%s", F.expr(f"date_add(DATE'2021-01-01', CAST(id * 97 % 1400 AS INT))")).alias("date"),
+        F.format_string("%s", F.expr("date_add(DATE'2021-01-01', CAST(id * 97 % 1400 AS INT))")).alias("date"),
         F.lit("site-x").alias("site"),
         F.format_string("P%07d", (F.col("id") * 104729 % args.patients + 1).cast("int")).alias("patient_id"),
         F.when(F.col("id") % 2 == 0, "R").otherwise("L").alias("laterality"),

@@ -109,8 +109,8 @@ def omop_sql(datetime_type: str) -> str:
     """The module's records as an OMOP CDM 5.4 database (the tables and columns the preset reads)."""
     codes = {("R", "va"): ("LOINC", "98499-7", 1), ("L", "va"): ("SNOMED", "413077008", 4),
              ("R", "iop"): ("LOINC", "79892-6", 5), ("L", "iop"): ("LOINC", "79893-4", 6)}
-    rows = [f"CREATE TABLE person (person_id BIGINT PRIMARY KEY, person_source_value VARCHAR(50), "
-            f"year_of_birth INT, month_of_birth INT, day_of_birth INT, gender_concept_id INT);",
+    rows = ["CREATE TABLE person (person_id BIGINT PRIMARY KEY, person_source_value VARCHAR(50), "
+            "year_of_birth INT, month_of_birth INT, day_of_birth INT, gender_concept_id INT);",
             "CREATE TABLE concept (concept_id INT PRIMARY KEY, vocabulary_id VARCHAR(20), concept_code VARCHAR(50));",
             f"CREATE TABLE measurement (measurement_id BIGINT PRIMARY KEY, person_id BIGINT, measurement_concept_id INT, "
             f"measurement_date DATE, measurement_datetime {datetime_type}, value_as_number NUMERIC(6,2));",
@@ -137,7 +137,7 @@ def omop_sql(datetime_type: str) -> str:
         cm = code[:3] + code[4:] + laterality[eye]  # ICD-10-CM: the laterality digit after the code, no dot
         rows.append(f"INSERT INTO condition_occurrence VALUES ({n}, {person[pid]}, '{day}', {_q(resolved)}, "
                     f"'{cm}');")
-    rows.append(f"INSERT INTO condition_occurrence VALUES (99, 1, '2020-01-01', NULL, 'H3530');")  # no laterality
+    rows.append("INSERT INTO condition_occurrence VALUES (99, 1, '2020-01-01', NULL, 'H3530');")  # no laterality
     return "\n".join(rows)
 
 
