@@ -204,7 +204,8 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
         inputs=with_landing_versions(facts, read) if facts is not None else read.partitions,
         code_versions=tuple(CodeVersion(a, v) for a, v in sorted(CODE_VERSIONS.items())),
         disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below,
-        key_fingerprint=deid.key_fingerprint, optouts=optout_section, text_policy=_text_policy(deid))
+        key_fingerprint=deid.key_fingerprint, optouts=optout_section, text_policy=_text_policy(deid),
+        clinical_sources=facts.clinical_sources(read.site_day.values()) if facts is not None else ())
     built = finish_release(building, card, images=_image_entries(f"{work}/images.sha256"))
     copied_frame.unpersist()
     # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.

@@ -102,7 +102,8 @@ def finish_release(root: str, card: DataCardInputs, images: Callable[[], Iterabl
                   "checksums": f"{SUMS_FILE} (sha256sum -c); the release id is the sha256 of {SUMS_FILE}"},
     }
     events = release_events(cohort=s.cohort, version=s.version, lineage=card.lineage, inputs=card.inputs,
-                            code_versions=card.code_versions, data_digest=digest)
+                            code_versions=card.code_versions, data_digest=digest,
+                            clinical_sources=card.clinical_sources)
     fsx.write_bytes(f"{root}/{RELEASE_JSON}", _json(summary))
     fsx.write_bytes(f"{root}/{DATACARD_JSON}", datacard.json_bytes())
     fsx.write_bytes(f"{root}/{DATACARD_MD}", datacard.markdown_bytes())
