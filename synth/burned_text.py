@@ -660,9 +660,10 @@ def volume(seed: int, text: bool, families: tuple[str, ...] | None = None) -> Dr
     return Drawn("oct", text, _encode(ds, list(frames), quality), jpeg=quality, **fields)
 
 
-def screen_background(seed: int) -> tuple[Image.Image, random.Random, bool]:
+def screen_background(seed: int, margin: int = 0) -> tuple[Image.Image, random.Random, bool]:
     """A report screen without text: panels, thumbnails, a thickness map, a plot, grid lines (RGB, 768 x 1024 or
-    600 x 800, light or dark); the random source it drew from, and whether it is dark."""
+    600 x 800, light or dark), the panels `margin` pixels in from each side; the random source it drew from, and
+    whether it is dark."""
     from synth.pixels import oct_volume
 
     rng = random.Random(f"screen:{seed}")
@@ -672,33 +673,35 @@ def screen_background(seed: int) -> tuple[Image.Image, random.Random, bool]:
     image = Image.new("RGB", (cols, rows), background)
     draw = ImageDraw.Draw(image)
     line = (120, 120, 120) if dark else (160, 160, 170)
-    panel = cols // 3
-    for x in range(0, 3):  # three panels with borders
-        draw.rectangle((x * panel + 8, 70, (x + 1) * panel - 8, rows - 90), outline=line, width=2)
+    panel = (cols - 2 * margin) // 3
+    m = margin
+    for x in range(3):  # three panels with borders
+        draw.rectangle((m + x * panel + 8, 70, m + (x + 1) * panel - 8, rows - 90), outline=line, width=2)
     thumb = fundus((panel - 40, panel - 40), seed)
-    image.paste(Image.fromarray(thumb), (20, 90))
+    image.paste(Image.fromarray(thumb), (m + 20, 90))
     scan = oct_volume((1, 160, panel - 40), seed)[0]
-    image.paste(Image.fromarray(scan).convert("RGB"), (panel + 20, 90))
+    image.paste(Image.fromarray(scan).convert("RGB"), (m + panel + 20, 90))
     yy, xx = np.mgrid[0:140, 0:panel - 40]
     thickness = (np.sin(xx / 17.0 + seed) + np.cos(yy / 23.0)) * 0.25 + 0.5
     heat = np.stack([thickness * 255, (1 - abs(thickness - 0.5) * 2) * 255, (1 - thickness) * 255], axis=-1)
-    image.paste(Image.fromarray(heat.astype(np.uint8)), (2 * panel + 20, 90))
+    image.paste(Image.fromarray(heat.astype(np.uint8)), (m + 2 * panel + 20, 90))
     top = 260 if rows > 700 else 240
     for i in range(6):  # grid of the plot
         y = top + i * 30
-        draw.line((2 * panel + 20, y, 3 * panel - 20, y), fill=line, width=1)
-    points = [(2 * panel + 20 + i * 12, top + 75 + int(40 * np.sin(i / 3 + seed))) for i in range((panel - 40) // 12)]
+        draw.line((m + 2 * panel + 20, y, m + 3 * panel - 20, y), fill=line, width=1)
+    points = [(m + 2 * panel + 20 + i * 12, top + 75 + int(40 * np.sin(i / 3 + seed))) for i in range((panel - 40) // 12)]
     draw.line(points, fill=(220, 60, 60) if not dark else (255, 200, 0), width=2)
-    draw.rectangle((panel + 20, 270, panel + 20 + rng.randrange(60, panel - 60), 290), fill=(80, 140, 220))
+    draw.rectangle((m + panel + 20, 270, m + panel + 20 + rng.randrange(60, panel - 60), 290), fill=(80, 140, 220))
     return image, rng, dark
 
 
 def report_screen(seed: int, text: bool, families: tuple[str, ...] | None = None) -> Drawn:
-    """A secondary capture of a report screen (`screen_background`; grey or colour) with the patient's identifiers
-    drawn in one of the faces of `families`: in the header, the footer, the right-hand corner, over the fundus
-    thumbnail, or up a margin; or clean."""
-    image, _, dark = screen_background(seed + (7_000_000 if text else 8_000_000))
+    """A secondary capture of a report screen (`screen_background`; grey or colour; a margin of 16-64 px beside
+    the panels) with the patient's identifiers drawn in one of the faces of `families`: in the header, the
+    footer, the right-hand corner, over the fundus thumbnail, or up a margin; or clean."""
     rng = random.Random(f"screen-44:{seed}:{text}")
+    margin = rng.randrange(16, 64)  # a margin each side of the panels (where vertical labels go)
+    image, _, dark = screen_background(seed + (7_000_000 if text else 8_000_000), margin)
     pixels = np.array(image)
     fields = {}
     if text:
@@ -708,15 +711,16 @@ def report_screen(seed: int, text: bool, families: tuple[str, ...] | None = None
             if _fits(mask, (rows, cols // 2 if not angle else cols)):
                 break
         h, w = mask.shape
-        if angle:
+        if angle:  # up a margin: in the band left of the panels (over their border when wider than the band)
             placement = "margin"
-            anchor = (rng.randrange(60, max(61, rows - h - 60)), rng.choice((2, cols - w - 2)))
+            x = rng.randrange(2, max(3, margin - w)) if margin > w + 2 else 2
+            anchor = (rng.randrange(60, max(61, rows - h - 60)), rng.choice((x, cols - w - x)))
         else:
             placement = rng.choice(("header", "footer", "right", "panel"))
             anchor = {"header": (rng.randrange(4, 30), rng.randrange(8, 40)),
                       "footer": (rows - h - rng.randrange(4, 40), rng.randrange(8, 40)),
                       "right": (rng.randrange(4, 30), cols - w - rng.randrange(8, 40)),
-                      "panel": (rng.randrange(95, 140), 24)}[placement]
+                      "panel": (rng.randrange(95, 140), margin + 24)}[placement]
         cut = rng.choice(EDGES) if rng.random() < 0.2 else ""
         top, left = _place(rng, (rows, cols), mask, anchor, cut, bool(angle))
         under = _under(_luminance(pixels), mask, top, left)

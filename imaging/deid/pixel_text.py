@@ -404,6 +404,7 @@ class PixelTextResult:
     read: tuple[int, ...] = ()  # indexes of the frames read whole (the sample)
     overlay: tuple[int, ...] = ()  # indexes of the frames whose minimum, mean and still pixels were read too
     readers: tuple[str, ...] = ()  # what read them: "tesseract", and "detector" where the learned tier ran
+    method: tuple[str, ...] = ()  # the screen and its readers with their versions (`PixelTextDetector.method`)
 
     @property
     def whole(self) -> bool:
@@ -703,6 +704,11 @@ def _still(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray, share: flo
     return (highest.astype(np.int16) - lowest) <= np.maximum(4.0, share * mean)
 
 
+def loose_still(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Pixels the same on every overlay frame within `STILL_PAGE_SHARE` (the still pages' and the detector's)."""
+    return _still(lowest, highest, mean, STILL_PAGE_SHARE)
+
+
 def still_pixels(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray) -> np.ndarray:
     """Pixels the same on every overlay frame (`STILL_SHARE`), kept where a neighbour across or down is too."""
     still = _still(lowest, highest, mean, STILL_SHARE)
@@ -898,10 +904,12 @@ def upright_layout(small: np.ndarray, candidates: list[Candidate]) -> list[tuple
 
     crops = []
     for c in candidates:
-        margin = max(4, c.width // 2)
+        # A margin as wide as the candidate and 16 px at least: the strokes the screen joined may be only part of
+        # the letters' height (a row of serifs, one side of a thick face).
+        margin = max(16, c.width)
         top, left = max(0, c.top - margin), max(0, c.left - margin)
         crop = np.rot90(small[top:c.top + c.height + margin, left:c.left + c.width + margin], 3)
-        factor = _enlargement(c.width, UPRIGHT_HEIGHT)
+        factor = min(3, _enlargement(c.width, UPRIGHT_HEIGHT))
         image = Image.fromarray(np.ascontiguousarray(crop))
         if factor > 1:
             image = image.resize((image.width * factor, image.height * factor), Image.BILINEAR)
@@ -958,6 +966,8 @@ class PixelTextDetector:
                "single_block": tesserocr.PSM.SINGLE_BLOCK}[self.settings.page_segmentation]
         path = find_tessdata(self.settings.language, self.settings.tessdata)
         self._api = tesserocr.PyTessBaseAPI(path=path, lang=self.settings.language, psm=psm)
+        words = str(tesserocr.tesseract_version()).split()
+        self._version = words[1] if len(words) > 1 else "?"
 
     def __repr__(self) -> str:
         return f"PixelTextDetector({self.settings})"
@@ -984,12 +994,14 @@ class PixelTextDetector:
             self._regions = TextRegions(s.detector_side, s.detector_threshold, s.detector_box_threshold)
         return self._regions
 
-    def method(self) -> str:
-        """The screen that runs, with its readers' versions (for the De-identification Method text)."""
-        tesseract = str(self._tesserocr.tesseract_version()).split()[1] if self._tesserocr else "?"
-        detectors = {kind.detector for kind in map(self.settings.for_type, (*IMAGE_TYPES, DEFAULT_TYPE))}
-        learned = f", {_detector_name()}" if detectors - {"off"} else ""
-        return f"{SCREEN} (Tesseract {tesseract}{learned})"
+    def method(self, kind: TypeSettings | None = None) -> list[str]:
+        """The screen that reads an image type's pixels (`kind`; the default type when None) and its readers, with
+        their versions: values of the De-identification Method text (imaging.deid.declare.screened)."""
+        kind = kind or self.settings.for_type(DEFAULT_TYPE)
+        lines = [f"{SCREEN}: Tesseract {self._version} ({kind.screening.replace('_', ' ')})"]
+        if kind.detector != "off":
+            lines.append(f"{SCREEN}: {_detector_name()} ({kind.detector})")
+        return lines
 
     def check(self, ds: Dataset, syntax: UID, frames: Frames | None = None, collect: bool = False) -> PixelTextResult:
         """Read the sampled frames of `ds` (settings of its `image_type`); raise NotDeidentifiable if
@@ -1044,7 +1056,8 @@ class PixelTextDetector:
             self.stats.frames_checked += len(read)
             self.stats.files_with_text += bool(found)
             readers = ("tesseract", "detector") if kind.detector != "off" else ("tesseract",)
-            return PixelTextResult(bool(found), len(read), tuple(found), count, tuple(read), overlay, readers)
+            return PixelTextResult(bool(found), len(read), tuple(found), count, tuple(read), overlay, readers,
+                                   tuple(self.method(kind)))
         finally:
             self.stats.ocr_seconds += time.perf_counter() - started
 
@@ -1193,7 +1206,7 @@ class PixelTextDetector:
             if boxes:
                 return "tesseract", to_frame(boxes, placements, rows, cols)
         if kind.detector == "still":
-            boxes = self._still_regions(_still(lowest, highest, average, STILL_PAGE_SHARE), still)
+            boxes = self._still_regions(loose_still(lowest, highest, average), still)
             if boxes:
                 return "detector", boxes
         return "tesseract", []
