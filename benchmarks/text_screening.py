@@ -558,7 +558,7 @@ def report_half(kind: str, half: str, outcomes: list[Outcome]) -> None:
 def tier_lines(stats) -> str:
     return (f"frames {stats.frames_checked}: {stats.frames_without_candidates} without candidates, {stats.frames_ocr} "
             f"Tesseract reads ({stats.tesseract_seconds:.1f} s); the detector on {stats.frames_detector} frames "
-            f"(text in {stats.frames_detector_text}; {stats.vertical_pages} pages of upright vertical candidates) and "
+            f"(text in {stats.frames_detector_text}; {stats.candidate_pages} pages of candidates) and "
             f"{stats.still_detector} volumes' still pixels (text in {stats.still_detector_text}): "
             f"{stats.detector_seconds:.1f} s; the whole check {stats.ocr_seconds:.1f} s; second readings "
             f"{stats.frames_verified}")

@@ -361,7 +361,7 @@ class PixelTextStats:
     frames_verified: int = 0  # redacted frames read again whole (imaging.deid.redact.verify)
     frames_detector: int = 0  # frames (whole, or their vertical candidates) the learned detector looked at
     frames_detector_text: int = 0  # ... in which it alone found text (Tesseract had read none)
-    vertical_pages: int = 0  # pages of upright vertical candidates the detector read
+    candidate_pages: int = 0  # pages of candidates (enlarged, vertical ones turned) the detector read
     still_detector: int = 0  # volumes whose still pixels the detector looked at
     still_detector_text: int = 0  # ... in which it alone found text
     detector_seconds: float = 0.0
@@ -865,6 +865,8 @@ def candidate_layout(grey: np.ndarray, candidates: list[Candidate], stroke_max: 
 
 SCREEN = "Burned-in text screen 2"  # the tiers' version: raised when what counts as text changes
 UPRIGHT_HEIGHT = 32  # pixels: vertical candidates are enlarged towards this height for the detector
+SURE = 0.7  # a whole-frame region at this mean probability is text; a weaker one is looked at closer first
+CLOSER = 48  # pixels: a weak region's line is enlarged towards this height for the closer look
 UPRIGHT_PAGE = 2048  # pixels: the tallest page of upright candidates the detector reads at once
 
 
@@ -877,6 +879,17 @@ def _detector_name() -> str:
         return f"{MODEL_NAME} {MODEL_PACKAGE.replace('_', '-')} {version(MODEL_PACKAGE.replace('_', '-'))}"
     except PackageNotFoundError:
         return MODEL_NAME
+
+
+LOSSY_SYNTAXES = frozenset({"1.2.840.10008.1.2.4.50", "1.2.840.10008.1.2.4.51", "1.2.840.10008.1.2.4.81",
+                            "1.2.840.10008.1.2.4.91", "1.2.840.10008.1.2.4.203", "1.2.840.10008.1.2.4.100",
+                            "1.2.840.10008.1.2.4.101", "1.2.840.10008.1.2.4.102", "1.2.840.10008.1.2.4.103",
+                            "1.2.840.10008.1.2.4.104", "1.2.840.10008.1.2.4.105", "1.2.840.10008.1.2.4.106"})
+
+
+def _lossy(ds: Dataset, syntax: UID) -> bool:
+    """The pixels were lossily compressed (now or before): their values carry the compression's error."""
+    return str(syntax) in LOSSY_SYNTAXES or str(ds.get("LossyImageCompression", "") or "").strip() == "01"
 
 
 def _text_like(height: int, width: int, min_side: int, aspect: float) -> bool:
@@ -894,26 +907,29 @@ def _colour(frame: np.ndarray, photometric: str) -> np.ndarray | None:
     return None
 
 
-def upright_layout(small: np.ndarray, candidates: list[Candidate]) -> list[tuple[np.ndarray, list[tuple[int, int, Candidate]]]]:
-    """Pages of vertical candidates turned upright for the detector: each box (in `small`'s pixels) with a margin of
-    half its width, turned a quarter clockwise (a line running up or down becomes one running across, the right
-    way up or upside down: the detector finds either), enlarged by a whole factor towards `UPRIGHT_HEIGHT`, padded
-    with its own edge and stacked; a page at most `UPRIGHT_PAGE` tall. Each page with, per box, its rows on the
-    page and the candidate."""
+def upright_layout(small: np.ndarray, candidates: list[tuple[Candidate, bool]]) -> list[tuple[np.ndarray, list[tuple[int, int, Candidate]]]]:
+    """Pages of candidates for the detector, each line running across: each box (in `small`'s pixels; with it,
+    whether it runs up or down) with a margin as wide as its line is tall and 16 px at least (the strokes the
+    screen joined may be only part of the letters' height: a row of serifs, one side of a thick face), a vertical
+    one turned a quarter clockwise (the detector finds a line the right way up or upside down alike, and lines
+    running up a margin poorly), enlarged by a whole factor (at most 3) towards `UPRIGHT_HEIGHT`, padded with its
+    own edge and stacked; a page at most `UPRIGHT_PAGE` tall. Each page with, per box, its rows on the page and
+    the candidate."""
     from PIL import Image
 
     crops = []
-    for c in candidates:
-        # A margin as wide as the candidate and 16 px at least: the strokes the screen joined may be only part of
-        # the letters' height (a row of serifs, one side of a thick face).
-        margin = max(16, c.width)
+    for c, vertical in candidates:
+        line = c.width if vertical else c.height
+        margin = max(16, line)
         top, left = max(0, c.top - margin), max(0, c.left - margin)
-        crop = np.rot90(small[top:c.top + c.height + margin, left:c.left + c.width + margin], 3)
-        factor = min(3, _enlargement(c.width, UPRIGHT_HEIGHT))
+        crop = small[top:c.top + c.height + margin, left:c.left + c.width + margin]
+        if vertical:
+            crop = np.rot90(crop, 3)
+        factor = min(3, _enlargement(line, UPRIGHT_HEIGHT))
         image = Image.fromarray(np.ascontiguousarray(crop))
         if factor > 1:
             image = image.resize((image.width * factor, image.height * factor), Image.BILINEAR)
-        crops.append((np.pad(np.asarray(image), 16, mode="edge"), c))
+        crops.append((np.pad(np.asarray(image), 16, mode="symmetric"), c))
     pages, current = [], []
     for crop, c in crops:
         if current and sum(x.shape[0] for x, _ in current) + crop.shape[0] > UPRIGHT_PAGE:
@@ -1049,7 +1065,7 @@ class PixelTextDetector:
                         greys[index] = to_grey8(frame, photometric) if frame.ndim == 2 else None
                 if all(g is not None for g in greys.values()):
                     overlay = tuple(sorted(greys))
-                    reader, boxes = self._overlay_text(list(greys.values()), kind)
+                    reader, boxes = self._overlay_text(list(greys.values()), kind, _lossy(ds, syntax))
                     if boxes:
                         found.append(FoundText(None, tuple(boxes), reader))
             self.stats.files_checked += 1
@@ -1098,41 +1114,66 @@ class PixelTextDetector:
 
         1. The frame whole, its longer side at most the type's `detector_side`: regions shaped like a line of
            text (`_text_like`) are text.
-        2. Its vertical candidates: the candidates screen on the frame turned a quarter (strokes of
-           `detector_contrast` grey levels; a clean frame has next to none), each box turned upright, enlarged
-           towards 32 px tall and stacked on a page the detector reads (`upright_layout`): PP-OCRv4 finds lines
-           running up a margin poorly, the same lines upright well. A region there is text when it is shaped
-           like a line; the candidate's box is where."""
+        2. Its candidates: the candidates screen's boxes at `detector_contrast` grey levels, across and on the
+           frame turned a quarter (a clean photograph has none either way, a clean report screen one or two),
+           each turned to run across, enlarged towards 32 px tall and stacked on a page the detector reads
+           (`upright_layout`): PP-OCRv4 finds lines running up a margin poorly and lines 8-10 px tall at best
+           now and then, the same lines upright and enlarged well. A region there is text when it is shaped like
+           a line; the candidate's box is where."""
         started = time.perf_counter()
         try:
             s = self.settings
             self.stats.frames_detector += 1
-            regions = self.regions.find(image if image is not None else grey, kind.detector_side)
+            seen = image if image is not None else grey
+            regions = self.regions.find(seen, kind.detector_side)
             boxes = [Box(r.top, r.left, r.height, r.width) for r in regions
-                     if _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect)]
+                     if _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect)
+                     and (r.score >= SURE or self._closer(seen, r))]
             if not boxes:
-                boxes = self._vertical_text(grey, kind)
+                boxes = self._candidate_text(grey, kind)
             self.stats.frames_detector_text += bool(boxes)
             return boxes
         finally:
             self.stats.detector_seconds += time.perf_counter() - started
 
-    def _vertical_text(self, grey: np.ndarray, kind: TypeSettings) -> list[Box]:
-        """Text running up or down the frame, as the candidates screen sees it on the frame turned and the detector
-        reads it upright (`detect`, 2.)."""
+    def _closer(self, image: np.ndarray, region) -> bool:
+        """A weak region (mean probability below `SURE`) looked at again, closer: cropped with a margin as wide as
+        its line is tall and enlarged so its line is about `CLOSER` pixels tall; text there is a line again. (The
+        weak regions of the tuning half's clean report screens, B-scan speckle in a thumbnail at 0.52-0.60, were
+        lines at no closer look; 58 of the 59 screens whose text the detector saw kept a line.)"""
+        from PIL import Image
+
         s = self.settings
-        small = _downscale(grey, kind.max_side)
-        scale = 1 if max(small.shape) <= kind.full_size_side and not kind.despeckle else 2
+        line = min(region.height, region.width)
+        margin = max(16, line)
+        top, left = max(0, region.top - margin), max(0, region.left - margin)
+        crop = image[top:region.top + region.height + margin, left:region.left + region.width + margin]
+        factor = max(1, min(3, round(CLOSER / line)))
+        picture = Image.fromarray(np.ascontiguousarray(crop))
+        if factor > 1:
+            picture = picture.resize((picture.width * factor, picture.height * factor), Image.BILINEAR)
+        closer = np.asarray(picture)
+        return any(_text_like(r.height, r.width, s.detector_min_side, s.detector_aspect)
+                   for r in self.regions.find(closer, max(closer.shape[:2])))
+
+    def _candidate_text(self, grey: np.ndarray, kind: TypeSettings) -> list[Box]:
+        """Small or vertical text: the candidates screen's boxes at `detector_contrast`, across and (on the frame
+        turned a quarter) up and down, each turned to run across and enlarged for the detector (`detect`, 2.)."""
+        s = self.settings
+        small = _downscale(grey, kind.detector_side)
+        scale = 2 if kind.despeckle else 1  # full size: text 8-10 px tall has strokes a 2 x 2 mean blurs away
+        across = screen(small, s.detector_contrast, s.stroke_max, kind.despeckle, s.min_crossings, scale).candidates
         turned = screen(np.ascontiguousarray(small.T), s.detector_contrast, s.stroke_max, kind.despeckle,
                         s.min_crossings, scale).candidates
-        if not turned:
+        candidates = [(c, False) for c in across] + \
+            [(Candidate(c.left, c.top, c.width, c.height, c.polarity), True) for c in turned]  # back: rows <-> cols
+        if not candidates:
             return []
-        candidates = [Candidate(c.left, c.top, c.width, c.height, c.polarity) for c in turned]  # back: rows <-> cols
         fy, fx = grey.shape[0] / small.shape[0], grey.shape[1] / small.shape[1]
         out = []
         for page, placed in upright_layout(small, candidates):
-            self.stats.vertical_pages += 1
-            for r in self.regions.find(page, max(page.shape)):
+            self.stats.candidate_pages += 1
+            for r in self.regions.find(page, max(page.shape), pad=0):
                 if not _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect) or r.width < r.height:
                     continue
                 middle = r.top + r.height / 2
@@ -1167,7 +1208,8 @@ class PixelTextDetector:
         finally:
             self.stats.detector_seconds += time.perf_counter() - started
 
-    def _overlay_text(self, greys: list[np.ndarray], kind: TypeSettings) -> tuple[str, list[Box]]:
+    def _overlay_text(self, greys: list[np.ndarray], kind: TypeSettings,
+                      lossy: bool = False) -> tuple[str, list[Box]]:
         """A label a device draws on every frame of a volume, found where each frame alone hides it.
 
         OCT speckle changes from one B-scan to the next; an overlay does not. `greys` are the
@@ -1194,6 +1236,8 @@ class PixelTextDetector:
             # No candidate could hold STILL_PIXELS still pixels: the overlays' screens would find none to
             # read, and the still page would not be read either (a clean volume, the common case).
             self.stats.overlays_without_still += 1
+            if lossy and kind.detector == "still":
+                return self._lossy_label(lowest, highest, average, (total // len(greys)).astype(np.uint8))
             return "tesseract", []
         mean = (total // len(greys)).astype(np.uint8)
         for projection in (lowest, mean):
@@ -1209,7 +1253,39 @@ class PixelTextDetector:
             boxes = self._still_regions(loose_still(lowest, highest, average), still)
             if boxes:
                 return "detector", boxes
+            if lossy:
+                return self._lossy_label(lowest, highest, average, mean)
         return "tesseract", []
+
+    def _lossy_label(self, lowest: np.ndarray, highest: np.ndarray, average: np.ndarray,
+                     mean: np.ndarray) -> tuple[str, list[Box]]:
+        """A label on a lossily compressed volume: JPEG's error moves a label's pixels with the speckle around
+        them, so few are still within `STILL_SHARE`, the still page shows it broken and the exact still test refuses
+        it. The detector reads the mean of the overlay frames instead (the speckle and the compression's error
+        averaged down, the label kept), and a line there is the label when it holds `STILL_PIXELS` pixels still
+        within `STILL_PAGE_SHARE` (the speckle moves more). Only when there are that many (`loose_still`)."""
+        loose = loose_still(lowest, highest, average)
+        if loose.sum() < STILL_PIXELS:
+            return "tesseract", []
+        started = time.perf_counter()
+        try:
+            s = self.settings
+            self.stats.still_detector += 1
+            out = []
+            for turned in (False, True):
+                image = np.ascontiguousarray(mean.T) if turned else mean
+                for r in self.regions.find(image, max(image.shape)):
+                    if not _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect):
+                        continue
+                    box = Box(r.left, r.top, r.width, r.height) if turned else Box(r.top, r.left, r.height, r.width)
+                    if int(loose[box.top:box.top + box.height, box.left:box.left + box.width].sum()) >= STILL_PIXELS:
+                        out.append(box)
+                if out:
+                    break
+            self.stats.still_detector_text += bool(out)
+            return ("detector", out) if out else ("tesseract", [])
+        finally:
+            self.stats.detector_seconds += time.perf_counter() - started
 
     def frame_has_text(self, grey: np.ndarray, kind: TypeSettings | None = None, still: np.ndarray | None = None) -> bool:
         """True if Tesseract reads `min_words` counted words in an 8-bit grey frame (`frame_text`)."""
