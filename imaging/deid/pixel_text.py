@@ -258,6 +258,11 @@ class PixelTextSettings:
         return replace(self, image_types=tuple(sorted(named.items())),
                        on_text=on_text if types is None else self.on_text)
 
+    def with_detector(self, detector: str) -> "PixelTextSettings":
+        """These settings with the learned detector's `detector` (DETECTOR) at the top level and for every type."""
+        return replace(self, detector=detector,
+                       image_types=tuple((name, replace(own, detector=detector)) for name, own in self.image_types))
+
     def everywhere(self, method: str) -> "PixelTextSettings":
         """These settings with `method` for every image type (the types' own `screening` left out): the
         two methods compared type by type (benchmarks/text_screening.py)."""
@@ -876,7 +881,7 @@ def _detector_name() -> str:
     from .text_regions import MODEL_NAME, MODEL_PACKAGE
 
     try:
-        return f"{MODEL_NAME} {MODEL_PACKAGE.replace('_', '-')} {version(MODEL_PACKAGE.replace('_', '-'))}"
+        return f"{MODEL_NAME} ({MODEL_PACKAGE.replace('_', '-')} {version(MODEL_PACKAGE.replace('_', '-'))})"
     except PackageNotFoundError:
         return MODEL_NAME
 
@@ -1014,9 +1019,9 @@ class PixelTextDetector:
         """The screen that reads an image type's pixels (`kind`; the default type when None) and its readers, with
         their versions: values of the De-identification Method text (imaging.deid.declare.screened)."""
         kind = kind or self.settings.for_type(DEFAULT_TYPE)
-        lines = [f"{SCREEN}: Tesseract {self._version} ({kind.screening.replace('_', ' ')})"]
+        lines = [f"{SCREEN}: Tesseract {self._version}, {kind.screening.replace('_', ' ')}"]
         if kind.detector != "off":
-            lines.append(f"{SCREEN}: {_detector_name()} ({kind.detector})")
+            lines.append(f"Text detector: {_detector_name()}, {kind.detector}")
         return lines
 
     def check(self, ds: Dataset, syntax: UID, frames: Frames | None = None, collect: bool = False) -> PixelTextResult:

@@ -315,9 +315,10 @@ class Redaction:
     def method_lines(self) -> list[str]:
         """De-identification Method values (each at most 64 characters) saying what was covered and how the
         pixels were written."""
-        again = "OCR and text detector" if self.looked else "OCR"
+        again = "OCR, text detector" if self.looked else "OCR"
         lines = [f"Burned-in text covered: {self.covered} boxes, {len(self.boxes)} of {self.frames} frames"[:64],
-                 f"Redacted frames read again by {again}: no text found"]
+                 f"Redacted frames read again ({again}): no text found" if self.looked else
+                 "Redacted frames read again by OCR: no text found"]
         if self.mode == "own":
             lines.append(f"Redacted frames re-encoded losslessly: {_NAMES.get(str(self.syntax), 'own syntax')}"[:64])
         elif self.mode == "converted":
