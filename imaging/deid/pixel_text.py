@@ -897,6 +897,18 @@ def _lossy(ds: Dataset, syntax: UID) -> bool:
     return str(syntax) in LOSSY_SYNTAXES or str(ds.get("LossyImageCompression", "") or "").strip() == "01"
 
 
+LOSSY_CONTRAST = 20  # grey levels: a lossy volume's still pixel is a label's when this far from its box's median
+
+
+def _label_pixels(loose: np.ndarray, mean: np.ndarray, box: Box) -> int:
+    """Still pixels (`loose`) in `box` that stand `LOSSY_CONTRAST` grey levels out of the box's median on the mean of
+    the overlay frames: a label's strokes. (JPEG flattens a volume's dark floor into values alike on every frame:
+    still, but not standing out of anything.)"""
+    region = (slice(box.top, box.top + box.height), slice(box.left, box.left + box.width))
+    values = mean[region].astype(np.int16)
+    return int((loose[region] & (np.abs(values - int(np.median(values))) >= LOSSY_CONTRAST)).sum())
+
+
 def _text_like(height: int, width: int, min_side: int, aspect: float) -> bool:
     """A region shaped like a line of text, either way up: its shorter side at least `min_side`, its longer
     `aspect` times that. (On the tuning half's clean report screens every region the detector saw in a thickness
@@ -1283,7 +1295,7 @@ class PixelTextDetector:
                     if not _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect):
                         continue
                     box = Box(r.left, r.top, r.width, r.height) if turned else Box(r.top, r.left, r.height, r.width)
-                    if int(loose[box.top:box.top + box.height, box.left:box.left + box.width].sum()) >= STILL_PIXELS:
+                    if _label_pixels(loose, mean, box) >= STILL_PIXELS:
                         out.append(box)
                 if out:
                     break
