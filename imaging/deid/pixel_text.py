@@ -1200,10 +1200,11 @@ class PixelTextDetector:
                                        math.ceil(c.width * fx) + 1))
         return list(dict.fromkeys(out))
 
-    def _still_regions(self, still: np.ndarray, exact: np.ndarray) -> list[Box]:
+    def _still_regions(self, still: np.ndarray, exact: np.ndarray, mean: np.ndarray) -> list[Box]:
         """The learned detector on what a volume's overlay frames share: the still pixels black on white
         (`still`), as they are and turned a quarter (a label up a margin); regions shaped like a line of text
-        holding `STILL_PIXELS` exactly still pixels (`exact`) are the label. Frame pixels."""
+        holding `STILL_PIXELS` exactly still pixels (`exact`) that stand out of the region on the frames' `mean`
+        (`_label_pixels`: JPEG's flat dark floor is still too) are the label. Frame pixels."""
         started = time.perf_counter()
         try:
             s = self.settings
@@ -1216,7 +1217,7 @@ class PixelTextDetector:
                     if not _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect):
                         continue
                     box = Box(r.left, r.top, r.width, r.height) if turned else Box(r.top, r.left, r.height, r.width)
-                    if int(exact[box.top:box.top + box.height, box.left:box.left + box.width].sum()) >= STILL_PIXELS:
+                    if _label_pixels(exact, mean, box) >= STILL_PIXELS:
                         out.append(box)
                 if out:
                     break
@@ -1267,7 +1268,7 @@ class PixelTextDetector:
             if boxes:
                 return "tesseract", to_frame(boxes, placements, rows, cols)
         if kind.detector == "still":
-            boxes = self._still_regions(loose_still(lowest, highest, average), still)
+            boxes = self._still_regions(loose_still(lowest, highest, average), still, mean)
             if boxes:
                 return "detector", boxes
             if lossy:

@@ -731,7 +731,8 @@ def _still_left(red: Redaction, source: PixelSource, detector: PixelTextDetector
     if still.sum() < STILL_PIXELS:
         return []
     covered = tuple(b for boxes in red.boxes.values() for b in boxes)
-    lines = tuple(b for b in detector._still_regions(loose_still(lowest, highest, average), still)
+    lines = tuple(b for b in detector._still_regions(loose_still(lowest, highest, average), still,
+                                                     average.astype(np.uint8))
                   if not _inside(b, covered))
     return [FoundText(None, lines, "detector")] if lines else []
 
