@@ -1,6 +1,7 @@
 """End to end on real Spark and real DICOM: landing -> index -> linked -> anonymized -> cohort."""
 
 import os
+import re
 from pathlib import Path
 
 import pyarrow.dataset as pads
@@ -9,7 +10,7 @@ import pydicom
 import pytest
 
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINKED,
-                               RAW_IMAGE_INDEX, manifest)
+                               RAW_IMAGE_INDEX, REVIEWS, manifest)
 from imaging.driver.platform_files import load_clinical_policy
 
 from conftest import DATES, ROOT, SITES, run_assets
@@ -173,17 +174,25 @@ def test_tampered_release_is_detected(warehouse, tmp_path):
 
 
 RUN_FACTS = ["run_id", "run_started_at"]  # provenance columns of the ledger: which run wrote a row
+RUN_ID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# The review report's own sha256 covers the runs it names, so it moves with them.
+REPORT_SHA = re.compile(rb"(review report sha256[^<]*</td><td>)[0-9a-f]{64}")
 
 
 def snapshot(root: Path) -> dict:
-    """Every file by bytes; ledger files by rows without the run facts (a re-run is a new run)."""
+    """Every file by bytes; ledger files by rows without the run facts (a re-run is a new run); review reports
+    with the runs they name (and so their own sha256) masked: a review shows which run wrote each file."""
     out = {}
     for p in sorted(root.rglob("*")):
         if not p.is_file():
             continue
         name = str(p.relative_to(root))
-        out[name] = (pq.read_table(p).drop_columns(RUN_FACTS).to_pylist() if name.startswith(LEDGER.path + "/")
-                     else p.read_bytes())
+        if name.startswith(LEDGER.path + "/"):
+            out[name] = pq.read_table(p).drop_columns(RUN_FACTS).to_pylist()
+        elif name.startswith(REVIEWS.path + "/"):
+            out[name] = REPORT_SHA.sub(rb"\1<sha>", RUN_ID.sub(b"<run>", p.read_bytes()))
+        else:
+            out[name] = p.read_bytes()
     return out
 
 

@@ -52,7 +52,7 @@ def method_text(profile: DeidProfile, pixels_read: bool = False, redacted: list[
         f"DICOM PS3.15 {STANDARD_REVISION} {BASIC.meaning}",
         *(BY_NAME[name].meaning for name in profile.options),
         *pixels,
-        *(screen if pixels_read or redacted else ()),
+        *((screen or ()) if pixels_read or redacted else ()),
         f"{ENGINE_NAME} {ENGINE_VERSION}",
     ]
 
