@@ -567,7 +567,7 @@ def tier_lines(stats) -> str:
 
 
 def generalisation_run(per_type: int, half: str, types: tuple[str, ...], old_per_type: int,
-                       seed_base: int | None = None) -> None:
+                       seed_base: int | None = None, overrides: tuple[str, ...] = ()) -> None:
     families = HALVES[half]
     if half == "held-out" and seed_base is not None and seed_base < 100_000:
         raise SystemExit("--seed-base: 100000 or more for the held-out half (seeds below are the tuning half's)")
@@ -583,7 +583,13 @@ def generalisation_run(per_type: int, half: str, types: tuple[str, ...], old_per
     faces = font_faces(families)
     print(f"  {half} faces drawn ({len(faces)} files): " + ", ".join(
         sorted({str(FONT_ROOT / f.path) if f.path else "Pillow's Aileron" for f in faces})), flush=True)
-    shipped = load_pixel_text_settings(yaml.safe_load((ROOT / "platform" / "pixel_text.yaml").read_text()))
+    spec = yaml.safe_load((ROOT / "platform" / "pixel_text.yaml").read_text())
+    for override in overrides:  # top-level settings changed for this run (a before / after comparison)
+        key, _, value = override.partition("=")
+        spec[key] = yaml.safe_load(value)
+    if overrides:
+        print(f"  settings changed for this run: {', '.join(overrides)}")
+    shipped = load_pixel_text_settings(spec)
     reader = OrientedOCR()
     started = time.perf_counter()
     with PixelTextDetector(shipped) as detector:
@@ -623,6 +629,9 @@ def main() -> None:
     parser.add_argument("--seed-base", type=int, default=None,
                         help="issue 44's run: the first seed (default: the half's, tuning 0, held-out 100000); a fresh "
                              "range (e.g. 300000) gives held-out files never looked at while tuning")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="issue 44's run: a top-level setting of platform/pixel_text.yaml changed for this run "
+                             "(e.g. --set detector_zoom=1 --set detector_turned=false: the screen before its last looks)")
     parser.add_argument("--tiers", action="store_true",
                         help="the old sets only: the tiers against whole frames and a one-pass loop (issues 21, 34)")
     parser.add_argument("--no-old", action="store_true", help="skip the old detector (quicker iterations)")
@@ -640,7 +649,8 @@ def main() -> None:
         print(f"# wall time {time.perf_counter() - started:.0f} s")
         return
     if not args.tiers:
-        generalisation_run(args.per_type, args.half, tuple(args.types.split(",")), args.old_per_type, args.seed_base)
+        generalisation_run(args.per_type, args.half, tuple(args.types.split(",")), args.old_per_type, args.seed_base,
+                           tuple(args.set))
         return
     started = time.perf_counter()
     samples = generate(args.per_type)
