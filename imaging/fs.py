@@ -292,7 +292,11 @@ class HashingWriter:
 
 def open_write_under(root: str, relative: str):
     """`root/relative` open for writing (binary), refusing any `relative` that could leave `root` (see `under`)."""
-    url = under(root, relative)
+    return open_write(under(root, relative))
+
+
+def open_write(url: str):
+    """`url` open for writing (binary), its folder made if missing (a URL `under` has checked)."""
     fs, path = filesystem(url)
     fs.makedirs(fs._parent(path), exist_ok=True)
     return fs.open(path, "wb")
