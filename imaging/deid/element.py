@@ -52,9 +52,11 @@ _UNIT = {"US": 2, "SS": 2, "UL": 4, "SL": 4, "UV": 8, "SV": 8, "FL": 4, "FD": 8,
 class Element:
     """One element of a dataset being walked (see the module's docstring)."""
 
-    __slots__ = ("owner", "tag", "vr", "raw", "nodes")  # nodes: a sequence's items (as read, then as Items)
+    __slots__ = ("owner", "tag", "vr", "raw", "nodes")
 
-    def __init__(self, owner: "Items", tag: int, vr: str, raw: bytes | None, nodes: list | None = None):
+    def __init__(self, owner: "Items", tag: int, vr: str, raw, nodes: list | None = None):
+        """`raw`: the value's bytes when they can be published as they are (a sequence from the raw reader: its
+        value's bytes, for pydicom's view; never published as they are); `nodes`: a sequence's items, as read."""
         self.owner, self.tag, self.vr, self.raw, self.nodes = owner, tag, vr, raw, nodes
 
     @property
@@ -71,8 +73,6 @@ class Element:
         the terms' pass and the walk share them."""
         if self.nodes is None:
             self.nodes = [Items.of_dataset(item, self.owner.little) for item in (self.value or ())]
-        elif self.nodes and type(self.nodes[0]) is list:
-            self.nodes = [Items.of_nodes(item, self.owner.charset) for item in self.nodes]
         return self.nodes
 
     def strings(self) -> list[str]:
@@ -130,11 +130,11 @@ class Element:
         dropped those pydicom could not read): binary numbers cut mid-value, number strings that are not
         numbers, sequences that are not sequences. Elements whose bytes are published as they are, or whose
         decoding cannot fail, are not decoded."""
+        if self.vr == "SQ":
+            self.items()
+            return
         if self.raw is None:
-            if self.vr == "SQ":
-                self.items()
-            else:
-                self.decoded
+            self.decoded
             return
         unit = _UNIT.get(self.vr)
         if unit is not None:
@@ -146,22 +146,29 @@ class Element:
 
 class Items:
     """One dataset being walked (the top level or a sequence item): its elements in tag order, its character set,
-    and a pydicom view of it, made only when a value must be decoded by pydicom."""
+    and a pydicom view of it, made only when a value must be decoded by pydicom. The raw reader fills `elements`
+    as it reads (imaging.deid.reader); a pydicom dataset's are made on first use (`of_dataset`)."""
 
-    __slots__ = ("_nodes", "_dataset", "parent", "little", "_charset", "_view", "_index", "_list")
+    __slots__ = ("_dataset", "parent", "little", "_charset", "_view", "_index", "_list")
 
-    def __init__(self, nodes: list | None, dataset: Dataset | None, parent, little: bool = True):
-        self._nodes, self._dataset, self.parent, self.little = nodes, dataset, parent, little
-        self._charset = self._view = self._index = self._list = None
+    def __init__(self, parent=default_encoding, little: bool = True):
+        """`parent`: the enclosing Items (its character set is inherited), or the encodings of a top level."""
+        self.parent, self.little = parent, little
+        self._dataset = self._charset = self._view = self._index = None
+        self._list: list[Element] | None = []
 
     @classmethod
     def of_nodes(cls, nodes: list, parent=default_encoding, little: bool = True) -> "Items":
-        return cls(nodes, None, parent, little)
+        """A dataset of elements given as (tag, VR, value bytes), in tag order (no sequences)."""
+        items = cls(parent, little)
+        items._list = [Element(items, tag, vr, value) for tag, vr, value in nodes]
+        return items
 
     @classmethod
     def of_dataset(cls, dataset: Dataset, little: bool = True) -> "Items":
-        items = cls(None, dataset, None, little)
-        items._view = dataset
+        items = cls(None, little)
+        items._dataset = items._view = dataset
+        items._list = None
         return items
 
     @property
@@ -172,25 +179,22 @@ class Items:
                 self._charset = self._dataset._character_set
             else:
                 own = None
-                for node in self._nodes:
-                    if node[0] >= CHARSET:
-                        own = node if node[0] == CHARSET and node[1] != "SQ" else None
+                for el in self._list:
+                    if el.tag >= CHARSET:
+                        own = el if el.tag == CHARSET and el.vr != "SQ" else None
                         break
-                self._charset = _encodings(own[2]) if own is not None and own[2] else self.parent
+                parent = self.parent.charset if isinstance(self.parent, Items) else self.parent
+                self._charset = _encodings(own.raw) if own is not None and own.raw else parent
         return self._charset
 
     def __iter__(self) -> Iterator[Element]:
         return iter(self.elements())
 
     def elements(self) -> list[Element]:
-        """The elements, in tag order (made once)."""
+        """The elements, in tag order."""
         if self._list is None:
-            if self._nodes is not None:
-                self._list = [Element(self, n[0], "SQ", None, n[2]) if n[1] == "SQ" else Element(self, n[0], n[1], n[2])
-                              for n in self._nodes]
-            else:
-                dataset = self._dataset
-                self._list = [self._element(tag, dataset.get_item(tag)) for tag in sorted(dataset._dict)]
+            dataset = self._dataset
+            self._list = [self._element(tag, dataset.get_item(tag)) for tag in sorted(dataset._dict)]
         return self._list
 
     def _element(self, tag: int, item) -> Element:
@@ -216,15 +220,14 @@ class Items:
         """This dataset as pydicom holds it (made from the raw reader's elements on first use)."""
         if self._view is None:
             elements = {}
-            for node in self._nodes:
-                tag = BaseTag(node[0])
-                if node[1] == "SQ":
-                    value = bytes(node[3])
-                    elements[tag] = RawDataElement(tag, "SQ", len(value), value, 0, False, self.little)
-                else:
-                    elements[tag] = RawDataElement(tag, node[1], len(node[2]), node[2], 0, False, self.little)
-            view = Dataset(elements, parent_encoding=self.parent)
-            view.set_original_encoding(False, self.little, self.charset)
+            little = self.little
+            for el in self._list:
+                tag = BaseTag(el.tag)
+                value = bytes(el.raw) if el.vr == "SQ" else el.raw
+                elements[tag] = RawDataElement(tag, el.vr, len(value), value, 0, False, little)
+            parent = self.parent.charset if isinstance(self.parent, Items) else self.parent
+            view = Dataset(elements, parent_encoding=parent)
+            view.set_original_encoding(False, little, self.charset)
             self._view = view
         return self._view
 

@@ -154,7 +154,7 @@ class SourceImage:
         head = self._head = self.reader.read(min(self.size, CHUNK))
         try:
             top = reader.top(head)
-            nodes, element = list(top.elements), None
+            element = None
             if top.pixels is None:
                 if len(head) < self.size:
                     return False  # a dataset longer than the first chunk: pydicom reads it
@@ -166,10 +166,10 @@ class SourceImage:
                     trailing = self._trailing_bytes(element)
                     if trailing is None:
                         return False
-                    nodes += reader.dataset(trailing, 0, len(trailing), after=PIXEL_DATA)
+                    reader.dataset(trailing, 0, len(trailing), top.elements, after=PIXEL_DATA)
         except reader.Refused:
             return False
-        self.elements, self._meta = Items.of_nodes(nodes), top.meta
+        self.elements, self._meta = top.elements, top.meta
         self.pixels, self.syntax = element, top.syntax
         self.streamed = True
         return True

@@ -1,10 +1,9 @@
 """Explicit VR little endian elements read from bytes: each element's tag, VR and value bytes, nothing decoded.
 
 The common case of the landing zone (every compressed syntax and Explicit VR Little Endian) read in one pass
-over the file's first bytes, sequences and items of defined and undefined length included, into plain tuples:
-
-    (tag, vr, value)                    an element: its value's bytes as they are in the file
-    (tag, "SQ", items, raw)             a sequence: each item a list of elements; its value's bytes (a view)
+over the file's first bytes, sequences and items of defined and undefined length included, straight into the
+walk's datasets (imaging.deid.element: `Items` of `Element`s): an element's value is its bytes as they are in
+the file; a sequence's, its items (each an `Items`) and a view of its bytes.
 
 Only canonical forms are read here, so what is read is exactly what pydicom's reader would read: a preamble
 and "DICM", the file meta in group 0002, a transfer syntax with an explicit VR little endian dataset, every
@@ -24,6 +23,8 @@ from dataclasses import dataclass
 from struct import Struct
 
 from pydicom.uid import UID
+
+from .element import Element, Items
 
 _ELEMENT = Struct("<HH2sH").unpack_from
 _LONG_LENGTH = Struct("<L").unpack_from
@@ -51,9 +52,9 @@ class Refused(Exception):
 class Top:
     """A file's meta and its top-level elements up to the pixel data."""
 
-    meta: list  # group 0002's elements
+    meta: list  # group 0002's elements, as (tag, VR, value)
     syntax: UID
-    elements: list  # before the pixel data (all of them when there is none)
+    elements: Items  # before the pixel data (all of them when there is none)
     pixels: int | None  # offset of the pixel data element's tag, or None
     end: int  # where reading stopped: the pixel data's tag, or the end of the dataset
 
@@ -67,14 +68,19 @@ def top(data: bytes) -> Top:
     end = len(data)
     if pos + 4 <= end and data[pos:pos + 2] == b"\0\0":
         raise Refused  # a command group (0000,eeee): pydicom reads it as implicit VR
-    elements, stopped = _elements(data, memoryview(data), pos, end, undefined_item=False, top=True)
+    elements = Items()
+    stopped = _elements(data, memoryview(data), pos, end, elements, undefined_item=False, top=True)
     return Top(meta, syntax, elements, stopped if stopped < end else None, stopped)
 
 
-def dataset(data: bytes, start: int, end: int, after: int = -1) -> list:
-    """The elements in data[start:end] (a top level's elements after its pixel data: tags above `after`)."""
-    elements, _ = _elements(data, memoryview(data), start, end, undefined_item=False, top=False, last=after)
-    return elements
+def dataset(data: bytes, start: int, end: int, into: Items, after: int = -1) -> None:
+    """The elements in data[start:end] added to `into` (a top level's after its pixel data: tags above `after`)."""
+    _elements(data, memoryview(data), start, end, into, undefined_item=False, top=False, last=after)
+
+
+def meta_elements(data: bytes) -> list:
+    """(tag, VR, value) of the group 0002 elements at the start of `data` (a file meta as written)."""
+    return _group_0002(data, 0)[0]
 
 
 def pixel_header(data: bytes, pos: int) -> tuple[str, int, int]:
@@ -127,12 +133,11 @@ def _group_0002(data: bytes, pos: int) -> tuple[list, int]:
     return meta, pos
 
 
-def _elements(data: bytes, view: memoryview, pos: int, end: int, undefined_item: bool, top: bool,
-              last: int = -1) -> tuple[list, int]:
-    """The elements from `pos`: to `end` (a defined length), to an item delimiter (`undefined_item`), or (`top`)
-    to the pixel data. Returns them and where reading stopped."""
-    out = []
-    append = out.append
+def _elements(data: bytes, view: memoryview, pos: int, end: int, into: Items, undefined_item: bool, top: bool,
+              last: int = -1) -> int:
+    """The elements from `pos`, added to `into`: to `end` (a defined length), to an item delimiter
+    (`undefined_item`), or (`top`) to the pixel data. Returns where reading stopped."""
+    append = into._list.append
     while pos < end:
         if pos + 8 > end:
             raise Refused
@@ -141,13 +146,13 @@ def _elements(data: bytes, view: memoryview, pos: int, end: int, undefined_item:
         if tag == ITEM_END and undefined_item:
             if length:
                 raise Refused
-            return out, pos + 8
+            return pos + 8
         if tag <= last or group == 0xFFFE:
             raise Refused
         if top and (tag == PIXEL_DATA or tag in FLOAT_PIXELS):
             if tag != PIXEL_DATA:
                 raise Refused  # float pixel data: read whole, as always
-            return out, pos
+            return pos
         last = tag
         vr = _VRS.get(vrb)
         if vr is None:
@@ -162,28 +167,28 @@ def _elements(data: bytes, view: memoryview, pos: int, end: int, undefined_item:
         if vr == "SQ":
             start = pos
             if length == UNDEFINED:
-                items, pos = _items(data, view, pos, end, defined=False)
-                append((tag, vr, items, view[start:pos - 8]))
+                items, pos = _items(data, view, pos, end, into, defined=False)
+                append(Element(into, tag, vr, view[start:pos - 8], items))
             else:
                 stop = pos + length
                 if stop > end:
                     raise Refused
-                items, _ = _items(data, view, pos, stop, defined=True)
-                append((tag, vr, items, view[start:stop]))
+                items, _ = _items(data, view, pos, stop, into, defined=True)
+                append(Element(into, tag, vr, view[start:stop], items))
                 pos = stop
             continue
         stop = pos + length
         if length == UNDEFINED or stop > end or vr == "UN" and not group & 1:
             raise Refused  # undefined lengths but on sequences; a public UN (pydicom replaces its VR)
-        append((tag, vr, data[pos:stop]))
+        append(Element(into, tag, vr, data[pos:stop]))
         pos = stop
     if undefined_item:
         raise Refused  # no item delimiter before the end
-    return out, pos
+    return pos
 
 
-def _items(data: bytes, view: memoryview, pos: int, end: int, defined: bool) -> tuple[list, int]:
-    """A sequence's items: each a list of elements. Returns them and the position after the sequence."""
+def _items(data: bytes, view: memoryview, pos: int, end: int, parent: Items, defined: bool) -> tuple[list, int]:
+    """A sequence's items (each an Items within `parent`). Returns them and the position after the sequence."""
     items = []
     while True:
         if defined and pos == end:
@@ -199,14 +204,14 @@ def _items(data: bytes, view: memoryview, pos: int, end: int, defined: bool) -> 
         if tag != ITEM:
             raise Refused
         pos += 8
+        item = Items(parent)
         if length == UNDEFINED:
-            item, pos = _elements(data, view, pos, end, undefined_item=True, top=False)
+            pos = _elements(data, view, pos, end, item, undefined_item=True, top=False)
         else:
             stop = pos + length
             if stop > end:
                 raise Refused
-            item, reached = _elements(data, view, pos, stop, undefined_item=False, top=False)
-            if reached != stop:
+            if _elements(data, view, pos, stop, item, undefined_item=False, top=False) != stop:
                 raise Refused
             pos = stop
         items.append(item)

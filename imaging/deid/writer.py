@@ -195,10 +195,9 @@ class Published:
 
     def dataset(self) -> Dataset:
         """The published elements as a pydicom dataset (values decoded only when read), with its file meta."""
-        from .reader import dataset as read_elements
+        from .reader import meta_elements
 
-        meta = read_elements(self.meta, 0, len(self.meta))
-        meta_ds = FileMetaDataset(Encoder(EXPLICIT_LITTLE, ["iso8859"]).view([(tag, vr, value) for tag, vr, value in meta]))
+        meta_ds = FileMetaDataset(Encoder(EXPLICIT_LITTLE, ["iso8859"]).view(meta_elements(self.meta)))
         return self.encoder.view(self.outs, meta_ds)
 
 
