@@ -4,7 +4,7 @@ from pyspark.sql import functions as F
 
 from assets import quality as q
 from assets.linkage import as_of_join
-from assets.runner import Body, StepOutput, StepRun, image_asset, merged, tally_of
+from assets.runner import Body, StepOutput, StepRun, held_back, image_asset, merged, tally_of
 from imaging.catalogue import CLINICAL_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX
 from imaging.records import QUARANTINED, ClinicalExtract, ClinicalRow, schema_of
 from imaging.driver.run_summary import Footprint
@@ -57,7 +57,8 @@ def link(run: StepRun) -> StepOutput:
     read = {p: run.warehouse.footprint(RAW_IMAGE_INDEX, [k]) + Footprint(extracts_of[p], 0)
             for p, k in zip(run.partitions, run.keys)}
     return StepOutput(
-        rows={LINKED.name: linked, LINK_QUARANTINE.name: joined.where(QUARANTINED), CLINICAL_QUARANTINE.name: bad},
+        rows={LINKED.name: linked, LINK_QUARANTINE.name: joined.where(QUARANTINED) if held_back(tally) else None,
+              CLINICAL_QUARANTINE.name: bad if held_back(bad_tally) else None},
         tally=merged(tally, bad_tally), read=read,
         given={"images": images, "clinical": clinical, "own_rows": own_rows},
         metadata={"images_with_clinical_record": linked_n, "images_without_clinical_record": images_n - linked_n,

@@ -146,7 +146,10 @@ class StepRun:
 class StepOutput:
     """What a step's body hands the runner: its rows, what to tally, and what its check figures read."""
 
-    rows: Mapping[str, DataFrame]            # table name -> rows to write over the run's partitions
+    # table name -> rows to write over the run's partitions: a DataFrame (written by Spark), a list of records made
+    # on the driver (written without Spark), or None when the body's tally shows the table empty for the run
+    # (staged empty, without Spark: a clean run's quarantine tables cost no query)
+    rows: Mapping[str, DataFrame | list | None]
     tally: Mapping[str, Mapping[str | None, int]]  # partition key -> rows by reason (None: ok), `tally_of`
     read: Mapping[str, Footprint]            # partition key -> files and bytes read for it
     given: Mapping[str, object] = field(default_factory=dict)  # named inputs of the Spark figures
@@ -268,7 +271,13 @@ def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figur
         for folder in step.folders:
             warehouse.stage_folders(commit, folder, run.partitions_of(folder))
         for table in step.tables(run.policy):
-            warehouse.stage(commit, out.rows[table.name], table, run.partitions_of(table))
+            rows, partitions = out.rows[table.name], run.partitions_of(table)
+            if rows is None:
+                warehouse.stage_empty(commit, table, partitions)
+            elif isinstance(rows, list):
+                warehouse.stage_records(commit, rows, table, partitions)
+            else:
+                warehouse.stage(commit, rows, table, partitions)
         commit.build().apply()
 
     # The body tallied its outcome in the action that computed it (`tally_of`): no query of its own here.
@@ -315,6 +324,11 @@ def tally_of(frame: DataFrame, *sums: str) -> tuple[dict[str, dict[str | None, i
         if row["reason"] is None:
             totals[key] = {c: int(row[f"_s{i}"] or 0) for i, c in enumerate(sums)}
     return tally, totals
+
+
+def held_back(*tallies: Mapping[str, Mapping[str | None, int]]) -> bool:
+    """Whether any tally counts a row held back (a reason): only then has a quarantine table rows."""
+    return any(reason is not None and n for tally in tallies for counts in tally.values() for reason, n in counts.items())
 
 
 def merged(*tallies: Mapping[str, Mapping[str | None, int]]) -> dict[str, dict[str | None, int]]:
