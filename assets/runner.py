@@ -20,7 +20,8 @@ Spark figure of each declared check (`FIGURES`). The runner owns the rest, the s
    run was known to have data;
 5. the `StepSummary`, then one materialization per site-day, each with its own counts, its quarantine and
    its checks as tables, its own data version and the versions of its own inputs (`assets/versions.py`), and
-   the part's totals and times under `run/`; then each check's evaluation on each site-day, after it.
+   (on the part's last site-day, once) the part's totals and times under `run/`; then each check's evaluation
+   on each site-day, after it.
 
 A run over many site-days does 2-5 in parts of about `files_per_commit` landed files (`platform/ui.yaml`; a
 site-day never split): each part committed, materialized and checked before the next, in the same process and
@@ -388,24 +389,28 @@ def _outputs(run: StepRun) -> dict[str, str]:
 
 
 def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Counts], metadata: dict):
-    """One materialization per site-day (its own counts, its quarantine as one table, data version and inputs'
-    versions; the part's totals and times under `run/`), then each check's result on each site-day, after the
-    materialization it checks."""
+    """One materialization per site-day (its own counts, its quarantine and checks as tables, data version and inputs'
+    versions), then each check's result on each site-day, after the materialization it checks. What is the part's,
+    not the site-day's (its totals and times under `run/`, the outputs' paths, the run's settings and check
+    summary, the summary table), goes once, on the part's last site-day: the latest materialization, which the
+    asset's page shows; a year of site-days in one run does not repeat it 365 times (benchmarks/bookkeeping.py)."""
     context, asset = run.context, run.step.asset
     wall = run.clock.finish()
     run.context.log.info(run.clock.breakdown() + f" (step {wall:.1f} s)")
     summary_ = StepSummary(by_partition=by_partition, stage_seconds=dict(run.clock.seconds),
                            known_reasons=run.step.known_reasons, outputs=_outputs(run))
-    shared = {**metadata, **summary(checks),
-              # Which key keyed the pseudonyms, batch tokens and offenders: its fingerprint, never the key.
-              **run.deid.run_metadata()}
+    # Which key keyed the pseudonyms, batch tokens and offenders: its fingerprint, never the key.
+    shared = {**metadata, **summary(checks), **run.deid.run_metadata()}
     versions = partition_versions(context.instance, run.partitions, code_version(context, asset), run.step.deps,
                                   observed=frozenset({LANDING, OPTOUT}), whole={OPTOUT: SETTINGS.sites})
+    last = run.partitions[-1]
     for partition in run.partitions:
-        yield materialization(asset, versions[partition], {
-            **summary_.values(partition), "quarantine": quarantine_table(summary_.quarantine(partition)),
-            "checks": checks_table(checks, partition), **shared,
-            "summary": MetadataValue.md(summary_.markdown(asset, partition))})
+        own = {**summary_.partition_numbers(partition), "quarantine": quarantine_table(summary_.quarantine(partition)),
+               "checks": checks_table(checks, partition), "table_unchanged": metadata["table_unchanged"]}
+        if partition == last:
+            own |= {**summary_.values(partition), **shared,
+                    "summary": MetadataValue.md(summary_.markdown(asset, partition))}
+        yield materialization(asset, versions[partition], own)
     yield from partition_check_events(context, checks, run.partitions, asset, context.log)
 
 
