@@ -6,6 +6,7 @@ nothing after the first; callers still take one per partition, never one per rec
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -24,8 +25,19 @@ if os.environ.get("STORAGE_EMULATOR_HOST"):
 
 
 def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem for `url` and the path within it."""
+    """The filesystem for `url` and the path within it (a plain local path without fsspec's URL parsing: it is
+    asked for several times a file)."""
+    if "://" not in url and not url.startswith(("file:", "local:")):
+        fs = _local()
+        return fs, fs._strip_protocol(url)
     return url_to_fs(url)
+
+
+@functools.lru_cache(maxsize=1)
+def _local() -> fsspec.AbstractFileSystem:
+    from fsspec.implementations.local import LocalFileSystem
+
+    return LocalFileSystem()
 
 
 def qualify(fs: fsspec.AbstractFileSystem, path: str) -> str:

@@ -210,6 +210,20 @@ class Items:
                        and (item.VR == vr or item.VR is None and (item.is_implicit_VR or len(vr) == 2)))
         return Element(self, tag, vr, raw if publishable else None)
 
+    def release(self) -> None:
+        """Let go of the elements (at every depth) once the file is done: an element and its dataset refer to each
+        other, and without this only Python's cycle collector would free them (1 ms a file of its scans)."""
+        for el in self._list or ():
+            if el.vr == "SQ" and el.nodes:
+                for item in el.nodes:
+                    if isinstance(item, Items):
+                        item.release()
+            el.owner = el.nodes = None
+        self._list = self._index = self._view = None
+        if self._dataset is not None:
+            self._dataset = None
+            self._list = []
+
     def get(self, tag: int) -> Element | None:
         """The element `tag` of this dataset, or None."""
         if self._index is None:

@@ -193,6 +193,9 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
         if redaction is not None:
             redaction.close()
         raise
+    finally:
+        if streamed is None:
+            items.release()  # the source's own (a streamed file's go with it: SourceImage.close)
     if redaction is not None and streamed is None:
         redaction.close()  # read whole: the pixel data is in `out`
     out.pixel_text = REDACTED if redaction is not None else CLEAN if read_pixels else NOT_READ
@@ -219,9 +222,8 @@ def _published(view, items, header, p, profile, namespace, issuer_default, extra
     output = redaction.syntax if redaction is not None else syntax
     encoder = Encoder(output, ["iso8859"], top=view)
     ctx = Context(profile=profile, p=p, shift=p.datetime_shift(issuer, patient_id),
-                  scrubber=Scrubber(element_terms(items, extra_identifiers)), encoder=encoder, walk_items=None,
+                  scrubber=Scrubber(element_terms(items, extra_identifiers)), encoder=encoder, walk_items=walk_items,
                   syntax=syntax)
-    ctx.walk_items = walk_items(ctx)
 
     top = {out[0]: out for out in walk(items, ctx, dummy=False)}
     encoder.encodings = _charset_of(top, encoder)  # the output's own character set writes what is added

@@ -112,6 +112,9 @@ class SourceImage:
             if handle is not None:
                 handle.close()
         self._main = self._random = None
+        if self.elements is not None:
+            self.elements.release()
+            self.elements = None
 
     # ------------------------------------------------------------------------------------------ reading
 

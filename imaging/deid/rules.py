@@ -43,7 +43,7 @@ class Context:
     shift: DateTimeShift  # the patient's offset for every date and time (modified dates)
     scrubber: Scrubber
     encoder: Encoder  # the output's encoding
-    walk_items: Callable  # (items: list[Items], dummy) -> list[list[Out]]
+    walk_items: Callable  # (items: list[Items], ctx, dummy) -> list[list[Out]]: imaging.deid.walk.walk_items
     dataset: Items | None = None  # the dataset being walked (for a date's paired time)
     syntax: TransferSyntax | None = None  # the output's transfer syntax
     moved: dict = field(default_factory=dict)  # dates and times already shifted in this file (they repeat per frame)
@@ -312,11 +312,11 @@ def _dated(profile: DeidProfile, vr: str, otherwise: Rule | None) -> Rule | None
 # --------------------------------------------------------------------------------------------- the rules
 
 def _walked(el: Element, ctx: Context) -> tuple:
-    return ctx.encoder.sequence(el.tag, ctx.walk_items(el.items(), False))
+    return ctx.encoder.sequence(el.tag, ctx.walk_items(el.items(), ctx, False))
 
 
 def _walked_dummy(el: Element, ctx: Context) -> tuple:
-    return ctx.encoder.sequence(el.tag, ctx.walk_items(el.items(), True))
+    return ctx.encoder.sequence(el.tag, ctx.walk_items(el.items(), ctx, True))
 
 
 def _empty_sequence(el: Element, ctx: Context) -> tuple:

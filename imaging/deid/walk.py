@@ -83,9 +83,9 @@ def _tag(out: tuple) -> int:
     return out[0]
 
 
-def walk_items(ctx: Context):
-    """The walk of a sequence's items, for the rules (`Context.walk_items`)."""
-    return lambda items, dummy: [walk(item, ctx, dummy) for item in items]
+def walk_items(items: list[Items], ctx: Context, dummy: bool) -> list[list[tuple]]:
+    """The walk of a sequence's items, for the rules (`Context.walk_items`: they cannot import this module)."""
+    return [walk(item, ctx, dummy) for item in items]
 
 
 def _private(el: Element, ctx: Context) -> tuple | None:

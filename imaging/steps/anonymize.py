@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from imaging import fs as fsx
 from imaging.catalogue import ANONYMIZED_FILES
@@ -92,6 +92,13 @@ class _Anonymizer:
     pseudonymizer: Pseudonymizer
     profile: object
     detector: PixelTextDetector
+    batches: dict = field(default_factory=dict)  # (date, site) -> batch folder, made once per site-day
+
+    def batch(self, image: LinkedImage) -> str:
+        key = (image.date, image.site)
+        if key not in self.batches:
+            self.batches[key] = batch_name(self.pseudonymizer, image.date, image.site)
+        return self.batches[key]
 
     def __call__(self, image: LinkedImage) -> PublishedImage | Quarantined:
         return self.publish(image)
@@ -144,8 +151,7 @@ class _Anonymizer:
                                   streamed=source if source.streamed else None)
         out = result.values  # the published values, as imaging.header reads them
         try:
-            batch = batch_name(pseudonymizer, image.date, image.site)
-            relative = f"{ANONYMIZED_FILES.name}/{batch}/{output_name(out)}"
+            relative = f"{ANONYMIZED_FILES.name}/{self.batch(image)}/{output_name(out)}"
             url = fsx.under(job.staging, relative)  # checked once: the name is derived, never a value from the file
             try:
                 with fsx.open_write(url) as handle:
@@ -165,7 +171,7 @@ class _Anonymizer:
         out = result.values
         clinical = image.clinical or {}
         namespace = job.issuers.resolve(image.site, image.issuer_of_patient_id).namespace
-        batch = batch_name(pseudonymizer, image.date, image.site)
+        batch = self.batch(image)
         shift = pseudonymizer.date_shift_days(namespace, image.patient_id or "")
         scan = dicom_date(image.study_date, lenient=True) or dt.date.fromisoformat(image.date)
         fields = job.policy.apply(clinical, scan_date=scan, shift_days=shift,
