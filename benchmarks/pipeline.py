@@ -79,7 +79,7 @@ ASSETS = SELECT.split(",")
 
 # ------------------------------------------------------------------------------------------ corpus
 
-def generate(landing: Path, files: int, shape: tuple[int, int, int]) -> Path:
+def generate(landing: Path, files: int, shape: tuple[int, int, int], seed: int = 12) -> Path:
     """One site-day of about `files` files; returns the site-day folder.
 
     The OCT pixel cube of a seed is drawn once per (shape, seed mod 16) and reused, with the seed
@@ -104,7 +104,7 @@ def generate(landing: Path, files: int, shape: tuple[int, int, int]) -> Path:
 
     synth.dicom.oct_volume = unique
     try:
-        generate_hospital(landing, seed=12, sites=(SITE,), dates=(DAY,),
+        generate_hospital(landing, seed=seed, sites=(SITE,), dates=(DAY,),
                           patients_per_site=max(2, round(files / FILES_PER_PATIENT)), oct_shape=shape,
                           fundus_shape=(64, 64), broken_per_partition=False)
     finally:

@@ -143,7 +143,7 @@ def open_read(url: str):
     header over the GCS emulator."""
     fs, path = filesystem(url)
     if _is_local(fs):
-        return fs.open(path, "rb")
+        return open(path, "rb")  # the file itself: every read of a header would go through fsspec's wrapper
     return fs.open(path, "rb", cache_type="readahead")
 
 
@@ -311,4 +311,6 @@ def open_write(url: str):
     """`url` open for writing (binary), its folder made if missing (a URL `under` has checked)."""
     fs, path = filesystem(url)
     fs.makedirs(fs._parent(path), exist_ok=True)
+    if _is_local(fs):
+        return open(path, "wb")
     return fs.open(path, "wb")

@@ -144,7 +144,7 @@ def test_frames_read_from_the_file_are_those_pydicom_decodes(inputs):
             with SourceImage(path) as image:
                 if not image.streamed:
                     continue
-                frames = image.frames()
+                frames = image.frames_now()
                 for index in indexes:
                     try:
                         want = get_decoder(syntax).as_array(ds, index=index, as_rgb=True)[0]
@@ -189,7 +189,7 @@ def test_a_frame_is_read_alone(tmp_path):
             return out
 
     with SourceImage(str(path)) as image:
-        frames = image.frames()
+        frames = image.frames_now()
         frames.source = Counting(path.read_bytes())
         assert np.array_equal(frames.frame(42), volume[42])
     assert Counting.read_bytes == 64 * 64

@@ -261,11 +261,11 @@ class Header:
         tag = tag_for_keyword(name) if isinstance(name, str) else name
         return tag is not None and self.items.get(tag) is not None
 
-    def __getitem__(self, keyword: str) -> DataElement:
-        found = self.items.get(tag_for_keyword(keyword))
-        if found is None:
+    def __getitem__(self, keyword: str) -> "Value":
+        """The element's value as `.value` (what the checks read of `ds[keyword]`); KeyError when absent."""
+        if keyword not in self:
             raise KeyError(keyword)
-        return found.decoded
+        return Value(self.get(keyword))
 
     def get(self, keyword: str, default=None):
         tag = tag_for_keyword(keyword)
@@ -277,6 +277,15 @@ class Header:
             if len(values) == 1 and isinstance(values[0], (str, int, float)):
                 return values[0]
         return el.value
+
+
+class Value:
+    """An element's value, as `Header[keyword]` gives it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
 
 
 _ENCODINGS: dict[bytes, list[str]] = {}

@@ -303,8 +303,12 @@ class SourceImage:
             self._random = io.BytesIO(self._head) if whole else fsx.open_read(self.url)
         return self._random
 
-    def frames(self) -> Frames:
-        """The pixel data's frames, each read alone from the file when asked for."""
+    def frames(self) -> "FramesOnDemand":
+        """The pixel data's frames, each read alone from the file when asked for; what decoding needs is read
+        from the header at the first frame asked for (a text check that reads none costs nothing)."""
+        return FramesOnDemand(self)
+
+    def frames_now(self) -> Frames:
         try:
             options = pixel_options(self.header)
         except Exception:  # noqa: BLE001 - a header the decoder cannot describe: nothing can be read
@@ -360,6 +364,26 @@ class SourceImage:
         self.reader.seek(self.pixels.offset)
         while chunk := self.reader.read(CHUNK):
             target.write(chunk)
+
+
+class FramesOnDemand:
+    """A streamed file's `Frames`, made at the first frame read (NotDeidentifiable, "could not be checked", then
+    when the header cannot describe them, as the check reading it would say)."""
+
+    def __init__(self, image: SourceImage):
+        self._image, self._frames = image, None
+
+    def _made(self) -> Frames:
+        if self._frames is None:
+            self._frames = self._image.frames_now()
+        return self._frames
+
+    @property
+    def count(self) -> int:
+        return self._made().count
+
+    def frame(self, index: int):
+        return self._made().frame(index)
 
 
 def _size(handle) -> int:

@@ -174,8 +174,7 @@ class Scrubber:
         """True when no term of `lowered` can match `text` (checked without a regular expression)."""
         if lowered is None or not text.isascii():
             return False
-        low = text.lower()
-        return not any(t in low for t in lowered)
+        return not any(map(text.lower().__contains__, lowered))
 
     @cached_property
     def _terms(self) -> re.Pattern | None:
