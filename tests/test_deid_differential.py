@@ -26,7 +26,7 @@ from test_deid_planted import planted
 
 from imaging.deid import NotDeidentifiable, deidentify, load_profile, quiet, to_bytes
 
-MUTANTS = 120  # the first of the seeded plan: every kind of mutation, many sources
+MUTANTS = 100  # the first of the seeded plan: every kind of mutation, many sources
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +76,8 @@ def test_pydicom_files_and_their_mutants_publish_the_same(corpora):
 @pytest.mark.parametrize("name", ["basic", "all-options"])
 def test_every_profile_publishes_the_same(corpora, name):
     """The other profiles keep and change other elements (dates kept, UIDs kept, overlays kept, private numbers)."""
-    counts = compare(corpora["pydicom"][::3] + corpora["planted"], PROFILES[name])
-    assert counts["published"] > 50
+    counts = compare(corpora["pydicom"][::4] + corpora["planted"], PROFILES[name])
+    assert counts["published"] > 35
 
 
 def test_the_hospital_and_the_planted_files_publish_the_same(corpora):
@@ -135,7 +135,7 @@ def _decoded(data: bytes) -> Dataset:
 def test_a_decoded_dataset_publishes_what_its_file_does(corpora):
     """Elements decoded in memory (no bytes to copy: each encoded again) give the dataset the file's bytes give."""
     profile, compared = load_profile(), 0
-    for label, path in corpora["pydicom"][::3] + corpora["synth"] + corpora["planted"]:
+    for label, path in corpora["pydicom"][::5] + corpora["synth"] + corpora["planted"]:
         data = open(path, "rb").read()
         try:
             decoded = _decoded(data)
@@ -144,7 +144,7 @@ def test_a_decoded_dataset_publishes_what_its_file_does(corpora):
         want = _outcome(dcmread(io.BytesIO(data)), profile)
         assert differences(want, _outcome(decoded, profile)) == [], label
         compared += want.kind == "published"
-    assert compared > 50
+    assert compared > 30
 
 
 def _file(**elements) -> bytes:
