@@ -147,20 +147,21 @@ _EVENT_FIELDS = frozenset({"description", "severity", "partitions"})
 def checks_table(outcomes: Sequence[CheckOutcome], partition: str):
     """A partition's own check results as one table of its materialization's metadata: Dagster 1.13's partition
     page lists a partition's metadata but not its checks (they are on the asset's Checks tab, per partition),
-    so the site-day's (or cohort's) page shows them here too, as they are recorded right after it.
+    so the site-day's (or cohort's) page shows them here too, as they are recorded right after it. (The table's
+    schema is repeated in every site-day's event: its columns say what they are by name alone.)"""
+    from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-    A Markdown table (the UI renders it as a table): a metadata table would repeat its schema, column by column,
-    in every site-day's event, at seven times the bytes (benchmarks/bookkeeping.py)."""
-    from dagster import MetadataValue
-
-    lines = ["| check | severity | result on this partition | observed | threshold | measured over partitions |",
-             "|---|---|---|---:|---:|---:|"]
+    rows = []
     for outcome in outcomes:
         own = outcome.on_partition(partition)
-        threshold = "" if own.threshold is None else f"{own.threshold:g}"
-        lines.append(f"| {own.check} | {own.severity} | {'passed' if own.passed else 'FAILED'} | {own.observed:g} | "
-                     f"{threshold} | {int(own.details['run_site_days'])} |")
-    return MetadataValue.md("\n".join(lines))
+        rows.append(TableRecord({"check": own.check, "severity": own.severity,
+                                 "result": "passed" if own.passed else "FAILED", "observed": float(own.observed),
+                                 "threshold": "" if own.threshold is None else f"{own.threshold:g}",
+                                 "measured over partitions": int(own.details["run_site_days"])}))
+    return MetadataValue.table(records=rows, schema=TableSchema(columns=[
+        TableColumn("check", "string"), TableColumn("severity", "string"), TableColumn("result", "string"),
+        TableColumn("observed", "float"), TableColumn("threshold", "string"),
+        TableColumn("measured over partitions", "int")]))
 
 
 def check_outputs(context, asset: str, outcomes: Sequence[CheckOutcome]) -> Iterator[Output]:
