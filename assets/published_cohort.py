@@ -20,7 +20,8 @@ from assets.versions import EVENTS_LOGGED_BY_STEP
 from assets.run_tags import label_run
 from assets.governance import CODE_VERSIONS, DISCLOSURE, LINEAGE, column_lineage, definition_metadata
 from imaging import fs as fsx
-from imaging.catalogue import COHORTS as COHORTS_FOLDER, DEIDENTIFIED, LEDGER, REVIEWS, manifest
+from imaging.catalogue import (COHORTS as COHORTS_FOLDER, DEIDENTIFIED, LEDGER, RELEASE_INDEX, RELEASE_OBJECTS,
+                               REVIEWS, manifest)
 from imaging.driver.platform_files import load_clinical_policy, load_cohorts
 from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH, REJECTED, UNCHANGED, ApprovalError,
                                          ApprovalPolicy, Decision, Outcome, ReleaseKey, ReleasePlan, building_url, carry_out,
@@ -34,16 +35,24 @@ from imaging.governance.datacard import (BREAKDOWN_COLUMNS, CheckResult, CodeVer
                                          counts_sql)
 from imaging.governance.disclosure import k_anonymity
 from imaging.governance.lineage import RELEASE, release_columns
-from imaging.governance.release_bundle import CheckedRelease, finish_release
+from imaging.governance.code_version import code_version, module_files
+from imaging.governance.release_bundle import CheckedRelease, Sharing, finish_release
 from imaging.governance.review_md import CohortState, SiteDayRead, render_markdown
 from imaging.quality.gate import NOT_EVALUATED, PASSED, covering
 from imaging.quality.outcomes import CheckOutcome
 from imaging.quality.rules import ERROR
-from imaging.steps.release import CopyJob, WriteParquet
+from imaging.steps.release import CopyJob, HeaderPlan, WriteParquet
+from imaging.steps.stamp import StampError, StampPlan
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.spark import SparkResource, map_batches
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
+
+
+# The code that decides a released image's bytes from its source's (part of every content key): the header
+# rewrite, the stamp, the streamed copy, and pydicom's writer.
+REWRITE_VERSION = code_version(module_files("imaging.steps.release", "imaging.steps.stamp", "imaging.deid.part10"),
+                               policy={"pydicom": __import__("pydicom").__version__})
 
 
 def _single_file(spark_dir: str, target: str, suffix: str) -> None:
@@ -72,33 +81,81 @@ def _view(frame, name: str) -> str:
     return name
 
 
-def stage_data(selected, building: str, work: str, source_root: str, files_per_task: int, images: int):
-    """Copy the images (each checksum verified, quasi-identifier attributes generalised as the metadata
-    is) and write the metadata; returns the metadata rows' frame.
+@dataclass(frozen=True)
+class Staged:
+    """What staging a release's data made: its metadata rows, the copy's outcome (persisted: one row per image,
+    `ReleaseFile`) and the header plan its images were written under."""
 
-    The copy's (path, sha256) pairs go to one sorted text file in `work` (outside the bundle), so
-    the manifest is written from a stream and no list of every image reaches the driver. The
-    metadata's `sha256` is the released file's (its header generalised), joined from the copy.
+    metadata: object  # DataFrame of the release's metadata rows
+    copied: object  # DataFrame of ReleaseFile rows
+    plan: HeaderPlan
+    seconds: float  # the copy step's
+
+
+def header_plan(cohort: CohortDefinition, rows) -> HeaderPlan:
+    """The cohort's header plan: the quasi-identifier rules, its stamp (columns typed from the release rows'
+    schema) and the rewrite's code version."""
+    stamp = None
+    if cohort.stamp:
+        types = {f.name: str(f.type) for f in to_arrow_schema(rows.schema)}
+        try:
+            stamp = StampPlan.build(cohort.name, cohort.sponsor, cohort.stamp, types)
+        except StampError as error:
+            raise Failure(f"cohort {cohort.name}: {error}") from error
+    return HeaderPlan(DISCLOSURE.header_rules(), stamp, REWRITE_VERSION)
+
+
+def stage_data(selected, cohort: CohortDefinition, building: str, work: str, source_root: str, store: str, index,
+               files_per_task: int, images: int) -> Staged:
+    """Place the images (each checksum verified, quasi-identifier attributes generalised as the metadata is,
+    labels stamped where the cohort asks) and write the metadata.
+
+    Each image's content key (`HeaderPlan.content_key`, in Spark SQL) is joined to the object store's index
+    (`index`): an image whose key is known is placed from its stored object without being read or written
+    again; the others are rewritten into the store, then placed. The copy's (path, sha256) pairs go to one
+    sorted text file in `work` (outside the bundle), and its (identity, path) pairs to another, so the manifest
+    is written from a stream, the release verified without hashing what the copy just hashed, and no list of
+    every image reaches the driver. The metadata's `sha256` is the released file's, joined from the copy.
     """
     tasks = max(1, math.ceil(images / files_per_task))
-    to_copy = selected.withColumn("released", F.expr(DISCLOSURE.released_json_sql()))
-    job = CopyJob(source_root, building, DISCLOSURE.header_rules())
-    # Read twice (the checksum list, the metadata's sha256): kept, so each file is written once.
+    columns = release_columns(list(LINEAGE), DISCLOSURE)
+    names = [c.name for c in columns]
+    rows = selected.selectExpr(*[c.sql for c in columns], "output_path AS _output_path")
+    plan = header_plan(cohort, rows.select(*names))
+    to_copy = (rows.select(F.col("_output_path").alias("output_path"), "sha256", "patient_pseudonym",
+                           "study_instance_uid", "sop_instance_uid", F.expr(plan.values_sql()).alias("released"))
+               .withColumn("content_key", F.expr(plan.key_sql()))
+               .join(index, "content_key", "left"))
+    job = CopyJob(source_root, building, plan.rules, plan.stamp, plan.code, store)
+    # Read three times (the checksum list, the identities, the metadata's sha256): kept, so each file is placed once.
     copied = map_batches(to_copy.repartition(tasks), job.step()).persist()
-    (copied.orderBy("path").select(F.concat_ws("  ", "sha256", "path")).coalesce(1)
-     .write.text(f"{work}/_sums"))
-    _single_file(f"{work}/_sums", f"{work}/images.sha256", ".txt")
+    started = time.monotonic()
+    copied.count()  # the copy itself: every image placed
+    seconds = time.monotonic() - started
+    for column, name in (("sha256", "images.sha256"), ("identity", "images.identity")):
+        (copied.orderBy("path").select(F.concat_ws("  ", F.coalesce(column, F.lit("-")), "path")).coalesce(1)
+         .write.text(f"{work}/_{column}"))
+        _single_file(f"{work}/_{column}", f"{work}/{name}", ".txt")
 
-    columns = [c.sql for c in release_columns(list(LINEAGE), DISCLOSURE)]
-    names = [c.name for c in release_columns(list(LINEAGE), DISCLOSURE)]
     released = copied.select(F.col("path").alias("_file"), F.col("sha256").alias("_sha256"))
-    metadata = (selected.selectExpr(*columns).join(released, F.col("file") == F.col("_file"))
+    metadata = (rows.drop("_output_path").join(released, F.col("file") == F.col("_file"))
                 .withColumn("sha256", F.col("_sha256")).select(*names).orderBy("file").coalesce(1))
     writer = WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema))
     metadata.mapInArrow(writer, "rows long").collect()  # one row: the count written
     metadata.write.option("header", True).csv(f"{work}/_csv")
     _single_file(f"{work}/_csv", f"{building}/metadata.csv", ".csv")
-    return metadata, copied
+    return Staged(metadata, copied, plan, seconds)
+
+
+def _identities(url: str) -> dict[str, str]:
+    """The identity of each image as the copy placed it (path -> identity), from the copy's file."""
+    out = {}
+    with fsx.open_read(url) as handle:
+        for line in handle:
+            value, _, path = line.decode().rstrip("\n").partition("  ")
+            if value != "-":
+                out[path] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -161,7 +218,8 @@ def _text_policy(deid: Deidentifier) -> dict[str, str]:
 def build_release(session, cohort: CohortDefinition, selected, ledger, images: int, building: str, work: str,
                   source_root: str, files_per_task: int, deid: Deidentifier,
                   facts: RecordedFacts | None = None, optout_section: OptOutSection | None = None,
-                  optout_check: CheckResult | None = None) -> CheckedRelease:
+                  optout_check: CheckResult | None = None, store: str | None = None, index=None
+                  ) -> tuple[CheckedRelease, object]:
     """Stage one cohort's release bundle in `building`; returns what `finish_release` made and what it checked.
 
     With what the Dagster instance recorded (`facts`), the data card lists the latest result of every
@@ -173,7 +231,8 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     """
     sizes = [r["size"] for r in session.sql(DISCLOSURE.class_sizes_sql(_view(selected, "cohort_selected"))).collect()]
     k = k_anonymity(sizes, DISCLOSURE)
-    metadata, copied_frame = stage_data(selected, building, work, source_root, files_per_task, images)
+    staged = stage_data(selected, cohort, building, work, source_root, store, index, files_per_task, images)
+    metadata, copied_frame = staged.metadata, staged.copied
     rows = _view(metadata, "cohort_release")
     totals = session.sql(counts_sql(rows)).first()
     breakdowns = {c: {r["value"]: r["images"] for r in session.sql(breakdown_sql(rows, c)).collect()}
@@ -197,12 +256,16 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
         inputs=with_landing_versions(facts, read) if facts is not None else read.partitions,
         code_versions=tuple(CodeVersion(a, v) for a, v in sorted(CODE_VERSIONS.items())),
         disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below,
-        key_fingerprint=deid.key_fingerprint, optouts=optout_section, text_policy=_text_policy(deid))
+        key_fingerprint=deid.key_fingerprint, optouts=optout_section, text_policy=_text_policy(deid),
+        stamp=staged.plan.stamp.describe() if staged.plan.stamp else None)
     built = finish_release(building, card, images=_image_entries(f"{work}/images.sha256"))
-    copied_frame.unpersist()
+    sharing = copied_frame.agg(F.count("*").alias("images"), F.sum("written").alias("written"),
+                               F.sum(F.when(F.col("written") == 0, 1).otherwise(0)).alias("shared")).first()
     # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.
     own = [c for c in checks if c.asset == "published_cohort" and c.name != "k_anonymity"]
-    return CheckedRelease(built=built, k=k, verified=all(c.passed for c in own))
+    placed = Sharing(int(sharing["shared"] or 0), int(sharing["written"] or 0),
+                     _identities(f"{work}/images.identity"), round(staged.seconds, 3))
+    return CheckedRelease(built=built, k=k, verified=all(c.passed for c in own), sharing=placed), copied_frame
 
 
 def site_days_read(selected, ledger) -> list[SiteDayRead]:
@@ -212,6 +275,54 @@ def site_days_read(selected, ledger) -> list[SiteDayRead]:
     keys = ledger.select("batch", q.partition_key().alias("site_day")).distinct()
     rows = images.join(keys, "batch", "left").orderBy("batch").collect()
     return [SiteDayRead(r["site_day"] or "unknown", r["batch"], r["count"]) for r in rows]
+
+
+def stored_objects(session, warehouse: Warehouse):
+    """The object store's index, one row per content key (any cohort's latest kept build): what a build joins
+    its images' content keys to, to share their bytes instead of writing them again."""
+    return (warehouse.read(session, RELEASE_INDEX).select("content_key", "object_sha256", "object_identity")
+            .dropDuplicates(["content_key"]))
+
+
+def stage_index(warehouse: Warehouse, commit, cohort: str, copied, action: str) -> None:
+    """Stage the cohort's rows of the object store's index (its build's content keys, objects and their identities
+    once hashed) in the run's commit when the build is kept (held, published, or the same content as a kept
+    one); then release the copy's rows."""
+    if action in (HOLD, PUBLISH, UNCHANGED):
+        rows = (copied.where(F.col("object_identity").isNotNull())
+                .select(F.lit(cohort).alias("cohort"), "content_key", F.col("sha256").alias("object_sha256"),
+                        "object_identity").dropDuplicates(["content_key"]))
+        warehouse.stage(commit, rows, RELEASE_INDEX, [(cohort,)])
+    copied.unpersist()
+
+
+def end_versions(context, warehouse: Warehouse, cohorts, flagged) -> list:
+    """The run's cohorts' published versions that end now (imaging.governance.retention.due): a version holding
+    patients who opted out since, once a newer one is published, and any superseded for its `retention_days`;
+    ended in one commit, logged, and their bytes that no current version holds removed from the object store."""
+    import datetime as dt
+
+    from imaging.governance.retention import due, end
+
+    opted = {(f.cohort, f.version): f.patients for f in flagged}
+    endings = due(warehouse.root, cohorts, dt.datetime.now(dt.timezone.utc), opted)
+    done = end(warehouse.root, endings, commit=warehouse.begin("retention")) if endings else []
+    for ended in done:
+        context.log.info(f"cohort {ended.ending.cohort} v{ended.ending.version}: {ended.ending.event} "
+                         f"({ended.ending.reason}); {ended.reclaimed.objects} images' bytes reclaimed")
+    return done
+
+
+def sharing_metadata(placed: Sharing | None, ended: list) -> dict:
+    """What the cohort's materialization says of its images' bytes: shared from earlier builds or written, and
+    the versions that ended in this run."""
+    out = {}
+    if placed is not None:
+        out.update({"images_shared": placed.shared, "image_bytes_written": placed.written_bytes,
+                    "copy_seconds": placed.seconds})
+    if ended:
+        out["versions_ended"] = {f"v{e.ending.version}": f"{e.ending.event}: {e.ending.reason}" for e in ended}
+    return out
 
 
 COHORT = AssetKey("published_cohort")
@@ -286,8 +397,10 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     flagged = optouts.flag_published(warehouse.root)
     rows = warehouse.read(session, manifest(load_clinical_policy()))
     ledger = warehouse.read(session, LEDGER)
+    index = stored_objects(session, warehouse)
     commit = warehouse.begin("published_cohort")
     root = warehouse.root
+    sharing: dict[str, Sharing] = {}
     plans: dict[str, ReleasePlan] = {}
     smallest: dict[str, int | None] = {}
     read: dict[str, list[SiteDayRead]] = {}
@@ -309,11 +422,13 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         building = building_url(commit, root, cohort.name)
         # Spark writes the checksum list and the CSV: on a tables root it can write (not gs:// files).
         work = warehouse.scratch(commit, cohort.name)
-        release = build_release(session, cohort, selected, ledger, images, building, work,
-                                warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts,
-                                optout_section=optouts.section(optout), optout_check=optouts.check(optout))
+        release, copied = build_release(session, cohort, selected, ledger, images, building, work,
+                                        warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts,
+                                        optout_section=optouts.section(optout), optout_check=optouts.check(optout),
+                                        store=warehouse.url(RELEASE_OBJECTS), index=index)
         read[cohort.name] = site_days_read(selected, ledger)
         selected.unpersist()
+        sharing[cohort.name] = release.sharing
         built, k = release.built, release.k
         smallest[cohort.name] = k.smallest
         own += [_outcome(K_CHECK, k.passed, k.smallest, k.min_k, cohort.name,
@@ -330,25 +445,31 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
                           held=list_held(root, cohort.name, cohort.version, approvers),
                           standing=load_standing(root, built.release_id, approvers, demo), k_passed=k.passed,
                           k_reason=k.reason())
-        plans[cohort.name] = ReleasePlan(cohort=cohort, decision=decision, building=building, images=images)
+        plans[cohort.name] = ReleasePlan(cohort=cohort, decision=decision, building=building, images=images,
+                                         trusted=release.sharing.identities)
+        stage_index(warehouse, commit, cohort.name, copied, decision.action)
         log = context.log.warning if decision.action in (BLOCKED, CONFLICT, REJECTED) else context.log.info
         log(f"cohort {cohort.name} {cohort.release}: {decision.action} (release {decision.release_id}, "
-            f"{images} images): {decision.reason}")
+            f"{images} images, {release.sharing.shared} shared with earlier builds, "
+            f"{release.sharing.written_bytes} image bytes written): {decision.reason}")
 
     try:  # a conflict refuses the run before anything is staged: releases go out together or not at all
         outcomes = carry_out(list(plans.values()), commit, root, approvers, run_id=context.run.run_id)
     except ApprovalError as error:
         raise Failure(str(error)) from error
 
-    # Every release now in place (held or published) verifies against its SHA256SUMS (data-quality check).
+    ended = end_versions(context, warehouse, [p.cohort for p in plans.values()], flagged)
+    # Every release now in place (held or published) verifies against its SHA256SUMS (data-quality check); a file
+    # the copy placed is trusted while its identity is the one it had then (a changed file is hashed again).
     ctx = quality_context(deid)
+    trusted = {name: placed.identities for name, placed in sharing.items() if placed is not None}
     for name in sorted(plans):
         path = outcomes[name].path if outcomes[name].path else (
             warehouse.url(COHORTS_FOLDER, name, plans[name].cohort.release)
             if plans[name].decision.action == UNCHANGED else None)
-        own.append(covering(q.release_checksums({name: path} if path else {}, ctx), [name]))
+        own.append(covering(q.release_checksums({name: path} if path else {}, ctx, trusted), [name]))
     seconds = round(time.monotonic() - started, 3)
-    reviews = write_reviews(warehouse, plans, outcomes)
+    reviews = write_reviews(warehouse, plans, outcomes, trusted)
     opted = optouts.metadata(flagged, applied)
     for name, plan in sorted(plans.items()):
         materialization = cohort_materialization(warehouse, plan, outcomes[name], reviews.get(name), read[name],
@@ -359,6 +480,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         mine = [f for f in flagged if f.cohort == name]
         yield materialization.with_metadata({
             **materialization.metadata,
+            **sharing_metadata(sharing.get(name), [e for e in ended if e.ending.cohort == name]),
             "checks": checks_table([o for o in own if o.partitions == (name,)], name),
             "optout_list_versions": opted["optout_list_versions"],
             "optout_list_received": opted["optout_list_received"],
@@ -426,10 +548,13 @@ def _partition_link(asset: str, partition: str) -> str:
     return partition_path(UI.path_prefix, asset, partition)
 
 
-def write_reviews(warehouse: Warehouse, plans: dict[str, ReleasePlan], outcomes: dict) -> dict:
-    """Each held or published release's review (imaging-review's, verifying every checksum), for its Markdown in
-    the UI; its HTML report is kept in identifiable/reviews/ (for `imaging-review`'s readers, offline) when the
-    release is new or changed state. Unchanged releases are reviewed where they are published."""
+def write_reviews(warehouse: Warehouse, plans: dict[str, ReleasePlan], outcomes: dict,
+                  trusted: dict[str, dict[str, str]] | None = None) -> dict:
+    """Each held or published release's review (imaging-review's, verifying every checksum; a file this run's
+    copy placed is trusted while its identity is unchanged, `trusted`), for its Markdown in the UI; its HTML
+    report is kept in identifiable/reviews/ (for `imaging-review`'s readers, offline) when the release is new or
+    changed state. Unchanged releases are reviewed where they are published."""
+    from imaging.governance.evidence import EvidenceCache
     from imaging.governance.review import review
     from imaging.governance.review_html import render_html
 
@@ -442,7 +567,10 @@ def write_reviews(warehouse: Warehouse, plans: dict[str, ReleasePlan], outcomes:
             path = warehouse.url(COHORTS_FOLDER, name, plan.cohort.release)
         if path is None or action not in (HOLD, PUBLISH, UNCHANGED):
             continue
-        result = review(path, warehouse.root)
+        cache_url = warehouse.url(REVIEWS, "_cache", f"{name}.json")
+        cache = EvidenceCache.load(cache_url)
+        result = review(path, warehouse.root, trusted=(trusted or {}).get(name), cache=cache)
+        cache.save(cache_url)
         report = warehouse.url(REVIEWS, f"{name}-{outcome.release_id}.html")
         if action != UNCHANGED or not fsx.exists(report):
             fsx.write_atomic(report, render_html(result).encode())

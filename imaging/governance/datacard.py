@@ -224,6 +224,9 @@ class DataCardInputs:
     # What burned-in text found in an image's pixels did, per image type (platform/pixel_text.yaml `on_text`:
     # "quarantine" or "redact"; `imaging.deid.pixel_text.image_type`); empty: not recorded.
     text_policy: Mapping[str, str] = field(default_factory=dict)
+    # Where the clinical labels are in each image's header (imaging.steps.stamp.StampPlan.describe); None:
+    # nothing stamped.
+    stamp: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -317,6 +320,7 @@ def build_datacard(inputs: DataCardInputs) -> DataCard:
         # Which key made the pseudonyms, UIDs and date shifts: a keyed hash of a fixed string, never the key.
         "pseudonym_key": key_section(inputs.key_fingerprint),
         **({"optouts": optout_section(inputs.optouts, below)} if inputs.optouts is not None else {}),
+        **({"labels_in_images": dict(inputs.stamp)} if inputs.stamp is not None else {}),
         "columns": columns,
         # Every check of the release and of the upstream assets it read, per partition where the check
         # is per partition (batch tokens); ordered so the same results give the same bytes.
@@ -402,6 +406,7 @@ def render_markdown(card: Mapping) -> str:
             "first 16 hex digits: the same key gives the same fingerprint; the key is never recorded)"
             + (f". **{DEMO_KEY_NOTE}**" if key["demo_key"] else "") + ".\n",
             *_optout_markdown(card.get("optouts"), counts["suppressed_below"]),
+            *labels_markdown(card.get("labels_in_images")),
             "\n## Released columns\n\nEach column's transforms, from the release back to the identifiable source.\n\n",
             _table(["column", "transforms (release <- manifest)", "from", "how"],
                    [[c["column"], " <- ".join(s["transform"] + (" (masked)" if s["masked"] else "") for s in c["steps"]),
@@ -446,3 +451,28 @@ def _optout_markdown(section: Mapping | None, below: int) -> list[str]:
                    f"{follows['left']} of its patients have since opted out and are left out here; "
                    f"{follows['returned']} patients held back from it whose opt-out was removed are back.\n")
     return out
+
+
+def labels_markdown(labels: Mapping | None) -> list[str]:
+    """Where a release's clinical labels are in each image's header, and how to read them (pydicom)."""
+    if not labels:
+        return []
+    trial = labels["trial"]
+    group, creator = int(labels["group"], 16), labels["private_creator"]
+    private = [c for c in labels["columns"] if "element" in c]
+    first = private[0]["element"] if private else 1
+    rows = [[c["column"], c["tag"], c["vr"], c.get("keyword") or f"private block, element 0x{c['element']:02X}"]
+            for c in labels["columns"]]
+    rows += [[column or "(fixed)", keyword, "LO", "Clinical Trial module" + (f": {value!r}" if not column else "")]
+             for keyword, value in trial.items()
+             for column in [value if keyword in ("ClinicalTrialSubjectID", "ClinicalTrialTimePointID") else None]]
+    return ["\n## Labels in the images\n\n",
+            "Each image's DICOM header carries the clinical labels below, the same values as metadata.parquet's row "
+            "of that file: in standard attributes where DICOM has one (the Clinical Trial Subject, Study and Series "
+            f"modules; sex in PatientSex), otherwise in one private block of group ({labels['group']}), private creator "
+            f"\"{creator}\", one element per column (a null is an empty element). The cohort's version is not "
+            "stamped: an image whose labels did not change is the same file in the next version.\n\n",
+            _table(["column", "tag", "VR", "where"], rows),
+            "\nRead them with pydicom:\n\n```python\nds = pydicom.dcmread(path)\n"
+            f"labels = ds.private_block(0x{group:04X}, \"{creator}\")\n"
+            f"labels[0x{first:02X}].value, ds.ClinicalTrialSubjectID, ds.ClinicalTrialTimePointID\n```\n"]
