@@ -28,11 +28,11 @@ from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH
                                          decide, list_held, load_standing, manifest_id)
 from imaging.pseudonym import DEMO_KEY_FINGERPRINT
 from imaging.ui import partition_path
-from imaging.governance.bundle import content_key_of, parse_manifest
+from imaging.governance.bundle import ManifestEntry, content_key_of
 from imaging.governance.cohort import CohortDefinition
-from imaging.governance.datacard import (BREAKDOWN_COLUMNS, CheckResult, CodeVersion, DataCardInputs, DeidSummary,
-                                         InputPartition, OptOutSection, ReleaseCounts, Selection, breakdown_sql,
-                                         counts_sql)
+from imaging.governance.datacard import (CheckResult, CodeVersion, DataCardInputs, DeidSummary,
+                                         InputPartition, OptOutSection, ReleaseCounts, Selection, breakdowns_sql,
+                                         counts_sql, fold_breakdowns)
 from imaging.governance.disclosure import k_anonymity
 from imaging.governance.lineage import RELEASE, release_columns
 from imaging.governance.code_version import code_version, module_files
@@ -67,13 +67,41 @@ def _single_file(spark_dir: str, target: str, suffix: str) -> None:
     fsx.remove(spark_dir)
 
 
+@dataclass(frozen=True)
+class Placed:
+    """One line of the copy's list (`images.list`, sorted by path): what the copy did with one image."""
+
+    path: str
+    sha256: str
+    written: int  # bytes written: 0 when shared from the object store
+    identity: str | None  # the file's identity as placed
+
+
+def _placed(url: str):
+    """The copy's lines, streamed from its file (`<sha256>  <written>  <identity or ->  <path>`)."""
+    with fsx.open_read(url) as handle:
+        for line in handle:
+            sha, written, identity, path = line.decode().rstrip("\n").split("  ", 3)
+            yield Placed(path, sha, int(written), None if identity == "-" else identity)
+
+
 def _image_entries(url: str):
-    """The images' manifest lines the Spark copy wrote (sorted by path), streamed from its file."""
+    """The images' manifest entries the Spark copy computed (sorted by path), streamed from its file."""
     def read():
-        with fsx.open_read(url) as handle:
-            for line in handle:
-                yield from parse_manifest(line)
+        return (ManifestEntry(p.path, p.sha256) for p in _placed(url))
     return read
+
+
+def _sharing(url: str, seconds: float) -> Sharing:
+    """How the copy placed the images (shared or written, bytes written, identities), from its list."""
+    shared = written = 0
+    identities = {}
+    for p in _placed(url):
+        shared += p.written == 0
+        written += p.written
+        if p.identity is not None:
+            identities[p.path] = p.identity
+    return Sharing(shared, written, identities, round(seconds, 3))
 
 
 def _view(frame, name: str) -> str:
@@ -127,15 +155,14 @@ def stage_data(selected, cohort: CohortDefinition, building: str, work: str, sou
                .withColumn("content_key", F.expr(plan.key_sql()))
                .join(index, "content_key", "left"))
     job = CopyJob(source_root, building, plan.rules, plan.stamp, plan.code, store)
-    # Read three times (the checksum list, the identities, the metadata's sha256): kept, so each file is placed once.
+    # Read twice (the copy's list, the metadata's sha256): kept, so each file is placed once.
     copied = map_batches(to_copy.repartition(tasks), job.step()).persist()
     started = time.monotonic()
     copied.count()  # the copy itself: every image placed
     seconds = time.monotonic() - started
-    for column, name in (("sha256", "images.sha256"), ("identity", "images.identity")):
-        (copied.orderBy("path").select(F.concat_ws("  ", F.coalesce(column, F.lit("-")), "path")).coalesce(1)
-         .write.text(f"{work}/_{column}"))
-        _single_file(f"{work}/_{column}", f"{work}/{name}", ".txt")
+    line = F.concat_ws("  ", "sha256", F.col("written").cast("string"), F.coalesce("identity", F.lit("-")), "path")
+    copied.orderBy("path").select(line).coalesce(1).write.text(f"{work}/_list")
+    _single_file(f"{work}/_list", f"{work}/images.list", ".txt")
 
     released = copied.select(F.col("path").alias("_file"), F.col("sha256").alias("_sha256"))
     metadata = (rows.drop("_output_path").join(released, F.col("file") == F.col("_file"))
@@ -145,17 +172,6 @@ def stage_data(selected, cohort: CohortDefinition, building: str, work: str, sou
     metadata.write.option("header", True).csv(f"{work}/_csv")
     _single_file(f"{work}/_csv", f"{building}/metadata.csv", ".csv")
     return Staged(metadata, copied, plan, seconds)
-
-
-def _identities(url: str) -> dict[str, str]:
-    """The identity of each image as the copy placed it (path -> identity), from the copy's file."""
-    out = {}
-    with fsx.open_read(url) as handle:
-        for line in handle:
-            value, _, path = line.decode().rstrip("\n").partition("  ")
-            if value != "-":
-                out[path] = value
-    return out
 
 
 @dataclass(frozen=True)
@@ -235,9 +251,8 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     metadata, copied_frame = staged.metadata, staged.copied
     rows = _view(metadata, "cohort_release")
     totals = session.sql(counts_sql(rows)).first()
-    breakdowns = {c: {r["value"]: r["images"] for r in session.sql(breakdown_sql(rows, c)).collect()}
-                  for c in BREAKDOWN_COLUMNS}
-    copied = sum(1 for _ in _image_entries(f"{work}/images.sha256")())
+    breakdowns = fold_breakdowns(session.sql(breakdowns_sql(rows)).collect())
+    copied = sum(1 for _ in _image_entries(f"{work}/images.list")())
     read = input_partitions(selected, ledger)
     checks = (
         *(upstream_checks(facts, read) if facts is not None else ()),
@@ -258,13 +273,10 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
         disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below,
         key_fingerprint=deid.key_fingerprint, optouts=optout_section, text_policy=_text_policy(deid),
         stamp=staged.plan.stamp.describe() if staged.plan.stamp else None)
-    built = finish_release(building, card, images=_image_entries(f"{work}/images.sha256"))
-    sharing = copied_frame.agg(F.count("*").alias("images"), F.sum("written").alias("written"),
-                               F.sum(F.when(F.col("written") == 0, 1).otherwise(0)).alias("shared")).first()
+    built = finish_release(building, card, images=_image_entries(f"{work}/images.list"))
     # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.
     own = [c for c in checks if c.asset == "published_cohort" and c.name != "k_anonymity"]
-    placed = Sharing(int(sharing["shared"] or 0), int(sharing["written"] or 0),
-                     _identities(f"{work}/images.identity"), round(staged.seconds, 3))
+    placed = _sharing(f"{work}/images.list", staged.seconds)
     return CheckedRelease(built=built, k=k, verified=all(c.passed for c in own), sharing=placed), copied_frame
 
 

@@ -74,10 +74,20 @@ def counts_sql(table: str) -> str:
             f"FROM {table}")
 
 
-def breakdown_sql(table: str, column: str) -> str:
-    """Images per value of one low-cardinality released column (a handful of rows reach the driver)."""
-    return (f"SELECT coalesce(CAST(`{column}` AS STRING), '{MISSING}') AS value, count(*) AS images "
-            f"FROM {table} GROUP BY 1")
+def breakdowns_sql(table: str, columns=BREAKDOWN_COLUMNS) -> str:
+    """Images per combination of the low-cardinality released columns, one pass (a handful of rows reach the
+    driver: their values' product); `fold_breakdowns` gives each column's images per value."""
+    values = ", ".join(f"coalesce(CAST(`{c}` AS STRING), '{MISSING}') AS `{c}`" for c in columns)
+    return f"SELECT {values}, count(*) AS images FROM {table} GROUP BY {', '.join(str(i + 1) for i in range(len(columns)))}"
+
+
+def fold_breakdowns(rows, columns=BREAKDOWN_COLUMNS) -> dict[str, dict[str, int]]:
+    """{column: {value: images}} from `breakdowns_sql`'s rows."""
+    out: dict[str, dict[str, int]] = {c: {} for c in columns}
+    for row in rows:
+        for column in columns:
+            out[column][row[column]] = out[column].get(row[column], 0) + row["images"]
+    return out
 
 
 @dataclass(frozen=True)
@@ -457,20 +467,24 @@ def labels_markdown(labels: Mapping | None) -> list[str]:
     """Where a release's clinical labels are in each image's header, and how to read them (pydicom)."""
     if not labels:
         return []
+    from pydicom.datadict import dictionary_VR, tag_for_keyword
+
     trial = labels["trial"]
     group, creator = int(labels["group"], 16), labels["private_creator"]
     private = [c for c in labels["columns"] if "element" in c]
     first = private[0]["element"] if private else 1
+    columns = {"ClinicalTrialSubjectID", "ClinicalTrialTimePointID"}
+    tag = lambda k: f"({tag_for_keyword(k) >> 16:04X},{tag_for_keyword(k) & 0xFFFF:04X})"  # noqa: E731
     rows = [[c["column"], c["tag"], c["vr"], c.get("keyword") or f"private block, element 0x{c['element']:02X}"]
             for c in labels["columns"]]
-    rows += [[column or "(fixed)", keyword, "LO", "Clinical Trial module" + (f": {value!r}" if not column else "")]
-             for keyword, value in trial.items()
-             for column in [value if keyword in ("ClinicalTrialSubjectID", "ClinicalTrialTimePointID") else None]]
+    rows += [[value if keyword in columns else f"(the same in every image: {value})", tag(keyword),
+              dictionary_VR(keyword), keyword] for keyword, value in trial.items()]
     return ["\n## Labels in the images\n\n",
             "Each image's DICOM header carries the clinical labels below, the same values as metadata.parquet's row "
             "of that file: in standard attributes where DICOM has one (the Clinical Trial Subject, Study and Series "
             f"modules; sex in PatientSex), otherwise in one private block of group ({labels['group']}), private creator "
-            f"\"{creator}\", one element per column (a null is an empty element). The cohort's version is not "
+            f"\"{creator}\", one element per column (a null is an empty element). The time point is the study date as "
+            "released: the labels are the latest clinical record on or before it. The cohort's version is not "
             "stamped: an image whose labels did not change is the same file in the next version.\n\n",
             _table(["column", "tag", "VR", "where"], rows),
             "\nRead them with pydicom:\n\n```python\nds = pydicom.dcmread(path)\n"

@@ -323,7 +323,6 @@ def copy_rewritten(origin: str, plan: HeaderPlan, released: Mapping, handle) -> 
     then takes the general path (imaging.deid.part10)."""
     import pydicom
 
-    from imaging.deid.errors import NotDeidentifiable
     from imaging.deid.meta import transfer_syntax
 
     buffer = bytearray(CHUNK)
@@ -337,8 +336,8 @@ def copy_rewritten(origin: str, plan: HeaderPlan, released: Mapping, handle) -> 
                 warnings.simplefilter("ignore")  # pydicom's warnings quote header values
                 dataset = pydicom.dcmread(reader, stop_before_pixels=True)
             syntax = transfer_syntax(dataset)
-        except (NotDeidentifiable, Exception):  # noqa: BLE001 - not the plain form: the general path names faults
-            return None
+        except Exception:  # noqa: BLE001 - not the plain form (NotDeidentifiable, a parse error): the general
+            return None  # path reads it and names the fault
         at = reader.tell()  # pydicom stops at the pixel data element's tag
         implicit, little = dataset.original_encoding
         if (head[at:at + 4] != _PIXEL_DATA or not little or syntax.is_deflated or not syntax.is_little_endian

@@ -92,7 +92,9 @@ class StampPlan:
             if vr is None:
                 raise StampError(f"stamp: {column!r} has type {types[column]}, which has no DICOM VR here")
             if column in STANDARD:
-                out.append(StampColumn(column, vr, keyword=STANDARD[column]))
+                from pydicom.datadict import dictionary_VR
+
+                out.append(StampColumn(column, dictionary_VR(STANDARD[column]), keyword=STANDARD[column]))
             else:
                 private += 1
                 out.append(StampColumn(column, vr, element=private))
@@ -119,11 +121,10 @@ class StampPlan:
             setattr(dataset, keyword, "")
         block = None
         for column in self.columns:
-            value = dicom_value(column.vr, values.get(column.column))
             if column.keyword is not None:
-                allowed = ENUMERATED.get(column.keyword)
-                setattr(dataset, column.keyword, "" if value is None or (allowed and value not in allowed) else value)
+                setattr(dataset, column.keyword, expected_label(column, values.get(column.column)) or "")
                 continue
+            value = dicom_value(column.vr, values.get(column.column))
             if block is None:
                 block = dataset.private_block(GROUP, CREATOR, create=True)
             block.add_new(column.element, column.vr, value)
@@ -201,9 +202,10 @@ def read_labels(dataset, plan: StampPlan) -> dict[str, object]:
         block = None
     for column in plan.columns:
         if column.keyword is not None:
-            element = dataset[column.keyword] if column.keyword in dataset else None
-        else:
-            element = block[column.element] if block is not None and column.element in block else None
+            value = dataset[column.keyword].value if column.keyword in dataset else None
+            out[column.column] = str(value) if value not in (None, "") else None
+            continue
+        element = block[column.element] if block is not None and column.element in block else None
         out[column.column] = None if element is None else header_value(column.vr, element.value)
     subject = dataset.get("ClinicalTrialSubjectID")
     out[SUBJECT] = str(subject) if subject not in (None, "") else None
@@ -220,12 +222,14 @@ def undescribed_elements(dataset, plan: StampPlan) -> int:
 
 def expected_label(column: StampColumn, value):
     """What a header stamped with the released `value` reads back as (`read_labels`): the value itself, or
-    None where the element is empty (a null, or a value outside a standard attribute's enumerated values)."""
+    None where the element is empty (a null, or a value outside a standard attribute's enumerated values).
+    A standard attribute holds the value as text, as the quasi-identifier rules write it."""
+    if column.keyword is not None:
+        text = None if value in (None, "") else str(value)
+        allowed = ENUMERATED.get(column.keyword)
+        return None if text is None or (allowed and text not in allowed) else text
     stored = dicom_value(column.vr, value)
-    allowed = ENUMERATED.get(column.keyword or "")
-    if stored is None or (allowed and stored not in allowed):
-        return None
-    return header_value(column.vr, stored)
+    return None if stored is None else header_value(column.vr, stored)
 
 
 def label_tags(plan: StampPlan) -> list[int]:
