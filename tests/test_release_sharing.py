@@ -217,6 +217,28 @@ def test_a_stamp_the_release_cannot_hold_no_finer_than_its_quasi_identifiers_is_
     assert "'no_such_column' is not a column" in text and "'file' is not a column" in text
 
 
+def test_a_superseded_version_expires_after_its_retention_and_one_holding_opted_out_patients_is_withdrawn(
+        hospital, versions):
+    """`due` (what published_cohort ends after each run): v2 published ten days ago supersedes v1, v3 a day ago
+    supersedes v2; with seven days' retention v1 expires, v2 not yet, v3 (the newest) never; v1 holding a patient
+    who opted out since is withdrawn instead, whatever the retention."""
+    import datetime as dt
+
+    from imaging.governance.approval import manifest_id
+    from imaging.governance.retention import EXPIRE, due
+
+    warehouse = str(hospital.warehouse)
+    now = dt.datetime(2026, 11, 27, tzinfo=dt.timezone.utc)
+    for version, days in ((2, 10), (3, 1)):
+        audit.record(warehouse, audit.PUBLISH, manifest_id(str(_published(hospital, version))), "small-test", version,
+                     now=now - dt.timedelta(days=days))
+    kept = dataclasses.replace(STAMPED, retention_days=7)
+    assert [(e.version, e.event) for e in due(warehouse, [kept], now, {})] == [(1, EXPIRE)]
+    assert due(warehouse, [STAMPED], now, {}) == []  # no retention: kept until withdrawn
+    (ending,) = due(warehouse, [STAMPED], now, {("small-test", 1): 1})
+    assert (ending.version, ending.event) == (1, WITHDRAW) and "opted out since" in ending.reason
+
+
 def test_an_ended_version_leaves_a_record_its_bytes_go_when_no_version_holds_them_and_newer_ones_stay_whole(
         hospital, versions):
     """Withdrawing v1 (it holds the patient who opted out) keeps WITHDRAWN.json, logs the withdrawal and how many

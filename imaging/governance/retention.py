@@ -2,7 +2,7 @@
 
 A published version ends in one of two ways, each logged in the audit log:
 
-- **withdrawn** (`withdraw`): by a governance decision (`imaging-release withdraw COHORT VERSION --reason T`),
+- **withdrawn** (`withdraw`): by a governance decision (`imaging-versions withdraw COHORT VERSION --reason T`),
   or by published_cohort as soon as a newer version of its cohort is published while it holds patients who
   have opted out since (the newer version was built without them: the opt-out must take effect);
 - **expired** (`expire`): `retention_days` (the cohort file) after a newer version of its cohort was published.
@@ -16,7 +16,7 @@ many went (`reclaim`). Hard links share an inode, so removing an ended version's
 version's; on an object store each version holds its own copies.
 
 The same commit protocol as every other write (imaging/driver/commit.py): an ending and its audit event appear
-together or not at all. One writer at a time: run `imaging-release` between publish runs.
+together or not at all. One writer at a time: run `imaging-versions` between publish runs.
 """
 
 from __future__ import annotations
@@ -212,13 +212,13 @@ def _read_json(url: str) -> dict:
     return json.loads(fsx.read_bytes(url)) if fsx.exists(url) else {}
 
 
-# --- imaging-release ------------------------------------------------------------------------------------------
+# --- imaging-versions -----------------------------------------------------------------------------------------
 
 COMMANDS = """commands:
-  imaging-release withdraw COHORT VERSION --reason T   end a published version now (its folder keeps WITHDRAWN.json)
-  imaging-release expire                               end every version its cohort's retention_days has run out for
-  imaging-release gc                                   remove every stored object no current version holds
-  imaging-release versions                             every published version: cohort, version, state, release id
+  imaging-versions list                                 every published version: cohort, version, state, release id
+  imaging-versions withdraw COHORT VERSION --reason T   end a published version now (its folder keeps WITHDRAWN.json)
+  imaging-versions expire                               end every version its cohort's retention_days has run out for
+  imaging-versions gc                                   remove every stored object no current version holds
 
 Set IMAGING_WAREHOUSE (and IMAGING_TABLES when Spark's tables are apart). Run it between publish runs: the
 warehouse has one writer at a time."""
@@ -227,7 +227,7 @@ warehouse has one writer at a time."""
 def _warehouse() -> str:
     value = os.environ.get("IMAGING_WAREHOUSE", "").strip()
     if not value:
-        raise SystemExit("imaging-release: set IMAGING_WAREHOUSE")
+        raise SystemExit("imaging-versions: set IMAGING_WAREHOUSE")
     return value.rstrip("/") if "://" in value else os.path.abspath(os.path.expanduser(value))
 
 
@@ -237,7 +237,7 @@ def _tables() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="imaging-release", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="imaging-versions", description=__doc__.splitlines()[0],
                                      epilog=COMMANDS, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     withdraw = sub.add_parser("withdraw", help="end a published version now")
@@ -246,11 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     withdraw.add_argument("--reason", required=True)
     sub.add_parser("expire", help="end the versions whose retention ran out")
     sub.add_parser("gc", help="remove every stored object no current version holds")
-    sub.add_parser("versions", help="list the published versions")
+    sub.add_parser("list", help="list the published versions")
     args = parser.parse_args(argv)
     warehouse, tables = _warehouse(), _tables()
     try:
-        if args.command == "versions":
+        if args.command == "list":
             for v in published(warehouse):
                 print("\t".join([v.cohort, f"v{v.version}", "ended" if v.ended else "current", v.release_id or "-"]))
             return 0
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             print("nothing to end")
         return 0
     except (ValueError, OSError) as error:
-        print(f"imaging-release: {error}", file=sys.stderr)
+        print(f"imaging-versions: {error}", file=sys.stderr)
         return 1
 
 
