@@ -165,8 +165,9 @@ def stage_data(selected, cohort: CohortDefinition, building: str, work: str, sou
     _single_file(f"{work}/_list", f"{work}/images.list", ".txt")
 
     released = copied.select(F.col("path").alias("_file"), F.col("sha256").alias("_sha256"))
+    # Kept: written twice (Parquet, CSV), then counted and broken down.
     metadata = (rows.drop("_output_path").join(released, F.col("file") == F.col("_file"))
-                .withColumn("sha256", F.col("_sha256")).select(*names).orderBy("file").coalesce(1))
+                .withColumn("sha256", F.col("_sha256")).select(*names).orderBy("file").coalesce(1)).persist()
     writer = WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema))
     metadata.mapInArrow(writer, "rows long").collect()  # one row: the count written
     metadata.write.option("header", True).csv(f"{work}/_csv")
@@ -277,6 +278,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.
     own = [c for c in checks if c.asset == "published_cohort" and c.name != "k_anonymity"]
     placed = _sharing(f"{work}/images.list", staged.seconds)
+    metadata.unpersist()
     return CheckedRelease(built=built, k=k, verified=all(c.passed for c in own), sharing=placed), copied_frame
 
 

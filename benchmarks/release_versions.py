@@ -189,13 +189,68 @@ def cp_r(source: Path, scratch: Path) -> float:
     return seconds
 
 
+def gcs(root: Path, images: int) -> None:
+    """The object-store layout on the GCS emulator (tests/services.py): `images` de-identified files of the
+    benchmark's warehouse uploaded, then v1 (every image written into the store through the client, then placed
+    by a server-side copy) and v2 (every image shared: server-side copies only). Prints seconds, bytes written
+    through the platform and bytes the bucket stores. The emulator copies in its own memory: its seconds say
+    nothing of GCS's, its byte counts say what passes through the platform."""
+    import json as js
+
+    import pyarrow.dataset as ds
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from services import gcs_emulator
+    from imaging.steps.release import CopyJob, HeaderPlan, ReleaseSource
+    from imaging.steps.stamp import StampPlan
+
+    warehouse = root / "warehouse"
+    rows = ds.dataset(str(warehouse / "deidentified/anonymized_images/manifest"), format="parquet",
+                      partitioning="hive").to_table().to_pylist()[:images]
+    with gcs_emulator() as emulator:
+        os.environ.update(emulator.environment())
+        bucket = emulator.make_bucket("release-versions")
+        fs = emulator.filesystem()
+        for row in rows:
+            fs.put(str(warehouse / "deidentified" / row["output_path"]),
+                   f"{bucket[5:]}/deidentified/{row['output_path']}")
+        types = {"age_band": "string", "sex": "string", "diagnosis_code": "string"}
+        plan = HeaderPlan((), StampPlan.build(COHORT, None, list(types), types), "gcs")
+        index = {}
+        for version in (1, 2):
+            job = CopyJob(f"{bucket}/deidentified", f"{bucket}/deidentified/cohorts/{COHORT}/v{version}",
+                          plan.rules, plan.stamp, plan.code, f"{bucket}/deidentified/release_objects")
+            started, written = time.monotonic(), 0
+            for row in rows:
+                values = js.dumps({"patient_pseudonym": row["patient_pseudonym"], "study_date": row["study_date"],
+                                   "age_band": None, "sex": row.get("sex"), "diagnosis_code": row.get("diagnosis_code")})
+                key = plan.content_key(row["sha256"], values)
+                out = job.copy(ReleaseSource(row["output_path"], row["sha256"], row["patient_pseudonym"],
+                                             row["study_instance_uid"], row["sop_instance_uid"], values, key,
+                                             *index.get(key, (None, None))))
+                index[key] = (out.sha256, out.object_identity)
+                written += out.written
+            seconds = time.monotonic() - started
+            stored = sum(int(i["size"]) for i in fs.find(f"{bucket[5:]}/deidentified", detail=True).values()
+                         if "/cohorts/" in i["name"] or "/release_objects/" in i["name"])
+            print(f"gcs emulator v{version}: {len(rows)} images, {seconds:.2f} s, {written / 1e6:.1f} MB written "
+                  f"through the platform, {stored / 1e6:.1f} MB stored (objects and every version's copies)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--patients", type=int, default=200)
     parser.add_argument("--oct", default="32x512x256", help="OCT volume shape, frames x rows x columns (8-bit)")
     parser.add_argument("--dates", type=int, default=3)
     parser.add_argument("--keep", default=None, help="work here and keep it (default: a temporary folder)")
+    parser.add_argument("--gcs", type=int, default=0, metavar="IMAGES",
+                        help="then measure the object-store layout on the GCS emulator with this many images")
+    parser.add_argument("--gcs-only", default=None, metavar="DIR",
+                        help="only the GCS measurement, on the warehouse a --keep run left in DIR")
     args = parser.parse_args()
+    if args.gcs_only:
+        gcs(Path(args.gcs_only), args.gcs or 100)
+        return 0
     import datetime as dt
 
     dates = [str(dt.date.fromisoformat(START) + dt.timedelta(days=i)) for i in range(args.dates)]
@@ -270,6 +325,8 @@ def main() -> int:
     print(f"v4 re-stamp copy step {rows[-1]['copy_seconds']:.2f} s = {rows[-1]['copy_seconds'] / copy:.2f} x cp -r; "
           f"whole run {rows[-1]['seconds'] / copy:.2f} x cp -r")
     print(f"approvals (two full reviews each, reviewers' time): {', '.join(f'{a:.1f} s' for a in approvals)}")
+    if args.gcs:
+        gcs(root, args.gcs)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return 0
