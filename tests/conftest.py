@@ -206,6 +206,7 @@ GROUP_SECONDS = {
     "test_pixel_text": 12,
     "test_deid_dciodvfy": 11,
     "test_review": 11,
+    "test_release_sharing": 12,
     "test_redact": 10,
     "test_codecs": 10,
     "test_dg": 9,

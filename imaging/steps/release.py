@@ -10,9 +10,11 @@ again (imaging/steps/objects.py).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
+import os
 import warnings
 from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
@@ -213,10 +215,10 @@ class CopyJob:
         """Copy one file, its header as the release holds it; returns the released file's sha256, the bytes
         written (0: shared from the store) and the identities the verification of the release trusts.
 
-        Streamed (imaging.deid.part10): the header parsed and rewritten, the pixel data and what
-        follows copied in chunks, the source's sha256 verified as its bytes are read and the copy's
-        computed as it is written, so memory does not grow with the file. A file that cannot be
-        streamed (none the de-identification writes) is read whole."""
+        Streamed (`copy_rewritten`; imaging.deid.part10 for a file not in the plain form): the header parsed
+        and rewritten, the pixel data and what follows copied in chunks, the source's sha256 verified as its
+        bytes are read and the copy's computed as it is written, so memory does not grow with the file. A
+        file that cannot be streamed (none the de-identification writes) is read whole."""
         relative = release_path(source)
         url = fsx.under(self.target_root, relative)  # names are manifest values: never outside the release
         plan = self.plan
@@ -290,6 +292,7 @@ class _Copied:
 
 
 HEAD = 256 << 10  # the header is parsed from the first bytes read: a de-identified header is a few kB
+WINDOW = 64 << 20  # bytes of a source mapped at a time to hash them
 _PIXEL_DATA = b"\xe0\x7f\x10\x00"
 
 
@@ -301,6 +304,13 @@ def _open_write(url: str):
 def _open_read(url: str):
     fs, path = fsx.filesystem(url)
     return open(path, "rb", buffering=0) if fsx.is_local(fs) else fsx.open_read(url)
+
+
+def _write_all(handle, view: memoryview) -> None:
+    """Write all of `view` (an unbuffered file may take fewer bytes at a time)."""
+    while len(view):
+        done = handle.write(view)
+        view = view[len(view) if done is None else done:]
 
 
 def _read_into(raw, view: memoryview) -> int:
@@ -350,16 +360,69 @@ def copy_rewritten(origin: str, plan: HeaderPlan, released: Mapping, handle) -> 
             first = memoryview(out.getvalue() + head[at:])
         else:
             first = memoryview(head)
-        handle.write(first)
+        _write_all(handle, first)
         written.update(first)
         size = len(first)
+        rest = _kernel_copy(raw, handle, len(head), read, written)
+        if rest is not None:
+            return _Copied(read.hexdigest(), written.hexdigest(), size + rest)
         while filled := _read_into(raw, view):
             chunk = view[:filled]
             read.update(chunk)
-            handle.write(chunk)
+            _write_all(handle, chunk)
             written.update(chunk)
             size += filled
     return _Copied(read.hexdigest(), written.hexdigest(), size)
+
+
+def _kernel_copy(raw, handle, offset: int, read, written) -> int | None:
+    """Between two local files, the rest of the source from `offset`: hashed where the page cache holds it (a
+    read-only map, no copy into Python) and copied by the kernel (`copy_file_range`), so each byte is copied once,
+    as `cp` copies it; returns the bytes copied. None (nothing done) where either end is not a local file."""
+    import mmap
+
+    try:
+        source, target = raw.fileno(), handle.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    size = os.fstat(source).st_size
+    position = offset
+    while position < size:  # mapped a window at a time: a worker's address space and memory stay small
+        base = position - position % mmap.ALLOCATIONGRANULARITY
+        length = min(WINDOW, size - base)
+        with mmap.mmap(source, length, access=mmap.ACCESS_READ, offset=base) as mapped:
+            view = memoryview(mapped)[position - base:]
+            try:
+                read.update(view)
+                written.update(view)
+            finally:
+                view.release()
+        position = base + length
+    if size > offset:
+        _copy_range(source, target, offset, size - offset, handle.tell())
+    return max(0, size - offset)
+
+
+def _copy_range(source: int, target: int, offset: int, count: int, start: int) -> None:
+    """`count` bytes of `source` from `offset` to `target` at `start`: by the kernel where it can, else by reads
+    and writes."""
+    done = 0
+    kernel = True
+    while done < count:
+        if kernel:
+            try:
+                copied = os.copy_file_range(source, target, count - done, offset + done, start + done)
+            except OSError as error:
+                if error.errno not in (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                    raise
+                kernel = False
+                continue
+        else:
+            chunk = os.pread(source, min(CHUNK, count - done), offset + done)
+            copied = os.pwrite(target, chunk, start + done) if chunk else 0
+        if copied == 0:
+            raise OSError("the source ended while it was copied")
+        done += copied
 
 
 @dataclass(frozen=True)
