@@ -31,8 +31,7 @@ from imaging.ui import partition_path
 from imaging.governance.bundle import ManifestEntry, content_key_of
 from imaging.governance.cohort import CohortDefinition
 from imaging.governance.datacard import (CheckResult, CodeVersion, DataCardInputs, DeidSummary,
-                                         InputPartition, OptOutSection, ReleaseCounts, Selection, breakdowns_sql,
-                                         counts_sql, fold_breakdowns)
+                                         InputPartition, OptOutSection, Selection, counts_sql, release_counts)
 from imaging.governance.disclosure import k_anonymity
 from imaging.governance.lineage import RELEASE, release_columns
 from imaging.governance.code_version import code_version, module_files
@@ -155,23 +154,21 @@ def stage_data(selected, cohort: CohortDefinition, building: str, work: str, sou
                .withColumn("content_key", F.expr(plan.key_sql()))
                .join(index, "content_key", "left"))
     job = CopyJob(source_root, building, plan.rules, plan.stamp, plan.code, store)
-    # Read twice (the copy's list, the metadata's sha256): kept, so each file is placed once.
+    # Read twice (the copy's list, the metadata's sha256): kept, so each file is placed once. Writing the list
+    # is the copy itself: every image placed.
     copied = map_batches(to_copy.repartition(tasks), job.step()).persist()
     started = time.monotonic()
-    copied.count()  # the copy itself: every image placed
-    seconds = time.monotonic() - started
     line = F.concat_ws("  ", "sha256", F.col("written").cast("string"), F.coalesce("identity", F.lit("-")), "path")
     copied.orderBy("path").select(line).coalesce(1).write.text(f"{work}/_list")
+    seconds = time.monotonic() - started
     _single_file(f"{work}/_list", f"{work}/images.list", ".txt")
 
     released = copied.select(F.col("path").alias("_file"), F.col("sha256").alias("_sha256"))
-    # Kept: written twice (Parquet, CSV), then counted and broken down.
+    # Kept: written (Parquet and CSV, one pass), then counted and broken down.
     metadata = (rows.drop("_output_path").join(released, F.col("file") == F.col("_file"))
                 .withColumn("sha256", F.col("_sha256")).select(*names).orderBy("file").coalesce(1)).persist()
-    writer = WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema))
+    writer = WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema), f"{building}/metadata.csv")
     metadata.mapInArrow(writer, "rows long").collect()  # one row: the count written
-    metadata.write.option("header", True).csv(f"{work}/_csv")
-    _single_file(f"{work}/_csv", f"{building}/metadata.csv", ".csv")
     return Staged(metadata, copied, plan, seconds)
 
 
@@ -185,6 +182,7 @@ class ReleaseInputs:
 
     partitions: tuple[InputPartition, ...]
     site_day: dict[str, str]  # batch token -> date|site
+    images: dict[str, int]  # batch token -> images the release took from it
 
 
 def input_partitions(selected, ledger) -> ReleaseInputs:
@@ -194,14 +192,14 @@ def input_partitions(selected, ledger) -> ReleaseInputs:
     """
     versions = selected.groupBy("batch").agg(
         F.substring(F.sha2(F.concat_ws(",", F.array_sort(F.collect_list("sha256"))), 256), 1, 16)
-        .alias("data_version"))
+        .alias("data_version"), F.count("*").alias("images"))
     runs = ledger.groupBy("batch").agg(F.max("run_id").alias("run_id"), F.max("run_started_at").alias("started"),
                                        F.max(q.partition_key()).alias("site_day"))
     rows = versions.join(runs, "batch", "left").orderBy("batch").collect()
     return ReleaseInputs(
         tuple(InputPartition("anonymized_images", r["batch"], r["data_version"], r["run_id"] or "unknown",
                              r["started"] or "unknown") for r in rows),
-        {r["batch"]: r["site_day"] for r in rows if r["site_day"]})
+        {r["batch"]: r["site_day"] for r in rows if r["site_day"]}, {r["batch"]: r["images"] for r in rows})
 
 
 def upstream_checks(facts: RecordedFacts, inputs: ReleaseInputs) -> tuple[CheckResult, ...]:
@@ -232,11 +230,21 @@ def _text_policy(deid: Deidentifier) -> dict[str, str]:
     return {name: settings.on_text_for(name) for name in (*IMAGE_TYPES, DEFAULT_TYPE)}
 
 
+@dataclass(frozen=True)
+class CohortBuild:
+    """One cohort's build: the release and its checks, the copy's rows (persisted until the store's index is
+    staged) and the partitions it read."""
+
+    release: CheckedRelease
+    copied: object  # DataFrame of ReleaseFile rows
+    inputs: ReleaseInputs
+
+
 def build_release(session, cohort: CohortDefinition, selected, ledger, images: int, building: str, work: str,
                   source_root: str, files_per_task: int, deid: Deidentifier,
                   facts: RecordedFacts | None = None, optout_section: OptOutSection | None = None,
                   optout_check: CheckResult | None = None, store: str | None = None, index=None
-                  ) -> tuple[CheckedRelease, object]:
+                  ) -> "CohortBuild":
     """Stage one cohort's release bundle in `building`; returns what `finish_release` made and what it checked.
 
     With what the Dagster instance recorded (`facts`), the data card lists the latest result of every
@@ -251,8 +259,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     staged = stage_data(selected, cohort, building, work, source_root, store, index, files_per_task, images)
     metadata, copied_frame = staged.metadata, staged.copied
     rows = _view(metadata, "cohort_release")
-    totals = session.sql(counts_sql(rows)).first()
-    breakdowns = fold_breakdowns(session.sql(breakdowns_sql(rows)).collect())
+    counts = release_counts(session.sql(counts_sql(rows)).collect())
     copied = sum(1 for _ in _image_entries(f"{work}/images.list")())
     read = input_partitions(selected, ledger)
     checks = (
@@ -261,13 +268,13 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
                     description=f"every equivalence class has at least {k.min_k} patients"),
         CheckResult("published_cohort", "images_copied_and_verified", copied == images,
                     description="every selected image copied, its manifest checksum verified"),
-        CheckResult("published_cohort", "metadata_row_per_image", totals["images"] == images,
+        CheckResult("published_cohort", "metadata_row_per_image", counts.images == images,
                     description="one metadata row per released image"),
         *((optout_check,) if optout_check is not None else ()),
     )
     card = DataCardInputs(
         selection=Selection.from_cohort(cohort),
-        counts=ReleaseCounts(totals["images"], totals["patients"], totals["studies"], totals["series"], breakdowns),
+        counts=counts,
         deid=DeidSummary.from_options(deid.options), checks=checks,
         inputs=with_landing_versions(facts, read) if facts is not None else read.partitions,
         code_versions=tuple(CodeVersion(a, v) for a, v in sorted(CODE_VERSIONS.items())),
@@ -279,16 +286,15 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     own = [c for c in checks if c.asset == "published_cohort" and c.name != "k_anonymity"]
     placed = _sharing(f"{work}/images.list", staged.seconds)
     metadata.unpersist()
-    return CheckedRelease(built=built, k=k, verified=all(c.passed for c in own), sharing=placed), copied_frame
+    return CohortBuild(CheckedRelease(built=built, k=k, verified=all(c.passed for c in own), sharing=placed),
+                       copied_frame, read)
 
 
-def site_days_read(selected, ledger) -> list[SiteDayRead]:
+def site_days_read(inputs: ReleaseInputs) -> list[SiteDayRead]:
     """The site-days a release read: each batch's partition key (from the identifiable ledger) and the images
-    it gave the release. One row per site-day reaches the driver. Shown in the UI, never in the release."""
-    images = selected.groupBy("batch").count()
-    keys = ledger.select("batch", q.partition_key().alias("site_day")).distinct()
-    rows = images.join(keys, "batch", "left").orderBy("batch").collect()
-    return [SiteDayRead(r["site_day"] or "unknown", r["batch"], r["count"]) for r in rows]
+    it gave the release (`input_partitions`' one row per site-day). Shown in the UI, never in the release."""
+    return [SiteDayRead(inputs.site_day.get(batch, "unknown"), batch, count)
+            for batch, count in sorted(inputs.images.items())]
 
 
 def stored_objects(session, warehouse: Warehouse):
@@ -436,11 +442,12 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         building = building_url(commit, root, cohort.name)
         # Spark writes the checksum list and the CSV: on a tables root it can write (not gs:// files).
         work = warehouse.scratch(commit, cohort.name)
-        release, copied = build_release(session, cohort, selected, ledger, images, building, work,
-                                        warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts,
-                                        optout_section=optouts.section(optout), optout_check=optouts.check(optout),
-                                        store=warehouse.url(RELEASE_OBJECTS), index=index)
-        read[cohort.name] = site_days_read(selected, ledger)
+        made = build_release(session, cohort, selected, ledger, images, building, work,
+                             warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts,
+                             optout_section=optouts.section(optout), optout_check=optouts.check(optout),
+                             store=warehouse.url(RELEASE_OBJECTS), index=index)
+        release, copied = made.release, made.copied
+        read[cohort.name] = site_days_read(made.inputs)
         selected.unpersist()
         sharing[cohort.name] = release.sharing
         built, k = release.built, release.k

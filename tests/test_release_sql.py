@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from imaging.deid import RESEARCH_DEFAULT
 from imaging.driver.config import read_yaml
-from imaging.governance.datacard import BREAKDOWN_COLUMNS, MISSING, breakdowns_sql, counts_sql, fold_breakdowns
+from imaging.governance.datacard import BREAKDOWN_COLUMNS, MISSING, counts_sql, release_counts
 from imaging.governance.disclosure import DisclosurePolicy, class_sizes
 from imaging.governance.lineage import column_lineage, release_columns, release_row
 from imaging.steps.clinical import ClinicalPolicy
@@ -52,11 +52,10 @@ def test_class_sizes_and_counts_in_sql_match_python(spark, selection):
     rows, _, disclosure = selection
     sizes = [r["size"] for r in spark.sql(disclosure.class_sizes_sql("release_sql_selection")).collect()]
     assert sorted(sizes) == sorted(class_sizes(rows, disclosure))
-    counts = spark.sql(counts_sql("release_sql_selection")).collect()[0].asDict()
-    assert counts == {"images": 14, "patients": 11, "studies": 5, "series": 14}
-    breakdowns = fold_breakdowns(spark.sql(breakdowns_sql("release_sql_selection")).collect())
+    counts = release_counts(spark.sql(counts_sql("release_sql_selection")).collect())
+    assert (counts.images, counts.patients, counts.studies, counts.series) == (14, 11, 5, 14)
     for column in BREAKDOWN_COLUMNS:
-        assert breakdowns[column] == dict(Counter(MISSING if r[column] is None else r[column] for r in rows)), column
+        assert counts.breakdowns[column] == dict(Counter(MISSING if r[column] is None else r[column] for r in rows))
 
 
 def test_header_values_and_content_keys_in_sql_match_python(spark, selection):

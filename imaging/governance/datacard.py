@@ -67,27 +67,31 @@ BREAKDOWN_COLUMNS = ("modality", "laterality", "sex")  # released columns with a
 MISSING = "(missing)"
 
 
-def counts_sql(table: str) -> str:
-    """One row of release counts over a selection (a Spark view of release rows): aggregated on executors."""
-    return ("SELECT count(*) AS images, count(DISTINCT patient_pseudonym) AS patients, "
-            "count(DISTINCT study_instance_uid) AS studies, count(DISTINCT series_instance_uid) AS series "
-            f"FROM {table}")
-
-
-def breakdowns_sql(table: str, columns=BREAKDOWN_COLUMNS) -> str:
-    """Images per combination of the low-cardinality released columns, one pass (a handful of rows reach the
-    driver: their values' product); `fold_breakdowns` gives each column's images per value."""
+def counts_sql(table: str, columns=BREAKDOWN_COLUMNS) -> str:
+    """Release counts over a selection (a Spark view of release rows), in one pass on the executors: a row of
+    totals (`grouping` 1) and one row per combination of the low-cardinality released columns (`grouping` 0; a
+    handful of rows reach the driver: their values' product). `release_counts` reads them."""
     values = ", ".join(f"coalesce(CAST(`{c}` AS STRING), '{MISSING}') AS `{c}`" for c in columns)
-    return f"SELECT {values}, count(*) AS images FROM {table} GROUP BY {', '.join(str(i + 1) for i in range(len(columns)))}"
+    keys = ", ".join(f"`{c}`" for c in columns)
+    return (f"SELECT {keys}, count(*) AS images, count(DISTINCT patient_pseudonym) AS patients, "
+            "count(DISTINCT study_instance_uid) AS studies, count(DISTINCT series_instance_uid) AS series, "
+            f"grouping_id() AS `grouping` FROM (SELECT {values}, patient_pseudonym, study_instance_uid, "
+            f"series_instance_uid FROM {table}) GROUP BY GROUPING SETS ((), ({keys}))")
 
 
-def fold_breakdowns(rows, columns=BREAKDOWN_COLUMNS) -> dict[str, dict[str, int]]:
-    """{column: {value: images}} from `breakdowns_sql`'s rows."""
-    out: dict[str, dict[str, int]] = {c: {} for c in columns}
+def release_counts(rows, columns=BREAKDOWN_COLUMNS) -> ReleaseCounts:
+    """`ReleaseCounts` from `counts_sql`'s rows: the totals, and each column's images per value."""
+    breakdowns: dict[str, dict[str, int]] = {c: {} for c in columns}
+    totals = None
     for row in rows:
+        if row["grouping"]:
+            totals = row
+            continue
         for column in columns:
-            out[column][row[column]] = out[column].get(row[column], 0) + row["images"]
-    return out
+            breakdowns[column][row[column]] = breakdowns[column].get(row[column], 0) + row["images"]
+    if totals is None:  # no row at all: nothing selected
+        return ReleaseCounts(0, 0, 0, 0, breakdowns)
+    return ReleaseCounts(totals["images"], totals["patients"], totals["studies"], totals["series"], breakdowns)
 
 
 @dataclass(frozen=True)

@@ -427,7 +427,8 @@ def _copy_range(source: int, target: int, offset: int, count: int, start: int) -
 
 @dataclass(frozen=True)
 class WriteParquet:
-    """A `mapInArrow` function that writes every batch it is given to one Parquet file with pyarrow.
+    """A `mapInArrow` function that writes every batch it is given to one Parquet file with pyarrow, and to one
+    CSV file beside it when asked (`csv_url`: the same rows, one pass).
 
     Spark's own Parquet writer lists each column's encodings in a JVM hash-set order that changes
     from one process to the next, so the same rows give different bytes; a release is identified
@@ -436,16 +437,28 @@ class WriteParquet:
 
     url: str
     schema: object  # pyarrow.Schema of the rows
+    csv_url: str | None = None
 
     def __call__(self, batches):
+        import contextlib
+
         import pyarrow as pa
+        import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
 
-        fs, path = fsx.filesystem(self.url)
-        fs.makedirs(fs._parent(path), exist_ok=True)
         rows = 0
-        with fs.open(path, "wb") as handle, pq.ParquetWriter(handle, self.schema, compression="snappy") as writer:
+        with contextlib.ExitStack() as stack:
+            writers = []
+            for url, make in ((self.url, lambda h: pq.ParquetWriter(h, self.schema, compression="snappy")),
+                              (self.csv_url, lambda h: pacsv.CSVWriter(h, self.schema))):
+                if url is None:
+                    continue
+                fs, path = fsx.filesystem(url)
+                fs.makedirs(fs._parent(path), exist_ok=True)
+                writers.append(stack.enter_context(make(stack.enter_context(fs.open(path, "wb")))))
             for batch in batches:
-                writer.write_batch(batch.cast(self.schema) if batch.schema != self.schema else batch)
+                batch = batch.cast(self.schema) if batch.schema != self.schema else batch
+                for writer in writers:
+                    writer.write_batch(batch)
                 rows += batch.num_rows
         yield pa.RecordBatch.from_pylist([{"rows": rows}], schema=pa.schema([pa.field("rows", pa.int64())]))
