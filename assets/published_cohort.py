@@ -159,14 +159,17 @@ def stage_data(selected, cohort: CohortDefinition, building: str, work: str, sou
     copied = map_batches(to_copy.repartition(tasks), job.step()).persist()
     started = time.monotonic()
     line = F.concat_ws("  ", "sha256", F.col("written").cast("string"), F.coalesce("identity", F.lit("-")), "path")
-    copied.orderBy("path").select(line).coalesce(1).write.text(f"{work}/_list")
+    # One sorted file without a range sort's sampling pass (a job of its own): the rows are one per image.
+    copied.select("path", line.alias("line")).repartition(1).sortWithinPartitions("path").select("line") \
+        .write.text(f"{work}/_list")
     seconds = time.monotonic() - started
     _single_file(f"{work}/_list", f"{work}/images.list", ".txt")
 
     released = copied.select(F.col("path").alias("_file"), F.col("sha256").alias("_sha256"))
     # Kept: written (Parquet and CSV, one pass), then counted and broken down.
     metadata = (rows.drop("_output_path").join(released, F.col("file") == F.col("_file"))
-                .withColumn("sha256", F.col("_sha256")).select(*names).orderBy("file").coalesce(1)).persist()
+                .withColumn("sha256", F.col("_sha256")).select(*names).repartition(1).sortWithinPartitions("file")
+                ).persist()
     writer = WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema), f"{building}/metadata.csv")
     metadata.mapInArrow(writer, "rows long").collect()  # one row: the count written
     return Staged(metadata, copied, plan, seconds)

@@ -1,7 +1,8 @@
 """Release versions that share what did not change, measured: v1, v2 after one opt-out, v3 after one patient's
 clinical label changed (stamping on), v4 a full re-stamp after the stamp list changed; against `cp -r`.
 
-    .venv/bin/python benchmarks/release_versions.py [--patients 200] [--oct 32x512x256] [--dates 3] [--keep DIR]
+    .venv/bin/python benchmarks/release_versions.py [--patients 200] [--oct 36x512x256] [--dates 2] [--keep DIR]
+                                                    [--intercept 20] [--gcs 100] [--gcs-only DIR]
 
 Generates its own hospital with `synth` (patients split over two sites, OCT volumes of the given shape and the
 fundus photos the generator adds), runs the image pipeline once (raw_image_index, linked_patient_metadata,
@@ -15,10 +16,14 @@ published_cohort as an operator runs it, one cohort selecting every image with `
   v4        after the stamp list changed (a column added): every image re-stamped; version 4
 
 For each run: wall seconds, the copy step's seconds (the Spark job placing every image), images shared from
-the object store and written, image bytes written, and the bytes the warehouse's de-identified zone stores
-(each inode once: what `du` counts). Against `cp -r` of the v1 release folder, timed in the same run (page cache
-warm: the release is read once before). The approvals between runs (two signed reviews, each re-hashing every
-byte: a reviewer's `imaging-review`) are timed too, and left out of the runs' seconds.
+the object store and written, image bytes written, and the bytes the releases and the object store hold (each
+inode once: what `du` counts). Against `cp -r` of the v3 release folder, right before and right after v4 (page
+cache warm), wall and CPU seconds; and the re-stamp's per-file work again in one process, its CPU against cp's
+(a ratio that holds whatever else the machine runs). The approvals between runs (two signed reviews, each
+re-hashing every byte: a reviewer's `imaging-review`) are timed too, and left out of the runs' seconds.
+`--intercept N` builds v1 and v2 again on a hospital of N patients: v2's cost at two sizes (its slope per
+unchanged image, its intercept). `--gcs N` then places N images through the object store on the GCS emulator
+(tests/services.py): bytes through the platform and stored, per version.
 """
 
 from __future__ import annotations
@@ -288,6 +293,9 @@ def main() -> int:
     parser.add_argument("--keep", default=None, help="work here and keep it (default: a temporary folder)")
     parser.add_argument("--gcs", type=int, default=0, metavar="IMAGES",
                         help="then measure the object-store layout on the GCS emulator with this many images")
+    parser.add_argument("--intercept", type=int, default=0, metavar="PATIENTS",
+                        help="then v1 and v2 again on a hospital of this many patients (same shapes): what a version "
+                             "costs whatever its size")
     parser.add_argument("--gcs-only", default=None, metavar="DIR",
                         help="only the GCS measurement, on the warehouse a --keep run left in DIR")
     args = parser.parse_args()
@@ -324,8 +332,7 @@ def main() -> int:
         measure("v1 hold", defs, instance, root, rows)
         approvals = [approve(root)]
         measure("v1 publish", defs, instance, root, rows)
-        release = root / "warehouse" / "deidentified" / "cohorts" / COHORT / "v1"
-        release_bytes = stored_bytes(release)
+        release_bytes = stored_bytes(root / "warehouse" / "deidentified" / "cohorts" / COHORT / "v1")
         # v2: one imaged patient opts out (a change to site-b's list, received on the last day).
         fundus = sorted({i.patient_id for i in hospital.instances if i.site == SITES[1]})
         leaving = fundus[0]
@@ -347,18 +354,33 @@ def main() -> int:
         v3["patient_images"] = sum(1 for i in hospital.instances if i.patient_id == patient)
         approvals.append(approve(root))
         measure("v3 publish", defs, instance, root, rows)
-        # v4: the stamp list changes: every image re-stamped. `cp -r` of v1 right before and after it.
+        # v4: the stamp list changes: every image re-stamped. `cp -r` of v3 (v1 ended when v2 was published: it
+        # held the patient who opted out) right before and after it.
+        release = root / "warehouse" / "deidentified" / "cohorts" / COHORT / "v3"
         copies = [cp_r(release, root)]
         write_cohort(Path(os.environ["IMAGING_PLATFORM_DIR"]), 4, [*STAMP, "iop_mmhg"])
         measure("v4 hold (full re-stamp)", defs, instance, root, rows)
         copies.append(cp_r(release, root))
         local = restamp_in_process(root, [*STAMP, "iop_mmhg"], root)
         copies.append(cp_r(release, root))
+        small = []
+        if args.intercept:  # the same two builds on a small hospital, in the same process and session
+            world = root / "small"
+            summary = generate_hospital(world / "landing", seed=47, sites=SITES, dates=dates,
+                                        patients_per_site=max(1, args.intercept // len(SITES)), oct_shape=shape,
+                                        fundus_shape=(512, 512), broken_per_partition=False)
+            other = rooted(world / "landing", world / "warehouse")
+            run(other, images, every, instance=instance)
+            write_cohort(Path(os.environ["IMAGING_PLATFORM_DIR"]), 1, STAMP)
+            measure(f"v1 hold, {args.intercept} patients", other, instance, world, small)
+            gone = sorted({i.patient_id for i in summary.instances if i.site == SITES[1]})[0]
+            write_list(world / "landing", SITES[1], dates[-1], [(gone, "add")])
+            measure(f"v2 hold, {args.intercept} patients", other, instance, world, small)
     load = os.getloadavg()
     copy = sum(c.seconds for c in copies[:2]) / 2
     cpu = sum(c.cpu for c in copies[1:]) / 2
     print()
-    print(f"release v1: {rows[1]['images']} images, {release_bytes / 1e9:.3f} GB; cp -r {copies[0].seconds:.2f} s "
+    print(f"release v1: {rows[1]['images']} images, {release_bytes / 1e9:.3f} GB; cp -r of v3 {copies[0].seconds:.2f} s "
           f"before v4, {copies[1].seconds:.2f} s after (mean {copy:.2f} s), {cpu:.2f} CPU-s; "
           f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"{'run':26s} {'state':9s} {'seconds':>8s} {'copy s':>7s} {'shared':>7s} {'written MB':>11s} "
@@ -367,9 +389,17 @@ def main() -> int:
         print(f"{r['run']:26s} {r['state']:9s} {r['seconds']:8.2f} {r['copy_seconds'] or 0:7.2f} {r['shared'] or 0:7d} "
               f"{(r['written_bytes'] or 0) / 1e6:11.1f} {r['stored_bytes'] / 1e6:10.1f} "
               f"{(r['copy_seconds'] or 0) / copy:8.2f}")
+    for r in small:
+        print(f"{r['run']:26s} {r['state']:9s} {r['seconds']:8.2f} {r['copy_seconds'] or 0:7.2f} {r['shared'] or 0:7d} "
+              f"{(r['written_bytes'] or 0) / 1e6:11.1f} {r['stored_bytes'] / 1e6:10.1f}  ({r['images']} images)")
     v1, v2 = rows[0], rows[2]
     print(f"v2/v1: {v2['seconds'] / v1['seconds']:.3f} of the time, "
           f"{(v2['written_bytes'] or 0) / max(1, v1['written_bytes'] or 0):.4f} of the image bytes written")
+    if small:
+        slope = (v2["seconds"] - small[1]["seconds"]) / max(1, v2["images"] - small[1]["images"])
+        print(f"v2 against its size: {small[1]['seconds']:.2f} s at {small[1]['images']} images, {v2['seconds']:.2f} s "
+              f"at {v2['images']}: {slope * 1000:.2f} ms per unchanged image, intercept "
+              f"{small[1]['seconds'] - slope * small[1]['images']:.2f} s")
     print(f"v3: {v3['images'] - (v3['shared'] or 0)} images written, the changed patient has {v3['patient_images']}")
     print(f"v4 re-stamp copy step {rows[-1]['copy_seconds']:.2f} s = {rows[-1]['copy_seconds'] / copy:.2f} x cp -r; "
           f"whole run {rows[-1]['seconds'] / copy:.2f} x cp -r")

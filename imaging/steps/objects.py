@@ -41,15 +41,24 @@ class TamperedObject(RuntimeError):
     """A stored object whose bytes no longer hash to its name: never shared (its versions fail their review)."""
 
 
+def _local(url: str) -> str | None:
+    """The local path of `url`, or None when it names an object store (`gs://...`). (No filesystem is looked up
+    for a local path: this runs once or twice per released image.)"""
+    if "://" not in url:
+        return url
+    return url[len("file://"):] if url.startswith("file://") else None
+
+
 def identity(url: str) -> str | None:
     """A file's identity (see the module docstring); None when it does not exist."""
-    fs, path = fsx.filesystem(url)
-    if fsx.is_local(fs):
+    path = _local(url)
+    if path is not None:
         try:
             st = os.stat(path)
         except FileNotFoundError:
             return None
         return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    fs, path = fsx.filesystem(url)
     try:
         info = fs.info(path)
     except FileNotFoundError:
@@ -115,9 +124,10 @@ class ObjectStore:
     def place(self, sha256: str, target: str) -> None:
         """Put the object at `target` (a version's file): a hard link, or a server-side copy (see the docstring)."""
         source = self.url(sha256)
-        fs, src = fsx.filesystem(source)
-        _, dst = fsx.filesystem(target)
-        if not fsx.is_local(fs):
+        src, dst = _local(source), _local(target)
+        if src is None or dst is None:
+            fs, src = fsx.filesystem(source)
+            _, dst = fsx.filesystem(target)
             fs.makedirs(fs._parent(dst), exist_ok=True)
             fs.copy(src, dst)
             return
