@@ -186,7 +186,7 @@ GROUP_SECONDS = {
     SESSION_WORLD: 89,
     "deployments-standalone": 85,
     "test_ui_automation": 66,
-    "test_optout_pipeline": 59,
+    "test_optout_pipeline": 66,
     "deployments-connect": 54,
     "test_pacs_dimse": 51,
     "test_quality_checks": 43,
