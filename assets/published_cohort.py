@@ -307,11 +307,12 @@ def stored_objects(session, warehouse: Warehouse):
             .dropDuplicates(["content_key"]))
 
 
-def stage_index(warehouse: Warehouse, commit, cohort: str, copied, action: str) -> None:
+def stage_index(warehouse: Warehouse, commit, cohort: str, copied, action: str, placed: Sharing) -> None:
     """Stage the cohort's rows of the object store's index (its build's content keys, objects and their identities
     once hashed) in the run's commit when the build is kept (held, published, or the same content as a kept
-    one); then release the copy's rows."""
-    if action in (HOLD, PUBLISH, UNCHANGED):
+    one) and wrote something; then release the copy's rows. A build that shared every image adds nothing the
+    index does not hold (rows it no longer lists stay as hints: an object gone is written anew)."""
+    if action in (HOLD, PUBLISH, UNCHANGED) and placed.written_bytes:
         rows = (copied.where(F.col("object_identity").isNotNull())
                 .select(F.lit(cohort).alias("cohort"), "content_key", F.col("sha256").alias("object_sha256"),
                         "object_identity").dropDuplicates(["content_key"]))
@@ -471,7 +472,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
                           k_reason=k.reason())
         plans[cohort.name] = ReleasePlan(cohort=cohort, decision=decision, building=building, images=images,
                                          trusted=release.sharing.identities)
-        stage_index(warehouse, commit, cohort.name, copied, decision.action)
+        stage_index(warehouse, commit, cohort.name, copied, decision.action, release.sharing)
         log = context.log.warning if decision.action in (BLOCKED, CONFLICT, REJECTED) else context.log.info
         log(f"cohort {cohort.name} {cohort.release}: {decision.action} (release {decision.release_id}, "
             f"{images} images, {release.sharing.shared} shared with earlier builds, "
