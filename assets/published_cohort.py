@@ -6,17 +6,21 @@ import time
 from dataclasses import dataclass
 
 from dagster import (AllPartitionMapping, AssetCheckSpec, AssetDep, AssetExecutionContext, AssetKey,
-                     AssetMaterialization, Failure, MaterializeResult, MetadataValue, asset)
-from dagster._core.definitions.data_version import DATA_VERSION_TAG
+                     AssetMaterialization, AssetRecordsFilter, Failure, MaterializeResult, MetadataValue, TableColumn,
+                     TableRecord, TableSchema, asset)
+from dagster._core.definitions.data_version import (CODE_VERSION_TAG, DATA_VERSION_IS_USER_PROVIDED_TAG,
+                                                    DATA_VERSION_TAG, DEFAULT_DATA_VERSION, NULL_EVENT_POINTER,
+                                                    get_input_data_version_tag, get_input_event_pointer_tag)
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from assets import quality as q
 from assets.checks import (RULES, RecordedFacts, check_outputs, check_specs, checks_table, partition_check_events,
                            publication_refusal, quality_context)
-from assets.optouts import ReleaseOptOuts
-from assets.partitions import COHORTS, SINGLE_RUN, UI, run_partition_keys
-from assets.versions import EVENTS_LOGGED_BY_STEP
+from assets.optouts import ReleaseOptOuts, read_optouts
+from assets.partitions import COHORTS, PARTITIONS, SETTINGS, SINGLE_RUN, UI, run_partition_keys
+from assets.runner import code_version
+from assets.versions import EVENTS_LOGGED_BY_STEP, OPTOUT, InputVersion, input_version_over
 from assets.run_tags import label_run
 from assets.governance import CODE_VERSIONS, DISCLOSURE, LINEAGE, column_lineage, definition_metadata
 from imaging import fs as fsx
@@ -27,15 +31,18 @@ from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH
                                          ApprovalPolicy, Decision, Outcome, ReleaseKey, ReleasePlan, building_url, carry_out,
                                          decide, list_held, load_standing, manifest_id)
 from imaging.pseudonym import DEMO_KEY_FINGERPRINT
-from imaging.ui import partition_path
+from imaging.quarantine import ensure_token_key
+from imaging.ui import partition_path, review_path, run_path
 from imaging.governance.bundle import ManifestEntry, content_key_of
 from imaging.governance.cohort import CohortDefinition
 from imaging.governance.datacard import (CheckResult, CodeVersion, DataCardInputs, DeidSummary,
                                          InputPartition, OptOutSection, Selection, counts_sql, release_counts)
 from imaging.governance.disclosure import k_anonymity
 from imaging.governance.lineage import RELEASE, release_columns
-from imaging.governance.code_version import code_version, module_files
+from imaging.governance.code_version import code_version as files_version, module_files
 from imaging.governance.release_bundle import CheckedRelease, Sharing, finish_release
+from imaging.governance.optout_table import OptOutTable
+from imaging.governance.review_html import Served, SiteDayLink
 from imaging.governance.review_md import CohortState, SiteDayRead, render_markdown
 from imaging.quality.gate import NOT_EVALUATED, PASSED, covering
 from imaging.quality.outcomes import CheckOutcome
@@ -50,8 +57,8 @@ from resources.warehouse import WAREHOUSE_POOL, Warehouse
 
 # The code that decides a released image's bytes from its source's (part of every content key): the header
 # rewrite, the stamp, the streamed copy, and pydicom's writer.
-REWRITE_VERSION = code_version(module_files("imaging.steps.release", "imaging.steps.stamp", "imaging.deid.part10"),
-                               policy={"pydicom": __import__("pydicom").__version__})
+REWRITE_VERSION = files_version(module_files("imaging.steps.release", "imaging.steps.stamp", "imaging.deid.part10"),
+                                policy={"pydicom": __import__("pydicom").__version__})
 
 
 def _single_file(spark_dir: str, target: str, suffix: str) -> None:
@@ -283,7 +290,8 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
         code_versions=tuple(CodeVersion(a, v) for a, v in sorted(CODE_VERSIONS.items())),
         disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below,
         key_fingerprint=deid.key_fingerprint, optouts=optout_section, text_policy=_text_policy(deid),
-        stamp=staged.plan.stamp.describe() if staged.plan.stamp else None)
+        stamp=staged.plan.stamp.describe() if staged.plan.stamp else None,
+        clinical_sources=facts.clinical_sources(read.site_day.values()) if facts is not None else ())
     built = finish_release(building, card, images=_image_entries(f"{work}/images.list"))
     # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.
     own = [c for c in checks if c.asset == "published_cohort" and c.name != "k_anonymity"]
@@ -401,7 +409,8 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     label_run(context)  # who launched the run and why, when its launcher did not say
     # Across runs: a failed ERROR check on any partition this reads (every manifest partition) holds
     # publication until the partition is fixed and re-materialized. Nothing is staged before this.
-    refusal = publication_refusal(context.instance)
+    # An unreadable opt-out list refuses too, before a Spark session is started for nothing.
+    refusal = publication_refusal(context.instance) or read_optouts(landing.root).refusal()
     if refusal:
         raise Failure(refusal)
     wanted = set(run_partition_keys(context, COHORTS))
@@ -418,6 +427,8 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     # The opt-out lists in force now (an unreadable list file refuses the run); published releases holding patients
     # who opted out since are flagged (a count) and logged, and each cohort's next version is built without them.
     optouts = ReleaseOptOuts.gather(context, session, warehouse, landing, deid)
+    provenance = cohort_provenance(context)  # what it reads, as recorded now: before any row is read
+    ensure_token_key(warehouse.root, deid.key)  # the reviews name landing files by their keyed tokens
     flagged = optouts.flag_published(warehouse.root)
     rows = warehouse.read(session, manifest(load_clinical_policy()))
     ledger = warehouse.read(session, LEDGER)
@@ -494,11 +505,14 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
             if plans[name].decision.action == UNCHANGED else None)
         own.append(covering(q.release_checksums({name: path} if path else {}, ctx, trusted), [name]))
     seconds = round(time.monotonic() - started, 3)
-    reviews = write_reviews(warehouse, plans, outcomes, trusted)
+    reviews = review_releases(warehouse, plans, outcomes, trusted)
+    tables = {name: optout_table(plans[name], applied[name], optouts, flagged, reviews.get(name)) for name in plans}
+    served = write_reviews(warehouse, plans, outcomes, reviews, tables, read)
     opted = optouts.metadata(flagged, applied)
     for name, plan in sorted(plans.items()):
         materialization = cohort_materialization(warehouse, plan, outcomes[name], reviews.get(name), read[name],
-                                                 smallest[name], approvers.required, seconds, len(plans))
+                                                 smallest[name], approvers.required, seconds, len(plans), provenance,
+                                                 tables[name], served.get(name))
         # The cohort's page shows its own checks too (recorded right after, on its partition), and what the
         # opt-out lists did to it: its published releases holding patients who opted out since (a count, never
         # who), what they held back of this build, the list versions applied and the site-days to withdraw.
@@ -511,6 +525,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
             "optout_list_received": opted["optout_list_received"],
             "optout_since": {f.release: f.message for f in mine},
             "optout_excluded": opted["optout_excluded"].get(name, {}),
+            "optout_table": optout_metadata(tables[name]),
             "optout_withdraw": opted["optout_withdraw"],
             **({"optout_follows": opted["optout_follows"][name]} if name in opted["optout_follows"] else {}),
             **({"optouts": MetadataValue.md("\n".join(optouts.markdown(mine)).strip())}
@@ -528,10 +543,13 @@ def _checks(context, outcomes: list[CheckOutcome], cohorts: list[str]):
 
 
 def cohort_materialization(warehouse: Warehouse, plan: ReleasePlan, outcome: Outcome, review, site_days,
-                           smallest: int | None, required: int, seconds: float, cohorts: int) -> AssetMaterialization:
+                           smallest: int | None, required: int, seconds: float, cohorts: int,
+                           provenance: dict[str, str] | None = None, optouts: OptOutTable | None = None,
+                           full_review: str | None = None) -> AssetMaterialization:
     """One cohort's materialization: its own state, reason, release id, k, counts and approvals, and its review
     as Markdown with a link to the page of each site-day it read. Its data version is the release id (a
-    release is named by its content), so a rebuild of the same content is the same version."""
+    release is named by its content), so a rebuild of the same content is the same version; its provenance
+    (`cohort_provenance`) says which versions of its inputs it read."""
     decision, cohort = plan.decision, plan.cohort
     path = warehouse.relative(outcome.path) if outcome.path else None
     if path is None and decision.action == UNCHANGED:
@@ -545,7 +563,8 @@ def cohort_materialization(warehouse: Warehouse, plan: ReleasePlan, outcome: Out
         "verdict": review.verdict if review is not None else decision.action.upper(),
         "reason": decision.reason,
         # The whole review, first thing a reviewer opens ("Show Markdown" in the metadata table).
-        "review": MetadataValue.md(render_markdown(state, review, site_days, _partition_link)),
+        "review": MetadataValue.md(render_markdown(state, review, site_days, _partition_link, full_review=full_review,
+                                                   optouts=optouts, run_link=_run_link)),
         "release_id": decision.release_id or "",
         "version": cohort.version,
         "images": plan.images,
@@ -563,41 +582,111 @@ def cohort_materialization(warehouse: Warehouse, plan: ReleasePlan, outcome: Out
     }
     if review is not None and review.counts is not None:
         metadata.update(patients=review.counts.patients, studies=review.counts.studies, series=review.counts.series)
+    if full_review:  # the whole review of this exact release, served by the proxy behind the same login
+        metadata["review_html"] = MetadataValue.url(full_review)
     if path:
         metadata["path"] = path  # warehouse-relative: a folder on the server, never a link
-    tags = {DATA_VERSION_TAG: decision.release_id} if decision.release_id else {}
+    tags = dict(provenance or {})
+    if decision.release_id:
+        tags.update({DATA_VERSION_TAG: decision.release_id, DATA_VERSION_IS_USER_PROVIDED_TAG: "true"})
     return AssetMaterialization(asset_key=COHORT, partition=cohort.name, metadata=metadata, tags=tags)
+
+
+def cohort_provenance(context: AssetExecutionContext) -> dict[str, str]:
+    """Dagster's provenance tags for every cohort this run materializes: its code version, and for each input the
+    version read and a pointer to the newest event read. Dagster then calls a cohort unsynced only when a site-day of
+    anonymized_images (or a site's opt-out list) has, after that pointer, a data version other than the one it had:
+    a re-run that changes nothing leaves every cohort synced. Without these tags Dagster falls back to times, and
+    any later materialization of any site-day, the same data included, made every cohort unsynced. (Dagster tracks
+    partitioned inputs below 100 partitions only; beyond, the pointer is the newest materialization of any.)"""
+    instance = context.instance
+    keys = PARTITIONS.get_partition_keys()
+    if len(keys) < 100:
+        images = input_version_over(instance, "anonymized_images", keys, observed=False)
+    else:
+        latest = next(iter(instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey("anonymized_images")), limit=1).records), None)
+        images = InputVersion("anonymized_images", DEFAULT_DATA_VERSION.value, latest.storage_id if latest else None)
+    lists = input_version_over(instance, OPTOUT, SETTINGS.sites, observed=True)
+    tags = {CODE_VERSION_TAG: code_version(context, "published_cohort")}
+    for i in (images, lists):
+        tags[get_input_data_version_tag(AssetKey(i.asset))] = i.version
+        tags[get_input_event_pointer_tag(AssetKey(i.asset))] = str(i.pointer) if i.pointer else NULL_EVENT_POINTER
+    return tags
 
 
 def _partition_link(asset: str, partition: str) -> str:
     return partition_path(UI.path_prefix, asset, partition)
 
 
-def write_reviews(warehouse: Warehouse, plans: dict[str, ReleasePlan], outcomes: dict,
-                  trusted: dict[str, dict[str, str]] | None = None) -> dict:
-    """Each held or published release's review (imaging-review's, verifying every checksum; a file this run's
-    copy placed is trusted while its identity is unchanged, `trusted`), for its Markdown in the UI; its HTML
-    report is kept in identifiable/reviews/ (for `imaging-review`'s readers, offline) when the release is new or
-    changed state. Unchanged releases are reviewed where they are published."""
+def review_releases(warehouse: Warehouse, plans: dict[str, ReleasePlan], outcomes: dict,
+                    trusted: dict[str, dict[str, str]] | None = None) -> dict:
+    """Each held, published or unchanged release reviewed as `imaging-review` does (every checksum verified, the
+    identifiable zone read), for its Markdown, its opt-out table and its HTML. A file this run's copy placed is
+    trusted while its identity is unchanged (`trusted`), and what the cohort's last review computed from files
+    unchanged since is kept (`EvidenceCache`)."""
     from imaging.governance.evidence import EvidenceCache
     from imaging.governance.review import review
-    from imaging.governance.review_html import render_html
 
     found = {}
     for name, outcome in sorted(outcomes.items()):
         plan = plans[name]
-        action = plan.decision.action
-        path = outcome.path
-        if action == UNCHANGED:
-            path = warehouse.url(COHORTS_FOLDER, name, plan.cohort.release)
-        if path is None or action not in (HOLD, PUBLISH, UNCHANGED):
+        path = warehouse.url(COHORTS_FOLDER, name, plan.cohort.release) if plan.decision.action == UNCHANGED \
+            else outcome.path
+        if path is None or plan.decision.action not in (HOLD, PUBLISH, UNCHANGED):
             continue
         cache_url = warehouse.url(REVIEWS, "_cache", f"{name}.json")
         cache = EvidenceCache.load(cache_url)
-        result = review(path, warehouse.root, trusted=(trusted or {}).get(name), cache=cache)
+        found[name] = review(path, warehouse.root, trusted=(trusted or {}).get(name), cache=cache)
         cache.save(cache_url)
-        report = warehouse.url(REVIEWS, f"{name}-{outcome.release_id}.html")
-        if action != UNCHANGED or not fsx.exists(report):
-            fsx.write_atomic(report, render_html(result).encode())
-        found[name] = result
     return found
+
+
+def optout_table(plan: ReleasePlan, applied, optouts: ReleaseOptOuts, flagged, review) -> OptOutTable:
+    """The cohort version's opt-out table (imaging/governance/optout_table.py), from this run's exact counts: the
+    same numbers in its Markdown, metadata and served HTML."""
+    cohort = plan.cohort
+    since = sum(f.patients for f in flagged if f.cohort == cohort.name and f.version == cohort.version)
+    withdrawn = sum(1 for t in review.traces if t.withdrawn) if review is not None else 0
+    never = optouts.not_deidentified
+    return OptOutTable.of(cohort.name, cohort.version, never=(never.images, never.patients),
+                          left_out=(applied.excluded_images, applied.excluded_patients), since=since,
+                          withdrawn=withdrawn)
+
+
+def optout_metadata(table: OptOutTable) -> MetadataValue:
+    return MetadataValue.table(
+        records=[TableRecord(r) for r in table.records()],
+        schema=TableSchema(columns=[TableColumn("what", "string"), TableColumn("images", "int"),
+                                    TableColumn("patients", "int")]))
+
+
+def write_reviews(warehouse: Warehouse, plans: dict[str, ReleasePlan], outcomes: dict, reviews: dict,
+                  tables: dict[str, OptOutTable], read: dict[str, list[SiteDayRead]]) -> dict[str, str]:
+    """Each reviewed release's HTML report, into identifiable/reviews/<cohort>-<release id>.html: one per release
+    of a cohort version, made by the run (rewritten when what it says changed: approvals, opt-outs since), and
+    served by the proxy behind the UI's login. Returns each cohort's address of it for the UI."""
+    from imaging.governance.review_html import render_html
+
+    served = {}
+    for name, result in sorted(reviews.items()):
+        file_name = f"{name}-{outcomes[name].release_id}.html"
+        report = warehouse.url(REVIEWS, file_name)
+        html = render_html(result, _served(result, tables[name], read[name], name)).encode()
+        if not fsx.exists(report) or fsx.read_bytes(report) != html:
+            fsx.write_atomic(report, html)
+        served[name] = review_path(UI.path_prefix, file_name)
+    return served
+
+
+def _served(result, table: OptOutTable, site_days: list[SiteDayRead], cohort: str) -> Served:
+    runs = {p["batch"]: p["run_id"] for p in (result.card or {}).get("inputs", [])}
+    links = tuple(SiteDayLink(s.site_day, s.images, _partition_link("anonymized_images", s.site_day),
+                              runs.get(s.batch, "unknown"),
+                              _run_link(runs[s.batch]) if runs.get(s.batch, "unknown") != "unknown" else "")
+                  for s in sorted(site_days, key=lambda s: s.site_day))
+    return Served(optouts=table, site_days=links, cohort_page=partition_path(UI.path_prefix, "published_cohort", cohort))
+
+
+def _run_link(run_id: str) -> str:
+    return run_path(UI.path_prefix, run_id)

@@ -110,7 +110,9 @@ for offset in range(1, 256):
 PY
 fi
 echo "== The lineage of one published release, as a governance reviewer sees it (IMAGING_WAREHOUSE set)"
-.venv/bin/imaging-review "$release" --html "$PWD/data/review.html" | grep -v '^    \|^  images/'
+.venv/bin/imaging-review "$release" | grep -v '^    \|^  images/'
+echo "== The whole review of each release, written by the run that built it (the UI links each from its cohort):"
+ls "$IMAGING_WAREHOUSE"/identifiable/reviews/
 cat <<MSG
 
 Review any release or published file offline (the HTML draws the column lineage):

@@ -47,7 +47,11 @@ class Selection:
     def from_cohort(cls, cohort) -> "Selection":
         criteria = {"modalities": list(cohort.modalities), "lateralities": list(cohort.lateralities),
                     "diagnosis_code_prefixes": list(cohort.diagnosis_code_prefixes),
-                    "age_at_scan_min": cohort.age_min, "age_at_scan_max": cohort.age_max}
+                    "age_at_scan_min": cohort.age_min, "age_at_scan_max": cohort.age_max,
+                    "imaged_eye": list(cohort.eye_lateralities),
+                    "imaged_eye_diagnosis_code_prefixes": list(cohort.eye_diagnosis_code_prefixes),
+                    "imaged_eye_fields": {f: {"min": lo, "max": hi} for f, lo, hi in cohort.eye_fields} or None,
+                    "imaged_eye_max_days_before": cohort.eye_max_days_before}
         return cls(cohort.name, cohort.version, cohort.description,
                    {k: v for k, v in criteria.items() if v not in (None, [])}, cohort.sql_predicate())
 
@@ -219,6 +223,22 @@ class OptOutSection:
 
 
 @dataclass(frozen=True)
+class ClinicalSourceRead:
+    """A read of the clinical source that linked images of the release (IMAGING_CLINICAL_SOURCE): the source's name,
+    the read's data version (a digest of the rows read) and each query's sha256. Never a value, a row or the URL."""
+
+    name: str
+    data_version: str
+    queries: Mapping[str, str]  # query -> sha256 of its text
+
+    def __post_init__(self):
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", self.name) or not re.fullmatch(r"[0-9a-f]{32}", self.data_version):
+            raise ValueError("a clinical source read is named by the source's name and its data version (hex)")
+        if not all(re.fullmatch(r"[a-z_]+", q) and re.fullmatch(r"[0-9a-f]{64}", d) for q, d in self.queries.items()):
+            raise ValueError("a clinical source's queries are recorded by their sha256 only")
+
+
+@dataclass(frozen=True)
 class DataCardInputs:
     selection: Selection
     counts: ReleaseCounts
@@ -241,6 +261,8 @@ class DataCardInputs:
     # Where the clinical labels are in each image's header (imaging.steps.stamp.StampPlan.describe); None:
     # nothing stamped.
     stamp: Mapping[str, Any] | None = None
+    # The clinical source reads the release's images were linked from; empty: the landing zone's extracts.
+    clinical_sources: tuple[ClinicalSourceRead, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -298,6 +320,12 @@ def optout_section(section: OptOutSection | None, below: int) -> dict | None:
     }
 
 
+def clinical_source_section(reads: tuple[ClinicalSourceRead, ...]) -> list[dict]:
+    """Which clinical database the images were linked from: each read's source, data version and query digests."""
+    return [{"source": r.name, "data_version": r.data_version, "queries": dict(sorted(r.queries.items()))}
+            for r in sorted(reads, key=lambda r: (r.name, r.data_version))]
+
+
 def build_datacard(inputs: DataCardInputs) -> DataCard:
     below = inputs.suppress_below
     count = lambda n: suppress(n, below)  # noqa: E731
@@ -335,6 +363,7 @@ def build_datacard(inputs: DataCardInputs) -> DataCard:
         "pseudonym_key": key_section(inputs.key_fingerprint),
         **({"optouts": optout_section(inputs.optouts, below)} if inputs.optouts is not None else {}),
         **({"labels_in_images": dict(inputs.stamp)} if inputs.stamp is not None else {}),
+        **({"clinical_sources": clinical_source_section(inputs.clinical_sources)} if inputs.clinical_sources else {}),
         "columns": columns,
         # Every check of the release and of the upstream assets it read, per partition where the check
         # is per partition (batch tokens); ordered so the same results give the same bytes.
@@ -421,6 +450,7 @@ def render_markdown(card: Mapping) -> str:
             + (f". **{DEMO_KEY_NOTE}**" if key["demo_key"] else "") + ".\n",
             *_optout_markdown(card.get("optouts"), counts["suppressed_below"]),
             *labels_markdown(card.get("labels_in_images")),
+            *_clinical_source_markdown(card.get("clinical_sources")),
             "\n## Released columns\n\nEach column's transforms, from the release back to the identifiable source.\n\n",
             _table(["column", "transforms (release <- manifest)", "from", "how"],
                    [[c["column"], " <- ".join(s["transform"] + (" (masked)" if s["masked"] else "") for s in c["steps"]),
@@ -440,6 +470,17 @@ def render_markdown(card: Mapping) -> str:
             "\n## Code versions\n\n", _table(["asset", "code version"], [[a, v] for a, v in card["code_versions"].items()]),
             "\n## Runs\n\n", _table(["run", "did"], [[r["run_id"], "; ".join(r["did"])] for r in card["runs"]])]
     return "".join(out)
+
+
+def _clinical_source_markdown(reads: list | None) -> list[str]:
+    if not reads:
+        return []
+    return ["\n## Clinical source\n\n",
+            "The images' clinical fields were linked from the hospital's database (IMAGING_CLINICAL_SOURCE), eye by "
+            "eye. Each read is recorded by its data version (a digest of the rows read) and each query by the sha256 "
+            "of its text; no value, row or address.\n\n",
+            _table(["source", "data version", "query", "query sha256"],
+                   [[r["source"], r["data_version"], q, d] for r in reads for q, d in r["queries"].items()])]
 
 
 def _optout_markdown(section: Mapping | None, below: int) -> list[str]:

@@ -18,7 +18,7 @@ from pydicom.datadict import dictionary_VR, tag_for_keyword
 
 from imaging.deid import load_profile
 from imaging.governance.disclosure import DisclosurePolicy
-from imaging.steps.clinical import ClinicalPolicy
+from imaging.steps.clinical import DAYS_BEFORE, EYE_DIAGNOSES, EYE_PREFIX, IMAGED_EYE, ClinicalPolicy
 from imaging.header import COLUMNS as HEADER, PUBLISHED
 
 # Tables, named by the Dagster asset that writes them.
@@ -134,6 +134,7 @@ def manifest_lineage(policy: ClinicalPolicy, options: Iterable[str] | None) -> l
         else:
             out.append(ColumnLineage(MANIFEST, None, sources, DROPPED, True,
                                      f"clinical policy: {rule.name} dropped on purpose"))
+    out.extend(_eye_lineage(policy))
     named = {a for rule in policy.rules for a in rule.aliases}
     identifiers = [i for i in policy.identifiers if i not in named]
     if identifiers:
@@ -146,6 +147,40 @@ def manifest_lineage(policy: ClinicalPolicy, options: Iterable[str] | None) -> l
                              "zone's provenance ledger"))
     out.append(ColumnLineage(MANIFEST, None, (ColumnRef(LINKED, "clinical.*"),), DROPPED, True,
                              "every clinical column the policy does not name"))
+    return out
+
+
+def _kept_when(rule) -> str:
+    if rule.action == "generalise":
+        return f"mapped to {len(set(rule.values.values()))} codes"
+    check = f"pattern {rule.pattern}" if rule.pattern else f"range {rule.number[0]:g} to {rule.number[1]:g}"
+    return f"kept when it matches {check}, else empty"
+
+
+def _eye_lineage(policy: ClinicalPolicy) -> list[ColumnLineage]:
+    """The eye-level columns (the policy's `eye: true` columns): for the eye each image shows, each field's latest
+    value on or before the scan through the field's own rule, how many days before, the diagnoses in force."""
+    if not policy.eye_columns:
+        return []
+    out = [ColumnLineage(MANIFEST, IMAGED_EYE, _linked("laterality"), DERIVED, False,
+                         "the eye the image shows (ImageLaterality, else Laterality): R or L; empty for both eyes or "
+                         "none, and then every eye_ column is empty")]
+    for rule in policy.eye_rules:
+        values = tuple(ColumnRef(LINKED, f"eye_clinical.{a}") for a in rule.aliases)
+        days = tuple(ColumnRef(LINKED, f"eye_days_before.{a}") for a in rule.aliases)
+        out.append(ColumnLineage(MANIFEST, EYE_PREFIX + rule.name, values,
+                                 GENERALISED if rule.action == "generalise" else KEPT, rule.action == "generalise",
+                                 f"clinical policy, for the imaged eye: its latest {rule.name} observed on or before "
+                                 f"the scan (an observation of both eyes counts), {_kept_when(rule)}"))
+        out.append(ColumnLineage(MANIFEST, EYE_PREFIX + rule.name + DAYS_BEFORE, days, DERIVED, False,
+                                 f"whole days between that {rule.name} observation and the scan"))
+    rule = policy.eye_diagnosis_rule
+    if rule is not None:
+        out.append(ColumnLineage(MANIFEST, EYE_DIAGNOSES, _linked("eye_diagnoses"), KEPT, False,
+                                 f"clinical policy, for the imaged eye: the diagnosis codes in force on the scan's day "
+                                 f"(that eye's or both eyes'), each {_kept_when(rule)}; ';'-separated"))
+    out.append(ColumnLineage(MANIFEST, None, (ColumnRef(LINKED, "eye_clinical.*"), *_linked("eye_reason")), DROPPED,
+                             True, "eye fields the policy does not name, and why an image has no eye fields"))
     return out
 
 

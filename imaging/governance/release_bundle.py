@@ -117,7 +117,8 @@ def finish_release(root: str, card: DataCardInputs, images: Callable[[], Iterabl
                                  "where": f"{DATACARD_MD}, 'Labels in the images'"}} if card.stamp else {}),
     }
     events = release_events(cohort=s.cohort, version=s.version, lineage=card.lineage, inputs=card.inputs,
-                            code_versions=card.code_versions, data_digest=digest)
+                            code_versions=card.code_versions, data_digest=digest,
+                            clinical_sources=card.clinical_sources)
     fsx.write_bytes(f"{root}/{RELEASE_JSON}", _json(summary))
     fsx.write_bytes(f"{root}/{DATACARD_JSON}", datacard.json_bytes())
     fsx.write_bytes(f"{root}/{DATACARD_MD}", datacard.markdown_bytes())
