@@ -9,14 +9,19 @@ from __future__ import annotations
 # Every file under platform/ is validated first: a mistake stops the code location at load, naming the
 # file and the field, before anything else is imported and long before a Spark session could start.
 from imaging.driver.platform_files import load_platform
+from imaging.deid.quiet import silence_for_process
 
 load_platform()
+# The code server, the run workers and the daemon read headers (the PACS listing, the driver's checks): pydicom's
+# and pynetdicom's warnings quote values, and never reach their logs.
+silence_for_process()
 
 import datetime as dt  # noqa: E402
 
 from dagster import AssetSpec, Definitions, EnvVar, FreshnessPolicy, in_process_executor, map_asset_specs  # noqa: E402
 
 from assets.anonymized_images import anonymized_images
+from assets.clinical_source import clinical_source
 from assets.checks import TABLE_CHECKS
 from assets.governance import CODE_VERSIONS, OWNERS, code_references, tags
 from imaging.catalogue import markdown_safe
@@ -25,6 +30,7 @@ from assets.linked_patient_metadata import linked_patient_metadata
 from assets.optout_list import optout_list
 from assets.pacs_landing import pacs_landing
 from assets.partitions import SETTINGS
+from imaging.driver.config import load_clinical_source
 from assets.published_cohort import published_cohort
 from assets.raw_image_index import raw_image_index
 from automation.downstream import CATCH_UP, DOWNSTREAM, downstream_automation
@@ -34,6 +40,7 @@ PACS_JOB = "pacs_site_day_pipeline"
 from automation.landing_sensor import landing_sensor
 from automation.notify import NOTIFY_SENSORS
 from automation.pacs_sensor import pacs_sensor
+from resources.clinical_source import ClinicalSourceResource
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.pacs import PacsServers
@@ -71,10 +78,13 @@ def policies(spec: AssetSpec) -> AssetSpec:
 # The graph shows what this deployment has: the PACS retrieval, its job and its sensor only with PACS sites
 # (platform/pacs.yaml or IMAGING_PACS_<SITE>_URL), so a deployment without any has no grey, unconnected asset.
 PACS = bool(SETTINGS.pacs_sites)
+# The clinical database likewise, only with a clinical source file (IMAGING_CLINICAL_SOURCE): observed, not
+# materialized, by linked_patient_metadata. Its driver jars join the Spark session when it starts (spark.jars).
+SOURCE = load_clinical_source(SETTINGS.clinical_source) if SETTINGS.clinical_source else None
 
 defs = Definitions(
     # landing_zone and optout_list are observed, not materialized: they have no policy to apply.
-    assets=[landing_zone, optout_list, *map_asset_specs(policies, [*([pacs_landing] if PACS else []), raw_image_index,
+    assets=[landing_zone, optout_list, *([clinical_source] if SOURCE else []), *map_asset_specs(policies, [*([pacs_landing] if PACS else []), raw_image_index,
                                                                    linked_patient_metadata, anonymized_images,
                                                                    published_cohort])],
     asset_checks=TABLE_CHECKS,
@@ -83,7 +93,8 @@ defs = Definitions(
     # All off by default; docs/ui.md says what they do and how to turn them on.
     sensors=[landing_sensor, *([pacs_sensor] if PACS else []), downstream_automation, *NOTIFY_SENSORS],
     resources={
-        "spark": SparkResource(spark_config=spark_config(SETTINGS.spark_master)),
+        "spark": SparkResource(spark_config=spark_config(SETTINGS.spark_master,
+                                                         jars=SOURCE.driver_jars if SOURCE else ())),
         # PACS sites' images are read from the platform's own PACS landing (assets/pacs_landing.py).
         "landing": LandingZone(root=SETTINGS.landing, files_per_task=SETTINGS.files_per_task,
                                pacs_root=SETTINGS.pacs_landing, pacs_sites=list(SETTINGS.pacs_sites)),
@@ -92,6 +103,9 @@ defs = Definitions(
         "deid": Deidentifier(pseudonym_key=EnvVar("IMAGING_PSEUDONYM_KEY"), options=list(SETTINGS.deid_options),
                              issuers=SETTINGS.issuers, pixel_text=SETTINGS.pixel_text),
         "progress": SparkProgress(),
+        "clinical_source": ClinicalSourceResource(file=SETTINGS.clinical_source,
+                                                  partitions=SETTINGS.clinical_read_partitions,
+                                                  fetch_size=SETTINGS.clinical_fetch_size),
     },
     # One process per run, so every asset in it shares one Spark session (see ARCHITECTURE.md).
     executor=in_process_executor,

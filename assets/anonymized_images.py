@@ -75,9 +75,9 @@ def optout_metadata(run: StepRun) -> dict:
 def deid_metadata(run: StepRun, issuers: dict[str, int]) -> dict:
     return {"deid_options": ", ".join(run.deid.options) or "basic profile only",
             # How the files' IssuerOfPatientID compared with the sites' configured namespaces (counts only):
-            # unknown or inconsistent values never split a patient, but an operator should know.
-            "issuer_of_patient_id": issuers,
-            **{f"issuer_of_patient_id/{status}": count for status, count in issuers.items()}}
+            # unknown or inconsistent values never split a patient, but an operator should know. Images of the
+            # whole run (every site-day it covered), so under `run/` beside a site-day's own numbers.
+            **{f"run/issuer_of_patient_id/{status}": count for status, count in issuers.items()}}
 
 
 def anonymize(run: StepRun) -> StepOutput:
@@ -147,7 +147,7 @@ def anonymize(run: StepRun) -> StepOutput:
         tally=merged(tally, held_tally, bad_tally), read=read,
         # Batch folders are keyed tokens of the site-day: the manifest's path names no real date or site.
         written={p: Footprint(tally[p].get(None, 0), sums.get(p, {}).get("output_size_bytes", 0)) for p in tally},
-        metadata={"spark_tasks": tasks, **deid_metadata(run, issuers), **optout_metadata(run)}, release=[outcomes])
+        metadata={"run/spark_tasks": tasks, **deid_metadata(run, issuers), **optout_metadata(run)}, release=[outcomes])
 
 
 # Data quality on what was committed: `linked = published + quarantined` is the images_accounted check
@@ -163,6 +163,6 @@ FIGURES = {
 
 anonymized_images = image_asset(ANONYMIZE, Body(
     idle=nothing_linked, work=anonymize,
-    idle_metadata=lambda run: {"spark_tasks": 0, **deid_metadata(run, issuer_statuses(run.deid.issuer_policy(), [])),
+    idle_metadata=lambda run: {"run/spark_tasks": 0, **deid_metadata(run, issuer_statuses(run.deid.issuer_policy(), [])),
                                **optout_metadata(run)}),
     FIGURES)

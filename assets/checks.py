@@ -366,6 +366,7 @@ class RecordedFacts:
         self.instance = instance
         self._histories: dict[tuple[str, str], list[CheckEvaluation]] = {}
         self._landing: dict[str, str | None] = {}
+        self._sources: dict = {}  # site-day -> its latest link's clinical source read (or None)
         self._runs: dict = {}  # run id -> when its per-partition check evaluations were recorded
 
     def history(self, rule: CheckRule) -> list[CheckEvaluation]:
@@ -397,6 +398,32 @@ class RecordedFacts:
             if key not in self._landing:
                 self._landing[key] = _landing_version(self.instance, key)
         return {key: self._landing[key] for key in wanted}
+
+    def clinical_sources(self, partitions: Iterable[str]) -> tuple:
+        """The distinct clinical source reads (`ClinicalSourceRead`) the site-days' latest links recorded."""
+        reads = {}
+        for key in sorted(set(partitions)):
+            if key not in self._sources:
+                self._sources[key] = _clinical_source_read(self.instance, key)
+            read = self._sources[key]
+            if read is not None:
+                reads[(read.name, read.data_version)] = read
+        return tuple(reads[k] for k in sorted(reads))
+
+
+def _clinical_source_read(instance: DagsterInstance, key: str):
+    """The clinical source read the site-day's latest link recorded (its materialization's `clinical_source`), or
+    None (linked from the landing zone's extracts)."""
+    from imaging.governance.datacard import ClinicalSourceRead
+
+    linked = next(iter(instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(q.LINKED), asset_partitions=[key]), limit=1).records), None)
+    entry = linked.asset_materialization.metadata.get("clinical_source") if linked is not None else None
+    read = getattr(entry, "value", None)
+    if not isinstance(read, dict):
+        return None
+    return ClinicalSourceRead(read["name"], read["data_version"],
+                              {name: query["query_sha256"] for name, query in read["queries"].items()})
 
 
 def _landing_version(instance: DagsterInstance, key: str) -> str | None:

@@ -31,6 +31,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, functions as F
 
+from imaging.clinical_source import SOURCE_ORIGIN
 from imaging.governance.bundle import verify_release
 from imaging.quality.columns import birth_date_columns, identity_columns, java_date_pattern
 from imaging.quality.outcomes import (CheckOutcome, Distribution, Offender, evaluate_balance, evaluate_max,
@@ -641,6 +642,49 @@ def study_before_birth(linked: DataFrame, policy: ClinicalPolicy, ctx: QualityCo
                         details={"images_with_birth_date": sum(known for _, _, known in rows)})
 
 
+def eye_observations_per_patient_day(images: DataFrame, observations: DataFrame, served: Sequence[str],
+                                     ctx: QualityContext) -> CheckOutcome:
+    """Eye observations of one patient on one day, among the run's imaged patients: a feed that repeats rows (a
+    patient with hundreds of acuities in a day) is flagged as a patient with a million scans is, by pseudonym.
+    `observations` are the link step's (`_origin`: an extract's site, or the clinical source for `served` sites)."""
+    rule = ctx.rule(LINKED, "eye_observations_per_patient_day")
+    imaged = images.where(F.col("patient_id").isNotNull()).select("date", "site", "patient_id")
+    per_day = (observations.groupBy("_origin", "patient_id", F.to_date("observed_at").alias("day"))
+               .agg(F.count(F.lit(1)).alias("n")))
+    mine = (F.col("_origin") == F.col("site")) | ((F.col("_origin") == SOURCE_ORIGIN) & F.col("site").isin(list(served)))
+    keyed = (per_day.join(imaged.select("site", "patient_id").distinct(), "patient_id").where(mine)
+             .withColumn("_issuer", _issuer(ctx)))
+    counts = count_per_key(keyed, ["site", "_issuer", "patient_id", "day"], ctx, maximum=rule.maximum, weight="n")
+    offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer)
+                 for r in counts.top]
+    failed: list[str] = []
+    if counts.top:  # the run's site-days holding images of a patient over the maximum (bounded)
+        over = keyed.groupBy("site", "patient_id", "day").agg(F.sum("n").alias("n")).where(F.col("n") > rule.maximum)
+        failed = _partitions_of(imaged.join(over.select("site", "patient_id").distinct(), ["site", "patient_id"]),
+                                F.lit(True))
+    return evaluate_max(rule, counts.distribution.maximum, distribution=counts.distribution, offenders=offenders,
+                        failed_partitions=failed)
+
+
+def stale_eye_observations(linked: DataFrame, ctx: QualityContext) -> CheckOutcome:
+    """Images whose eye's latest observation (any eye field) is older than the rule's `window_days` before the image:
+    the label is true as of then, and a reader should know how old it is."""
+    rule = ctx.rule(LINKED, "stale_eye_observations")
+    latest = F.array_min(F.map_values(F.col("eye_days_before")))
+    stale = latest > F.lit(rule.window_days or 365)
+    rows = linked.groupBy("date", "site").agg(_count_when(stale).alias("n"),
+                                              _count_when(latest.isNotNull()).alias("known")).collect()
+    total = sum(int(r["n"] or 0) for r in rows)
+    offenders = []
+    if total > rule.maximum:
+        bad = linked.where(stale).withColumn("_issuer", _issuer(ctx))
+        offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer)
+                     for r in count_per_key(bad, ["_issuer", "patient_id"], ctx, maximum=0).top]
+    return evaluate_max(rule, total, offenders=offenders,
+                        failed_partitions=[f"{r['date']}|{r['site']}" for r in rows if r["n"]],
+                        details={"images_with_eye_observation": sum(int(r["known"] or 0) for r in rows)})
+
+
 # --- anonymized_images -------------------------------------------------------------------------------
 
 def images_accounted(linked: DataFrame, manifest: DataFrame, quarantine: DataFrame, batches: Mapping[str, str],
@@ -717,10 +761,12 @@ def pseudonym_bijection(ledger: DataFrame, index: DataFrame, manifest: DataFrame
 
 # --- published_cohort --------------------------------------------------------------------------------
 
-def release_checksums(releases: Mapping[str, str], ctx: QualityContext) -> CheckOutcome:
-    """Each release folder (cohort name -> folder) verifies against its SHA256SUMS."""
+def release_checksums(releases: Mapping[str, str], ctx: QualityContext,
+                      trusted: Mapping[str, Mapping[str, str]] | None = None) -> CheckOutcome:
+    """Each release folder (cohort name -> folder) verifies against its SHA256SUMS (`trusted`: per cohort, the
+    files the run's copy placed and hashed, not read again while their identity is unchanged)."""
     rule = ctx.rule(PUBLISHED, "release_checksums")
-    problems = {name: len(verify_release(root)) for name, root in sorted(releases.items())}
+    problems = {name: len(verify_release(root, (trusted or {}).get(name))) for name, root in sorted(releases.items())}
     return evaluate_max(rule, sum(problems.values()),
                         details={f"problems_{name}": n for name, n in problems.items()} | {"releases": len(releases)})
 

@@ -52,7 +52,7 @@ def index(run: StepRun) -> StepOutput:
         rows={RAW_IMAGE_INDEX.name: outcomes.where(~F.expr(QUARANTINED)),
               INDEX_QUARANTINE.name: outcomes.where(QUARANTINED) if held_back(tally) else None},
         tally=tally, read=read, given={"listed": listed_by_partition},
-        metadata={"spark_tasks": tasks}, release=[listing, outcomes])
+        metadata={"run/spark_tasks": tasks}, release=[listing, outcomes])
 
 
 def one_partition_per_instance(outcomes: DataFrame, elsewhere: DataFrame) -> DataFrame:
@@ -94,7 +94,7 @@ def index_asset(pacs_sites: bool):
     stays as it was: a dependency on an asset never materialized would make the UI warn "upstream data missing"
     at every launch of a file site's site-days."""
     step = dataclasses.replace(INDEX, also_reads=(*INDEX.also_reads, PACS_LANDING)) if pacs_sites else INDEX
-    return image_asset(step, Body(idle=nothing_landed, work=index, idle_metadata=lambda run: {"spark_tasks": 0}), FIGURES)
+    return image_asset(step, Body(idle=nothing_landed, work=index, idle_metadata=lambda run: {"run/spark_tasks": 0}), FIGURES)
 
 
 raw_image_index = index_asset(bool(SETTINGS.pacs_sites))

@@ -47,16 +47,18 @@ from assets.checks import (check_outputs, check_specs, checks_table, partition_c
                            summary)
 from assets.quality import plain_plans, shared_passes
 from assets.governance import definition_metadata
+from assets.held_files import held_files, held_metadata
 from assets.optouts import read_optouts
 from assets.partitions import PARTITIONS, SETTINGS, SINGLE_RUN, UI, site_days
-from assets.versions import (EVENTS_LOGGED_BY_STEP, LANDING, OPTOUT, landing_read, landing_scan, materialization,
-                             optout_read, partition_versions)
+from assets.versions import (CLINICAL_SOURCE, EVENTS_LOGGED_BY_STEP, LANDING, OPTOUT, landing_read, landing_scan,
+                             materialization, optout_read, partition_versions)
 from assets.run_tags import label_run
 from imaging.catalogue import Folder, Table
 from imaging.driver.platform_files import load_clinical_policy
 from imaging.driver.progress import commit_groups
 from imaging.driver.run_summary import OTHER, Counts, QuarantineRow, StageClock, StepSummary
 from imaging.optout import OptOutLists
+from imaging.quarantine import HeldFile
 from imaging.quality.gate import covering
 from imaging.quality.outcomes import CheckOutcome
 from imaging.quality.rules import QualityContext
@@ -64,6 +66,7 @@ from imaging.records import SiteDay, schema_of
 from imaging.steps.anonymize import batch_name
 from imaging.steps.clinical import ClinicalPolicy
 from imaging.steps.declared import ImageStep, empty_outcomes
+from resources.clinical_source import ClinicalSourceResource
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.progress import SparkProgress
@@ -94,6 +97,7 @@ class StepRun:
     warehouse: Warehouse
     deid: Deidentifier
     progress: SparkProgress
+    clinical_source: ClinicalSourceResource
     commit: CommitBuilder | None = None  # the run's journal commit, begun before the body runs
 
     @cached_property
@@ -157,6 +161,7 @@ class StepOutput:
     metadata: Mapping[str, object] = field(default_factory=dict)
     written: Mapping[str, Footprint] | None = None  # partition key -> files and bytes written; None: the output table's
     release: Sequence[DataFrame] = ()        # persisted frames to unpersist once checked
+    partition_metadata: Mapping[str, Mapping[str, object]] = field(default_factory=dict)  # partition key -> its own
 
 
 @dataclass
@@ -189,6 +194,7 @@ class Body:
     idle: Callable[[StepRun], bool]          # nothing to do: answer without Spark
     work: Callable[[StepRun], StepOutput]    # stage nothing itself: returns rows for the runner to commit
     idle_metadata: Callable[[StepRun], dict] = lambda run: {}
+    partition_counts: tuple[str, ...] = ()   # the per-site-day counts of `StepOutput.partition_metadata` (0 when idle)
 
 
 def _names(figures: Mapping[str | tuple[str, ...], Figure]) -> list[str]:
@@ -214,7 +220,7 @@ def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, .
         description=step.description,
     )
     def _asset(context: AssetExecutionContext, spark: SparkResource, landing: LandingZone, warehouse: Warehouse,
-               deid: Deidentifier, progress: SparkProgress):
+               deid: Deidentifier, progress: SparkProgress, clinical_source: ClinicalSourceResource):
         label_run(context)  # who launched the run and why, when its launcher did not say
         keys = site_days(context)
         landed = landing_scan(landing.root, keys) if LANDING in step.deps else {}
@@ -232,7 +238,7 @@ def image_asset(step: ImageStep, body: Body, figures: Mapping[str | tuple[str, .
         outcomes: dict[str, CheckOutcome] = {}
         for part in parts:
             clock = StageClock(stages(step), log=context.log.info, label=step.asset)
-            run = StepRun(context, step, part, clock, spark, landing, warehouse, deid, progress)
+            run = StepRun(context, step, part, clock, spark, landing, warehouse, deid, progress, clinical_source)
             if body.idle(run):
                 checks = yield from _idle(run, body)
             else:
@@ -306,7 +312,9 @@ def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figur
     for frame in out.release:
         frame.unpersist()
 
-    yield from _result(run, checks, by_partition, {**out.metadata, "table_unchanged": False})
+    listed = held_files(run, {p: c.quarantined_total for p, c in by_partition.items()})
+    yield from _result(run, checks, by_partition, {**out.metadata, "table_unchanged": False},
+                       out.partition_metadata, listed)
     return checks
 
 
@@ -351,7 +359,8 @@ def _idle(run: StepRun, body: Body):
     run.context.log.info(f"{len(run.keys)} site-days: {step.idle}, {emptied.partitions_emptied} partitions emptied")
     checks = [covering(o, run.partitions) for o in empty_outcomes(step, run.ctx)]
     yield from _result(run, checks, {p: Counts() for p in run.partitions},
-                       {**body.idle_metadata(run), "table_unchanged": not emptied.changed})
+                       {**body.idle_metadata(run), "table_unchanged": not emptied.changed},
+                       {p: dict.fromkeys(body.partition_counts, 0) for p in run.partitions})
     return checks
 
 
@@ -388,12 +397,14 @@ def _outputs(run: StepRun) -> dict[str, str]:
             for label, entry in run.step.outputs(run.policy).items()}
 
 
-def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Counts], metadata: dict):
-    """One materialization per site-day (its own counts, its quarantine and checks as tables, data version and inputs'
-    versions), then each check's result on each site-day, after the materialization it checks. What is the part's,
-    not the site-day's (its totals and times under `run/`, the outputs' paths, the run's settings and check
-    summary, the summary table), goes once, on the part's last site-day: the latest materialization, which the
-    asset's page shows; a year of site-days in one run does not repeat it 365 times (benchmarks/bookkeeping.py)."""
+def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Counts], metadata: dict,
+            own: Mapping[str, Mapping[str, object]], listed: Mapping[str, Sequence[HeldFile]] | None = None):
+    """One materialization per site-day (its own counts and `own` metadata, its quarantine and checks as tables, its
+    quarantined files (`listed`), data version and inputs' versions), then each check's result on each site-day,
+    after the materialization it checks. What is the part's, not the site-day's (its totals and times under `run/`,
+    the outputs' paths, the run's settings and check summary, the summary table), goes once, on the part's last
+    site-day: the latest materialization, which the asset's page shows; a year of site-days in one run does not
+    repeat it 365 times (benchmarks/bookkeeping.py)."""
     context, asset = run.context, run.step.asset
     wall = run.clock.finish()
     run.context.log.info(run.clock.breakdown() + f" (step {wall:.1f} s)")
@@ -402,15 +413,18 @@ def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Co
     # Which key keyed the pseudonyms, batch tokens and offenders: its fingerprint, never the key.
     shared = {**metadata, **summary(checks), **run.deid.run_metadata()}
     versions = partition_versions(context.instance, run.partitions, code_version(context, asset), run.step.deps,
-                                  observed=frozenset({LANDING, OPTOUT}), whole={OPTOUT: SETTINGS.sites})
+                                  observed=frozenset({LANDING, OPTOUT, CLINICAL_SOURCE}),
+                                  whole={OPTOUT: SETTINGS.sites, CLINICAL_SOURCE: [None]})
     last = run.partitions[-1]
     for partition in run.partitions:
-        own = {**summary_.partition_numbers(partition), "quarantine": quarantine_table(summary_.quarantine(partition)),
-               "checks": checks_table(checks, partition), "table_unchanged": metadata["table_unchanged"]}
+        mine = {**summary_.partition_numbers(partition), **own.get(partition, {}),
+                "quarantine": quarantine_table(summary_.quarantine(partition)),
+                **held_metadata((listed or {}).get(partition, ()), by_partition[partition].quarantined_total),
+                "checks": checks_table(checks, partition), "table_unchanged": metadata["table_unchanged"]}
         if partition == last:
-            own |= {**summary_.values(partition), **shared,
-                    "summary": MetadataValue.md(summary_.markdown(asset, partition))}
-        yield materialization(asset, versions[partition], own)
+            mine |= {**summary_.values(partition), **shared,
+                     "summary": MetadataValue.md(summary_.markdown(asset, partition))}
+        yield materialization(asset, versions[partition], mine)
     yield from partition_check_events(context, checks, run.partitions, asset, context.log)
 
 

@@ -39,6 +39,7 @@ from imaging.optout import OptOutLists
 EVENTS_LOGGED_BY_STEP = {SYSTEM_METADATA_KEY_SOURCE_ASSET_OBSERVATION: True}
 LANDING = "landing_zone"  # the observed source
 OPTOUT = "optout_list"  # the observed opt-out lists, one partition per site, each read whole by its readers
+CLINICAL_SOURCE = "clinical_source"  # the observed clinical database (IMAGING_CLINICAL_SOURCE), unpartitioned
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,10 @@
   naming the asset, the check and the site-days (or cohorts) it failed on, with a link to the run.
 
 Where they go is `platform/ui.yaml` (`notifications`: SMTP and a generic webhook; `url`: the UI's address for the
-links), read at each tick, so a change needs no reload. Without a channel configured they send nothing and say so.
-The messages carry no value, identifier or path from a file (imaging/driver/notify.py).
+links), read at each tick, so a change needs no reload. Without a channel configured they send nothing and say so:
+in each tick's reason and in their descriptions (the sensor's page and the Automation view), which name the
+channels as the code location loaded them ("no channel configured" when there is none; Deployment > Reload after
+editing the file). The messages carry no value, identifier or path from a file (imaging/driver/notify.py).
 """
 
 from __future__ import annotations
@@ -26,11 +28,41 @@ from imaging.driver.notify import CHECK_FAILED, RUN_FAILED, Notice, partitions_o
 from imaging.ui import FILE as UI_FILE, UiFile
 
 CHECK_EVENTS_PER_TICK = 1000  # check evaluations read per tick at most; the cursor carries on from there
+NO_CHANNEL = "no channel configured"
 
 
 def current_ui() -> UiFile:
     """platform/ui.yaml as it is now (IMAGING_PLATFORM_DIR, or the checkout's platform/)."""
     return load_file(UI_FILE, Path(os.environ.get("IMAGING_PLATFORM_DIR") or DEFAULT_PLATFORM_DIR))
+
+
+def channels(ui: UiFile) -> str:
+    """Where messages go, as the sensors' descriptions say it: hosts and how many recipients, never a secret."""
+    from urllib.parse import urlsplit
+
+    n = ui.notifications
+    if not n.configured:
+        return f"{NO_CHANNEL} in platform/ui.yaml (notifications: smtp, webhook): failures go nowhere"
+    out = []
+    if n.smtp is not None:
+        out.append(f"SMTP {n.smtp.host}:{n.smtp.port} to {len(n.smtp.to)} address{'es' if len(n.smtp.to) > 1 else ''}")
+    if n.webhook is not None:
+        out.append(f"webhook {urlsplit(n.webhook.url).hostname}")
+    return "sends to " + " and ".join(out) + " (platform/ui.yaml)"
+
+
+def _loaded_channels() -> str:
+    try:
+        return channels(current_ui())
+    except Exception:  # noqa: BLE001 - a broken ui.yaml fails the code location elsewhere, with its message
+        return "channels unknown: platform/ui.yaml could not be read"
+
+
+def read_cursor(cursor: str | None) -> int | None:
+    """The last check evaluation sent (an event id), or None: no cursor, or one that is not an event id (a Preview
+    with an empty or hand-typed cursor starts from now, as a first tick does, rather than failing)."""
+    value = (cursor or "").strip()
+    return int(value) if value.isdigit() else None
 
 
 def error_kind(error) -> str:
@@ -58,14 +90,16 @@ def run_failure_notices(context: RunFailureSensorContext, ui: UiFile) -> list[No
     return notices
 
 
+CHANNELS = _loaded_channels()  # as the code location loaded platform/ui.yaml: the sensors' descriptions say it
+
+
 @run_failure_sensor(name="notify_run_failures", default_status=DefaultSensorStatus.STOPPED,
-                    description="Sends a message (platform/ui.yaml: SMTP, webhook) for each failed run: the assets "
-                                "whose steps failed, the error's kind, the partitions, a link to the run. Off by "
-                                "default.")
+                    description=f"Where: {CHANNELS}. Sends a message for each failed run: the assets whose steps "
+                                "failed, the error's kind, the partitions, a link to the run. Off by default.")
 def notify_run_failures(context: RunFailureSensorContext):
     ui = current_ui()
     if not ui.notifications.configured:
-        return SkipReason("no notification channel in platform/ui.yaml")
+        return SkipReason(f"{NO_CHANNEL} in platform/ui.yaml: nothing sent")
     notices = run_failure_notices(context, ui)
     problems = send_all(notices, ui.notifications)
     for problem in problems:
@@ -91,19 +125,20 @@ def failed_check_notices(records, ui: UiFile) -> list[Notice]:
 
 
 @sensor(name="notify_failed_checks", default_status=DefaultSensorStatus.STOPPED, minimum_interval_seconds=60,
-        description="Sends a message (platform/ui.yaml: SMTP, webhook) for each ERROR check that failed since the "
-                    "last tick: asset, check, site-days, a link to the run. Off by default; starts from now.")
+        description=f"Where: {CHANNELS}. Sends a message for each ERROR check that failed since the last tick: "
+                    "asset, check, site-days, a link to the run. Off by default; starts from now.")
 def notify_failed_checks(context: SensorEvaluationContext):
     from dagster import DagsterEventType
 
     storage = context.instance.event_log_storage
-    if context.cursor is None:  # the first tick starts from now: history is not sent again
+    after = read_cursor(context.cursor)
+    if after is None:  # the first tick (or a cursor that is no event id) starts from now: history is not sent
         latest = storage.get_event_records(EventRecordsFilter(DagsterEventType.ASSET_CHECK_EVALUATION), limit=1)
         context.update_cursor(str(latest[0].storage_id if latest else 0))
         return SkipReason("started: failed ERROR checks from now on are sent")
     ui = current_ui()
     records = storage.get_event_records(EventRecordsFilter(DagsterEventType.ASSET_CHECK_EVALUATION,
-                                                           after_cursor=int(context.cursor)),
+                                                           after_cursor=after),
                                         limit=CHECK_EVENTS_PER_TICK, ascending=True)
     if not records:
         return SkipReason("no check evaluated since the last tick")
@@ -112,7 +147,7 @@ def notify_failed_checks(context: SensorEvaluationContext):
     if not notices:
         return SkipReason(f"{len(records)} check evaluations, no ERROR check failed")
     if not ui.notifications.configured:
-        return SkipReason(f"{len(notices)} failed ERROR checks; no notification channel in platform/ui.yaml")
+        return SkipReason(f"{len(notices)} failed ERROR checks; {NO_CHANNEL} in platform/ui.yaml: nothing sent")
     for problem in send_all(notices, ui.notifications):
         context.log.warning(f"notification not delivered: {problem}")
     context.log.info(f"{len(notices)} messages sent for failed ERROR checks")

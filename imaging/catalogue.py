@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from imaging.provenance import RUN_COLUMNS
 from imaging.records import (IndexedImage, LinkedImage, OptOutApplied, PacsOutcome, PublishedImage, Quarantined,
-                             fields_of)
+                             StoredObject, fields_of)
 
 IDENTIFIABLE = "identifiable"
 DEIDENTIFIED = "deidentified"
@@ -93,11 +93,13 @@ INDEX_QUARANTINE = Table(
     "landing files that are not usable DICOM instances, and second copies of an instance, with the reason")
 CLINICAL_QUARANTINE = Table(
     IDENTIFIABLE, "quarantine/clinical_extracts", Quarantined, SITE_DAY, ("source_path",),
-    "clinical extracts that cannot be read, and extract rows keyed by an empty or placeholder patient_id, "
-    "accounted to their own day")
+    "clinical extracts that cannot be read, and extract rows keyed by an empty or placeholder patient_id or with an "
+    "eye that is none, accounted to their own day; a clinical source's unusable rows (source "
+    "clinical_source:<name>/<query>), in each site-day holding images of their patient")
 LINKED = Table(
     IDENTIFIABLE, "linked_patient_metadata", LinkedImage, SITE_DAY, ("source_path",),
-    "each indexed image with its patient's latest clinical record dated on or before the image's day")
+    "each indexed image with its patient's latest clinical record dated on or before the image's day and, for the "
+    "eye it shows, each eye field's latest value on or before that day and the diagnoses in force for that eye")
 LINK_QUARANTINE = Table(
     IDENTIFIABLE, "quarantine/linked_patient_metadata", Quarantined, SITE_DAY, ("source_path",),
     "indexed images that cannot be linked (a study date before the linked record's birth date), with the reason")
@@ -149,7 +151,19 @@ PACS_INSTANCES = Table(
 # back to its site here, to re-read exactly the files that were in force for that site when the release was built.
 OPTOUT_SITES = Folder(IDENTIFIABLE, "optout_sites", "<token>: the site a data card's opt-out list token stands for "
                                                     "(written once by published_cohort)")
+# Each distinct released image once, named by its sha256: versions hard-link (or, on an object store, copy
+# server-side) their images from here instead of writing them again (imaging/steps/objects.py).
+RELEASE_OBJECTS = Folder(DEIDENTIFIED, "release_objects",
+                         "each distinct released image once, <ab>/<sha256>.dcm, read-only; versions share them")
+RELEASE_INDEX = Table(
+    DEIDENTIFIED, "release_objects/_index", StoredObject, ("cohort",), ("content_key",),
+    "the object store's index: per content key (what decides a released image's bytes) the object holding them "
+    "and its identity when last hashed, as each cohort's latest kept build listed them")
 REVIEWS = Folder(IDENTIFIABLE, "reviews", "review reports of releases (imaging-review's HTML), <cohort>-<release id>.html")
+# The key of the landing files' tokens (imaging/quarantine.py): derived from the pseudonym key, written by the runs,
+# read by whoever may read this zone (imaging-quarantine, imaging-review) to name a landing file without its path.
+KEYS = Folder(IDENTIFIABLE, "keys", "landing_file_token: the key of the landing files' tokens (derived from the "
+                                    "pseudonym key)")
 
 _MANIFEST_FIELDS = (
     "output_path", "sha256", "size_bytes", "patient_pseudonym", "study_instance_uid", "series_instance_uid",
@@ -220,8 +234,19 @@ COLUMN_DESCRIPTIONS = {
     "pixel_text": "what the burned-in text check did to the pixels: not read, clean (read, no text) or redacted",
     "redacted_regions": "the boxes a redaction covered (JSON: 1-based frame ranges, [top, left, height, width] "
                         "in pixels); empty unless redacted",
-    "clinical_extract_date": "the date of the extract the record came from",
+    "clinical_extract_date": "the date of the extract the record came from (empty for a clinical source's patient)",
     "clinical": "the patient's as-of clinical record, columns as the site names them",
+    # Eye-level linkage (assets/linkage.py eye_as_of): the eye the image shows, and that eye's clinical fields.
+    "eye": "the eye the image shows, R or L (ImageLaterality, else Laterality); empty for both eyes or none, and then "
+           "every eye-level field is empty",
+    "eye_reason": "why the image has no eye-level fields: no laterality, both eyes, or no observation of that eye on "
+                  "or before its day (counted per site-day)",
+    "eye_clinical": "each eye field's latest value for the imaged eye observed on or before the image's day "
+                    "(observations of both eyes count), names as the source gives them",
+    "eye_days_before": "for each eye field, whole days between that observation's day and the image's",
+    "eye_diagnoses": "diagnosis codes in force for the imaged eye (or both eyes) on the image's day",
+    "eye_diagnosis_codes": "the released diagnosis codes in force for the imaged eye (or both eyes) on the scan's "
+                           "day, ';'-separated, each through the policy's diagnosis_code rule",
     "source_sha256": "sha256 of the landed file",
     "source_uid_hash": "keyed hash of the source SOP Instance UID (links a published file to its source)",
     "batch": "the opaque batch folder of the site-day (a keyed token, names no date or site)",
@@ -242,6 +267,12 @@ COLUMN_DESCRIPTIONS = {
     "list_version": "keyed digest of the opt-out list's patients (never the ids)",
     "list_received": "the date of the newest opt-out list file applied (the day it was received)",
     "list_patients": "patients on that opt-out list",
+    "cohort": "the cohort definition's name",
+    "content_key": "sha256 of what decides a released image's bytes: its source's sha256, its header values, the "
+                   "header plan and the rewrite's code version",
+    "object_sha256": "sha256 of the released image's bytes: its name in the release object store",
+    "object_identity": "the object's identity when it was last hashed (device, inode, size, modification time; or "
+                       "size and generation on an object store)",
 }
 
 
@@ -260,8 +291,17 @@ def column_privacy(column: str, zone: str, identifiers, quasi_identifiers) -> st
 
 
 def describe_column(column: str) -> str:
-    """A column's description for the catalogue (a manifest's clinical column: the policy names it)."""
-    return COLUMN_DESCRIPTIONS.get(column, "a clinical field the clinical policy releases")
+    """A column's description for the catalogue (a manifest's clinical column: the policy names it). The eye-level
+    columns are named `eye_<field>` and `eye_<field>_days_before` (a policy column marked `eye: true`)."""
+    if column in COLUMN_DESCRIPTIONS:
+        return COLUMN_DESCRIPTIONS[column]
+    if column.startswith("eye_") and column.endswith("_days_before"):
+        return (f"whole days between the imaged eye's latest {column[4:-12]} observation (on or before the scan) and "
+                f"the scan")
+    if column.startswith("eye_"):
+        return (f"the imaged eye's latest {column[4:]} observed on or before the scan (an observation of both eyes "
+                f"counts), through the clinical policy's rule for {column[4:]}")
+    return "a clinical field the clinical policy releases"
 
 
 def markdown_safe(text: str) -> str:

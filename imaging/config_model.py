@@ -43,6 +43,11 @@ class ConfigError(ValueError):
                              + "\n".join(f"  {p}" for p in self.problems))
 
 
+class SecretInputError(ValueError):
+    """A validator's error about a value that may hold a secret (a URL with a password): the message never repeats
+    the value, as other errors do."""
+
+
 class StrictModel(BaseModel):
     """Unknown keys are errors; values are not coerced (a quoted number is not a number)."""
 
@@ -113,7 +118,8 @@ def _message(item: dict, model, loc, key_error: bool) -> str:
     if kind == "string_too_short":
         return f"{prefix}must not be empty"
     if kind == "value_error":
-        return f"{prefix}{str(ctx.get('error', item['msg']))}{got if loc else ''}"
+        shown = "" if isinstance(ctx.get("error"), SecretInputError) or not loc else got
+        return f"{prefix}{str(ctx.get('error', item['msg']))}{shown}"
     message = item["msg"].replace("Input should be", "must be").replace("Value error, ", "")
     message = message.replace("greater than or equal to", ">=").replace("less than or equal to", "<=")
     message = message.replace("greater than", ">").replace("less than", "<")

@@ -24,6 +24,8 @@ import pyarrow as pa
 # Type hints with an Arrow type attached; plain `int` is int64, `float` double, `bool` boolean.
 Int32 = Annotated[int, pa.int32()]
 TextMap = Annotated[dict, pa.map_(pa.string(), pa.string())]
+IntMap = Annotated[dict, pa.map_(pa.string(), pa.int32())]
+TextList = Annotated[list, pa.list_(pa.string())]
 
 _PLAIN = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 
@@ -102,15 +104,21 @@ def to_batch(records: Iterable, schema: pa.Schema) -> pa.RecordBatch:
 
 def from_row(record_type: type, row: Mapping[str, Any]):
     """A record from a row that has (at least) its fields; map columns come back as dicts."""
+    maps = _map_fields(record_type)
     values = {}
     for f in dataclasses.fields(record_type):
         if f.metadata.get("flatten"):
             continue
         value = row.get(f.name)
-        if isinstance(value, list):  # Arrow hands a map back as a list of (key, value) pairs
+        if f.name in maps and isinstance(value, list):  # Arrow hands a map back as a list of (key, value) pairs
             value = dict(value)
         values[f.name] = value
     return record_type(**values)
+
+
+@functools.cache
+def _map_fields(record_type: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields_of(record_type) if pa.types.is_map(f.type))
 
 
 @dataclass(frozen=True)
@@ -232,11 +240,17 @@ class IndexedImage:
 
 @dataclass(frozen=True)
 class LinkedImage(IndexedImage):
-    """An indexed image with its patient's as-of clinical record (columns as the site names them)."""
+    """An indexed image with its patient's as-of clinical record (columns as the site names them) and, for the eye
+    the image shows, each eye field's latest value on or before the image's day (imaging/clinical_source.py)."""
 
     has_clinical_record: bool = False
     clinical_extract_date: str | None = None
     clinical: TextMap | None = None
+    eye: str | None = None  # R or L: the eye the image shows (ImageLaterality, else Laterality)
+    eye_reason: str | None = None  # why the image has no eye fields (imaging.clinical_source.EYE_REASONS)
+    eye_clinical: TextMap | None = None  # eye field -> its latest value for that eye (names as the source gives them)
+    eye_days_before: IntMap | None = None  # eye field -> days between that observation's day and the image's
+    eye_diagnoses: TextList | None = None  # diagnosis codes in force for that eye (or both) on the image's day
 
 
 @dataclass(frozen=True)
@@ -257,6 +271,9 @@ class ClinicalRow:
     row_number: Int32
     patient_id: str
     clinical: TextMap
+    # R, L or B: the row is an observation of that eye (its eye fields, names without a per-eye suffix); None: the
+    # patient's own record.
+    eye: str | None = None
 
 
 @dataclass(frozen=True)
@@ -312,10 +329,26 @@ class OptOutApplied:
 
 @dataclass(frozen=True)
 class ReleaseFile:
-    """A file copied into a release, with the checksum it was verified against."""
+    """A file copied into a release, with the checksum it was verified against (imaging/steps/release.py)."""
 
     path: str
     sha256: str
+    content_key: str | None = None  # what decided its bytes (imaging.steps.release.HeaderPlan.content_key)
+    written: int = 0  # bytes written for it: 0 when its bytes were shared from the object store
+    object_identity: str | None = None  # the stored object's identity once hashed (the store's index keeps it)
+    identity: str | None = None  # the release file's identity as placed (what the release's verification trusts)
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One row of the release object store's index (imaging/steps/objects.py): the object holding a content
+    key's released bytes, and its identity when it was last hashed. Partitioned by the cohort whose latest
+    build listed it."""
+
+    cohort: str
+    content_key: str
+    object_sha256: str
+    object_identity: str
 
 
 @dataclass(frozen=True)

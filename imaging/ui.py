@@ -110,3 +110,21 @@ def partition_path(prefix: str, asset: str, partition: str) -> str:
     if not re.fullmatch(r"[a-z_][a-z0-9_]*", asset):
         raise ValueError(f"not an asset key: {asset!r}")
     return f"{prefix}/assets/{asset}?view=partitions&partition={quote(partition, safe='')}"
+
+
+REVIEWS_PATH = "/reviews/"  # where the proxy serves the runs' review reports (platform/proxy/), below the UI's prefix
+
+
+def review_path(prefix: str, file_name: str) -> str:
+    """The address of a release's review report as the proxy serves it (identifiable/reviews/<file>), from the host's
+    root. The name is the platform's own (`<cohort>-<release id>.html`), never a value from a file."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*-[0-9a-f]{64}\.html", file_name):
+        raise ValueError(f"not a review report's name: {file_name!r}")
+    return f"{prefix}{REVIEWS_PATH}{file_name}"
+
+
+def run_path(prefix: str, run_id: str) -> str:
+    """The UI's page of a run, from the host's root."""
+    if not re.fullmatch(r"[0-9a-f-]{36}", run_id):
+        raise ValueError(f"not a run id: {run_id!r}")
+    return f"{prefix}/runs/{run_id}"

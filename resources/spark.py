@@ -190,7 +190,7 @@ class DriverJvm:
 
 
 def spark_config(master: str, env: Mapping[str, str] | None = None,
-                 archive: Path | None = DRIVER_ARCHIVE) -> dict[str, str]:
+                 archive: Path | None = DRIVER_ARCHIVE, jars: tuple[str, ...] = ()) -> dict[str, str]:
     """Spark defaults from `platform/spark.yaml`, with the master from IMAGING_SPARK_MASTER.
 
     `local[...]`, `spark://...` and `k8s://...` are classic masters (`spark.master`); `sc://...` makes
@@ -207,9 +207,11 @@ def spark_config(master: str, env: Mapping[str, str] | None = None,
     check_master(master, env)
     config = dict(load_as(SparkFile, "spark.yaml").root)  # every value a string, checked by the model
     config.pop("spark.master", None)
-    if is_connect(master):
+    if is_connect(master):  # a Connect server owns its classpath: its drivers are its own (docs/deployment.md)
         config["spark.remote"] = master
         return config
+    if jars:  # a clinical source's JDBC drivers (a running session gets them with ADD JAR: resources/clinical_source.py)
+        config["spark.jars"] = ",".join(filter(None, [config.get("spark.jars", ""), *jars]))
     config["spark.master"] = master
     if is_standalone(master):
         config.update(STANDALONE_SECURITY)

@@ -6,6 +6,7 @@ to check a pipeline's output against what the landing zone really holds.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 
 
@@ -49,6 +50,28 @@ class InstanceTruth:
     frames: int
 
 
+@dataclass(frozen=True)
+class EyeObservationTruth:
+    """What one extract row says of one eye (R, L or B: both): its values (names as written, without a per-eye
+    suffix), or one diagnosis code (`{"diagnosis_code": code}`, in `HospitalSummary.eye_diagnoses`)."""
+
+    site: str
+    date: str
+    patient_id: str
+    eye: str
+    values: dict
+
+
+@dataclass(frozen=True)
+class EyeTruth:
+    """What the link step should find for the eye an image shows: each field's latest value on or before the
+    image's day and how many days before, and the diagnosis codes in force (that eye's or both eyes')."""
+
+    values: dict
+    days_before: dict
+    diagnoses: tuple
+
+
 @dataclass
 class HospitalSummary:
     landing: str
@@ -63,6 +86,9 @@ class HospitalSummary:
     clinical_rows: dict[tuple[str, str], int] = field(default_factory=dict)
     clinical_records: dict[tuple[str, str], list[dict[str, str]]] = field(default_factory=dict)
     clinical_columns: dict[str, list[str]] = field(default_factory=dict)  # site -> header
+    patient_columns: dict[str, list[str]] = field(default_factory=dict)  # site -> the header's patient (not eye) columns
+    eye_observations: list[EyeObservationTruth] = field(default_factory=list)
+    eye_diagnoses: list[EyeObservationTruth] = field(default_factory=list)
     opted_out: list[str] = field(default_factory=list)  # patient ids on the generated opt-out list, if any
     _identifiers: set[str] = field(default_factory=set, repr=False)
 
@@ -82,11 +108,28 @@ class HospitalSummary:
         return None
 
     def expected_clinical(self, date: str, site: str, patient_id: str) -> dict[str, str] | None:
-        """The as-of clinical row (as written to the CSV) for an image, or None."""
+        """The as-of clinical row for an image, or None: the patient's own columns of its latest row in the latest
+        extract holding it (a row per eye repeats them), as written to the CSV."""
         day = self.expected_clinical_date(date, site, patient_id)
         if day is None:
             return None
-        return next(r for r in self.clinical_records[(day, site)] if r["patient_id"] == patient_id)
+        row = [r for r in self.clinical_records[(day, site)] if r["patient_id"] == patient_id][-1]
+        return {k: v for k, v in row.items() if k in self.patient_columns[site]}
+
+    def expected_eye(self, date: str, site: str, patient_id: str, eye: str) -> EyeTruth:
+        """The eye-level fields of an image of `eye` (R or L) taken on `date`: from the site's extracts dated on or
+        before it, observations of that eye or of both."""
+        latest: dict[str, tuple[str, str]] = {}
+        for o in self.eye_observations:
+            if o.site == site and o.patient_id == patient_id and o.eye in (eye, "B") and o.date <= date:
+                for name, value in o.values.items():
+                    if name not in latest or latest[name][0] <= o.date:
+                        latest[name] = (o.date, value)
+        codes = {o.values["diagnosis_code"] for o in self.eye_diagnoses if o.site == site and
+                 o.patient_id == patient_id and o.eye in (eye, "B") and o.date <= date}
+        days = {name: (dt.date.fromisoformat(date) - dt.date.fromisoformat(day)).days
+                for name, (day, _) in latest.items()}
+        return EyeTruth({name: value for name, (_, value) in latest.items()}, days, tuple(sorted(codes)))
 
     @property
     def unmatched_images(self) -> list[InstanceTruth]:

@@ -13,6 +13,8 @@ machine (CI installs them all: see `.ci/run`).
 - `gcs_emulator`: the `gcp-storage-emulator` package's server (the GCS JSON API), in memory.
 - `postgres_server`: Debian's PostgreSQL, `initdb` + `postgres` on a temporary data directory, run
   as the `postgres` user (both refuse to run as root) when the tests run as root.
+- `mariadb_server`: Debian's MariaDB, `mariadb-install-db` + `mariadbd` on a temporary data directory, the
+  server run as the `mysql` user (`--user`), on loopback; its root reaches it through the socket only.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -361,7 +363,8 @@ def gcs_emulator(project: str = "imaging-test", timeout: float = 30) -> Iterator
 
 @dataclass(frozen=True)
 class PostgresServer:
-    """A running PostgreSQL server with one database; `environment()` is what the instance yaml reads."""
+    """A running PostgreSQL server with one database; `environment()` is what the instance yaml reads. `log` is the
+    server's log (its statements too, when started with `log_statement=all`); `stop()` stops it for good."""
 
     host: str
     port: int
@@ -369,6 +372,31 @@ class PostgresServer:
     password: str
     database: str
     bin_dir: Path
+    log: Path | None = None
+    process: subprocess.Popen | None = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:  # never show the password
+        return f"PostgresServer({self.host}:{self.port}/{self.database})"
+
+    def stop(self) -> None:
+        """A fast shutdown (SIGINT), waited for: the server no longer answers."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                stop_process(self.process)
+
+    def execute(self, script: str) -> None:
+        """Run a script of statements (DDL, inserts) in one transaction."""
+        import psycopg2
+
+        with contextlib.closing(psycopg2.connect(host=self.host, port=self.port, user=self.user,
+                                                 password=self.password, dbname=self.database)) as conn:
+            with conn.cursor() as cursor:
+                cursor.execute(script)
+            conn.commit()
 
     def environment(self) -> dict[str, str]:
         return {
@@ -415,8 +443,10 @@ def _as_server_user(argv: list[str]) -> tuple[list[str], str | None]:
 
 
 @contextlib.contextmanager
-def postgres_server(database: str = "dagster", timeout: float = 60) -> Iterator[PostgresServer]:
-    """initdb + postgres on a temporary data dir, listening on 127.0.0.1 only, password login."""
+def postgres_server(database: str = "dagster", timeout: float = 60,
+                    settings: dict[str, str] | None = None) -> Iterator[PostgresServer]:
+    """initdb + postgres on a temporary data dir, listening on 127.0.0.1 only, password login; `settings` are
+    further server settings (`-c name=value`), e.g. `log_statement=all`."""
     bin_dir = postgres_bin_dir()
     if bin_dir is None:
         raise RuntimeError("PostgreSQL server binaries not found (Debian: apt-get install postgresql)")
@@ -440,14 +470,15 @@ def postgres_server(database: str = "dagster", timeout: float = 60) -> Iterator[
         raise RuntimeError(f"initdb failed: {done.stdout}\n{done.stderr}")
     serve, _ = _as_server_user([str(bin_dir / "postgres"), "-D", str(data), "-h", LOOPBACK, "-p", str(port),
                                 "-k", str(sockets), "-c", "fsync=off", "-c", "synchronous_commit=off",
-                                "-c", "full_page_writes=off"])
+                                "-c", "full_page_writes=off",
+                                *(a for k, v in (settings or {}).items() for a in ("-c", f"{k}={v}"))])
     log = workdir / "postgres.log"
     log.touch()
     if run_as:
         os.chown(log, pwd.getpwnam(run_as).pw_uid, pwd.getpwnam(run_as).pw_gid)
     proc = start_process(serve, log, cwd=workdir)
     server = PostgresServer(host=LOOPBACK, port=port, user=user, password=password, database=database,
-                            bin_dir=bin_dir)
+                            bin_dir=bin_dir, log=log, process=proc)
     try:
         wait_until(lambda: port_open(port), "PostgreSQL", timeout, [log], alive=lambda: proc.poll() is None)
         created = subprocess.run([str(bin_dir / "createdb"), "-h", LOOPBACK, "-p", str(port), "-U", user, database],
@@ -464,6 +495,87 @@ def postgres_server(database: str = "dagster", timeout: float = 60) -> Iterator[
             proc.wait(20)
         except subprocess.TimeoutExpired:
             stop_process(proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --- MariaDB ------------------------------------------------------------------------------------
+
+
+MARIADBD = "/usr/sbin/mariadbd"
+MARIADB_INSTALL_DB = "mariadb-install-db"
+
+
+def mariadb_available() -> bool:
+    return Path(MARIADBD).exists() and shutil.which(MARIADB_INSTALL_DB) is not None and shutil.which("mariadb") is not None
+
+
+@dataclass(frozen=True)
+class MariaDbServer:
+    """A running MariaDB server with one database and one password user on loopback; the tests' own root statements
+    go through the socket (`execute`, `query`); `stop()` stops it for good."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+    socket: Path
+    process: subprocess.Popen | None = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:  # never show the password
+        return f"MariaDbServer({self.host}:{self.port}/{self.database})"
+
+    def _client(self, sql: str, *flags: str) -> str:
+        done = subprocess.run(["mariadb", "--no-defaults", "-S", str(self.socket), "-u", "root", *flags, self.database],
+                              input=sql, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"mariadb: {done.stderr.strip()}")
+        return done.stdout
+
+    def execute(self, script: str) -> None:
+        self._client(script)
+
+    def query(self, sql: str) -> list[tuple]:
+        return [tuple(line.split("\t")) for line in self._client(sql, "--batch", "--skip-column-names").splitlines()]
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process)
+
+
+@contextlib.contextmanager
+def mariadb_server(database: str = "epr", timeout: float = 60) -> Iterator[MariaDbServer]:
+    """mariadb-install-db + mariadbd on a temporary data dir, run as `mysql` when the tests run as root (the server
+    refuses root otherwise), listening on 127.0.0.1 only; one database and a user with a password."""
+    workdir = Path(tempfile.mkdtemp(prefix="mariadb-"))
+    data, sock, port = workdir / "data", workdir / "mariadb.sock", free_port()
+    user, password = "imaging", "test-only-mariadb-password"
+    as_user = ["--user=mysql"] if os.geteuid() == 0 else []
+    if as_user:
+        record = pwd.getpwnam("mysql")
+        os.chown(workdir, record.pw_uid, record.pw_gid)
+    done = subprocess.run([MARIADB_INSTALL_DB, "--no-defaults", f"--datadir={data}", *as_user,
+                           "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve"],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise RuntimeError(f"mariadb-install-db failed: {done.stdout}\n{done.stderr}")
+    log = workdir / "mariadb.log"
+    proc = start_process([MARIADBD, "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--port={port}",
+                          f"--bind-address={LOOPBACK}", *as_user, "--skip-log-bin", "--skip-name-resolve",
+                          "--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M",
+                          "--innodb-flush-log-at-trx-commit=0", f"--pid-file={workdir / 'mariadb.pid'}",
+                          f"--log-error={log}"], workdir / "out.log", cwd=workdir)
+    server = MariaDbServer(LOOPBACK, port, user, password, database, sock, proc)
+    try:
+        wait_until(lambda: port_open(port) and sock.exists(), "MariaDB", timeout, [log],
+                   alive=lambda: proc.poll() is None)
+        setup = MariaDbServer(LOOPBACK, port, user, password, "mysql", sock)
+        setup.execute(f"CREATE DATABASE {database}; CREATE USER '{user}'@'{LOOPBACK}' IDENTIFIED BY '{password}'; "
+                      f"GRANT ALL ON {database}.* TO '{user}'@'{LOOPBACK}';")
+        yield server
+    finally:
+        stop_process(proc)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -619,4 +731,11 @@ def orthanc():
 def postgres():
     skip_unless(postgres_bin_dir() is not None, "PostgreSQL server is not installed (apt-get install postgresql)")
     with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def mariadb():
+    skip_unless(mariadb_available(), "MariaDB server is not installed (apt-get install mariadb-server)")
+    with mariadb_server() as server:
         yield server

@@ -109,7 +109,9 @@ def _table_attributes(ds: Dataset, planter: Planter, meta: FileMetaDataset | Non
             ds.add_new(tag, vr, planter.value(tag, vr))
 
 
-def planted(syntax=ExplicitVRLittleEndian) -> tuple[bytes, Planter]:
+def planted(syntax=ExplicitVRLittleEndian, laterality: str | None = None) -> tuple[bytes, Planter]:
+    """A file with a unique planted value in every attribute of the table; with `laterality`, its ImageLaterality
+    is that eye instead (so that an eye-level cohort can select it)."""
     planter = Planter()
     meta = FileMetaDataset()
     ds = Dataset()
@@ -138,6 +140,8 @@ def planted(syntax=ExplicitVRLittleEndian) -> tuple[bytes, Planter]:
     meta.MediaStorageSOPInstanceUID = ds.SOPInstanceUID
     meta.TransferSyntaxUID = syntax
     ds.file_meta = meta
+    if laterality is not None:
+        ds.ImageLaterality = laterality
     buffer = io.BytesIO()
     dcmwrite(buffer, ds, enforce_file_format=True)
     return buffer.getvalue(), planter

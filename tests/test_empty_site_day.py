@@ -74,9 +74,9 @@ def test_empty_site_day_starts_no_spark_and_reports_every_check(defs, sessions_m
     metadata = {m.asset_key.path[-1]: {k: v.value for k, v in m.metadata.items()}
                 for m in (e.materialization for e in result.get_asset_materialization_events())}
     assert set(metadata) == set(ASSETS)
-    assert metadata["raw_image_index"]["files_in"] == 0 and metadata["raw_image_index"]["spark_tasks"] == 0
+    assert metadata["raw_image_index"]["files_in"] == 0 and metadata["raw_image_index"]["run/spark_tasks"] == 0
     assert metadata["linked_patient_metadata"]["dagster/row_count"] == 0
-    assert metadata["anonymized_images"]["files_in"] == 0 and metadata["anonymized_images"]["spark_tasks"] == 0
+    assert metadata["anonymized_images"]["files_in"] == 0 and metadata["anonymized_images"]["run/spark_tasks"] == 0
     assert all(m["table_unchanged"] and m["quality_checks_failed"] == [] for m in metadata.values())
     # The key's fingerprint, as on the Spark path (assets record it on both), never the key.
     from imaging.pseudonym import key_fingerprint
@@ -160,6 +160,11 @@ def test_empty_site_day_empties_stale_partitions_through_the_journal(defs, sessi
             assert [r.status for r in records] != [AssetCheckExecutionRecordStatus.PLANNED], (asset, name)
 
 
+# The link step's eye observations (assets/linkage.py eye_as_of).
+OBSERVATIONS = ("_origin string, patient_id string, eye string, observed_at timestamp_ntz, _tie int, "
+                "clinical map<string,string>")
+
+
 def test_empty_day_outcomes_equal_sparks_on_empty_frames():
     """The declared empty-day figures (imaging/steps/declared.py) are what `assets/quality.py` computes on
     Spark over frames with no row, check for check and in the declared order."""
@@ -192,7 +197,9 @@ def test_empty_day_outcomes_equal_sparks_on_empty_frames():
         q.LINKED: [q.images_linked_accounted(index, linked, empty(LINK_QUARANTINE.schema), ctx),
                    *q.linkage_fan_out(index, clinical, policy, ctx), q.placeholder_keys(index, clinical, ctx),
                    q.images_per_clinical_key(index, ctx), q.unlinked_share(linked, ctx),
-                   q.study_before_birth(linked, policy, ctx), *q.column_rules(linked, q.LINKED, ctx)],
+                   q.study_before_birth(linked, policy, ctx),
+                   q.eye_observations_per_patient_day(index, session.createDataFrame([], OBSERVATIONS), [], ctx),
+                   q.stale_eye_observations(linked, ctx), *q.column_rules(linked, q.LINKED, ctx)],
         q.ANONYMIZED: [q.images_accounted(linked, published, quarantined, {KEY: "batch"}, ctx),
                        q.manifest_files(published, str(WAREHOUSE / "deidentified"), ctx),
                        *q.column_rules(published, q.ANONYMIZED, ctx)],

@@ -34,7 +34,8 @@ from test_deid_planted import TOKEN, UID_ROOT, _allowed, _survivors, planted
 MANIFEST = manifest(load_clinical_policy())
 
 CLINICAL_LEAKS = {"full_name": "Zebedee LEAKCLIN01", "nhs_number": "LEAKCLIN02", "address": "1 LEAKCLIN03 Road",
-                  "notes": "seen by LEAKCLIN04", "favourite_colour": "LEAKCLIN05", "postcode": "LEAKCLIN06"}
+                  "notes": "seen by LEAKCLIN04", "favourite_colour": "LEAKCLIN05", "postcode": "LEAKCLIN06",
+                  "comments_left": "LEAKCLIN07"}  # free text of one eye: never an eye field
 FOLDER, FILE = "LEAKPATH01", "LEAKPATH02.dcm"
 
 
@@ -46,7 +47,7 @@ def run(tmp_path_factory, defs):
     root = tmp_path_factory.mktemp("leak")
     day = root / "landing/images" / SITES[0] / DATES[0]
     (day / FOLDER).mkdir(parents=True)
-    source, planter = planted()
+    source, planter = planted(laterality="R")  # an image of one eye: amd-oct selects on the imaged eye's diagnoses
     (day / FOLDER / FILE).write_bytes(source)
     shipped = [s.path for s in source_files()]
     for number, path in enumerate(shipped):
@@ -56,7 +57,7 @@ def run(tmp_path_factory, defs):
         ds = pydicom.dcmread(io.BytesIO(source))
     study = dt.datetime.strptime(ds.StudyDate, "%Y%m%d").date()
     clinical = {"patient_id": ds.PatientID, "date_of_birth": study.replace(year=study.year - 60).isoformat(),
-                "sex": "F", "diagnosis_code": "H35.31", **CLINICAL_LEAKS}
+                "sex": "F", "diagnosis_code": "H35.31", "diagnosis_code_right": "H35.31", **CLINICAL_LEAKS}
     extract = root / "landing/clinical" / SITES[0] / f"{DATES[0]}.csv"
     extract.parent.mkdir(parents=True)
     extract.write_text(",".join(clinical) + "\n" + ",".join(clinical.values()) + "\n")

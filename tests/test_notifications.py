@@ -158,19 +158,53 @@ def test_a_failed_error_check_is_sent_once_from_the_next_tick_on(receivers):
 def test_nothing_is_sent_without_a_channel_and_the_sensors_are_off_by_default(monkeypatch):
     from dagster import DagsterInstance, DefaultSensorStatus, build_sensor_context
 
-    from automation.notify import NOTIFY_SENSORS, current_ui, notify_failed_checks
+    import importlib
+
+    import automation.notify
 
     monkeypatch.delenv("IMAGING_PLATFORM_DIR", raising=False)
+    # The descriptions say where messages go as the code location loads platform/ui.yaml: loaded again here.
+    NOTIFY_SENSORS = importlib.reload(automation.notify).NOTIFY_SENSORS
+    from automation.notify import channels, current_ui, notify_failed_checks
+
     for sensor in NOTIFY_SENSORS:
         assert sensor.default_status == DefaultSensorStatus.STOPPED
+        # What the sensor's page and the Automation view show: where messages go, here nowhere.
+        assert sensor.description.startswith("Where: no channel configured in platform/ui.yaml")
     assert not current_ui().notifications.configured  # the shipped platform/ui.yaml configures none
+    assert "failures go nowhere" in channels(current_ui())
     with DagsterInstance.ephemeral() as instance:
         context = build_sensor_context(instance=instance)
         notify_failed_checks(context)
         _defs().resolve_job_def("checks").execute_in_process(instance=instance, partition_key=SITE_DAY,
                                                              raise_on_error=False)
         skipped = notify_failed_checks(context)
-    assert "1 failed ERROR checks; no notification channel in platform/ui.yaml" in skipped.skip_message
+    assert "1 failed ERROR checks; no channel configured in platform/ui.yaml" in skipped.skip_message
+
+
+@pytest.mark.parametrize("cursor", ["", " ", "abc", "-3", "12.5"])
+def test_a_preview_with_any_cursor_starts_from_now_without_an_error(cursor):
+    """The UI's sensor Preview passes whatever cursor is typed (an empty one included): never a stack trace."""
+    from dagster import DagsterInstance, build_sensor_context
+
+    from automation.notify import notify_failed_checks
+
+    with DagsterInstance.ephemeral() as instance:
+        skipped = notify_failed_checks(build_sensor_context(instance=instance, cursor=cursor))
+    assert "from now on" in skipped.skip_message
+
+
+def test_the_description_names_the_channels_never_a_secret():
+    from automation.notify import channels
+    from imaging.config_model import validate
+    from imaging.ui import UiFile
+
+    ui = validate(UiFile, {"notifications": {
+        "smtp": {"host": "smtp.example.org", "sender": "d@example.org", "to": ["a@example.org", "b@example.org"],
+                 "password_env": "IMAGING_SMTP_PASSWORD"},
+        "webhook": {"url": "https://chat.example.org/hooks/imaging-secret-path", "token_env": "T"}}}, "ui.yaml")
+    said = channels(ui)
+    assert said == "sends to SMTP smtp.example.org:587 to 2 addresses and webhook chat.example.org (platform/ui.yaml)"
 
 
 def test_the_file_refuses_a_secret_in_a_url():

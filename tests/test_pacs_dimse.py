@@ -474,6 +474,41 @@ def test_storescu_is_a_second_sender_and_an_unlisted_ae_title_or_a_bad_date_is_r
     assert "20241341" not in log and str(ds.SOPInstanceUID) not in log and str(ds.PatientID) not in log
 
 
+def test_hostile_values_pushed_to_imaging_receive_never_reach_its_log(uploaded, receiver, receiver_port):
+    """pydicom's validation warnings quote the value they find wrong: an instance pushed with a malformed SOP
+    Instance UID, a hostile StudyDate and identifiers in its header is refused, and the receiver's log (its
+    stdout and stderr) holds its AE title and a fixed reason, never one of those values."""
+    import pydicom
+    from pynetdicom import AE
+
+    from imaging.deid.quiet import quiet
+
+    marker = "NHS9434765919"
+    hostile = {"SOPInstanceUID": f"1.2.826.{marker}", "StudyDate": f"2024{marker}", "PatientID": marker,
+               "PatientName": f"Doe^{marker}", "StudyInstanceUID": f"9.{marker}.x"}
+    _, (_, path) = sorted(uploaded.items())[0]
+    ds = pydicom.dcmread(path)
+    with quiet():  # the test's own process: pydicom warns as the values are set and sent
+        for keyword, value in hostile.items():
+            setattr(ds, keyword, value)
+        ds.file_meta.MediaStorageSOPInstanceUID = hostile["SOPInstanceUID"]
+    before = receiver["log"].read_text()
+    ae = AE(ae_title=PUSHER)
+    ae.add_requested_context(ds.SOPClassUID, ds.file_meta.TransferSyntaxUID)
+    association = ae.associate(LOOPBACK, receiver_port, ae_title=RECEIVER)
+    assert association.is_established
+    try:
+        with quiet():
+            status = association.send_c_store(ds)
+    finally:
+        association.release()
+    assert status is not None and status.Status != 0x0000
+    time.sleep(0.5)
+    log = receiver["log"].read_text()[len(before):]
+    assert f"refused an instance from AE {PUSHER}" in log, log
+    assert marker not in log and "Doe^" not in log, log
+
+
 # --- TLS ------------------------------------------------------------------------------------------------------
 
 def certificates(folder: Path) -> dict[str, Path]:

@@ -197,3 +197,91 @@ def test_each_cohort_is_its_own_partition_with_its_review(warehouse, instance):
                 AssetCheckKey(AssetKey("published_cohort"), check), limit=1, partition_filter=PartitionKeyFilter(key=cohort))
             assert record.event.dagster_event.event_specific_data.passed, (cohort, check)
             assert record.event.timestamp >= records[0].timestamp
+
+
+def test_each_site_day_lists_its_quarantined_files_by_token_and_the_command_resolves_them(warehouse, instance,
+                                                                                         capsys):
+    """A site-day's page lists its quarantined files (a keyed token, size, sha256, reason, the step), never a path;
+    `imaging-quarantine <date|site>` (an operator, the identifiable zone) resolves each token to its landing path."""
+    import re
+
+    from conftest import ROOT as root
+    from imaging.quarantine import main, read_token_key
+
+    listed = 0
+    for asset in ASSETS:
+        for p in PARTITIONS:
+            m = latest(instance, asset, p).asset_materialization.metadata
+            if not m["quarantined"].value:
+                assert "quarantined_files" not in m, (asset, p)  # clean site-days carry no list
+                continue
+            rows = [r.data for r in m["quarantined_files"].value.records]
+            assert 0 < len(rows) <= 100 and len(rows) <= m["quarantined"].value, (asset, p)
+            text = repr(rows)
+            assert "/" not in text.replace("quarantine/", "") and str(root) not in text, rows
+            for row in rows:
+                assert re.fullmatch(r"[0-9a-f]{16}", row["token"]) and re.fullmatch(r"[0-9a-f]{64}|None",
+                                                                                    str(row["sha256"]))
+            capsys.readouterr()
+            assert main([p, "--warehouse", str(warehouse)]) == 0
+            out = capsys.readouterr().out.splitlines()
+            assert out[0].startswith("# IDENTIFIABLE: landing paths")
+            paths = {line.split("\t")[0]: line.split("\t")[-1] for line in out[1:]}
+            for row in rows:  # every token on the page is a file of this site-day, with its path
+                assert row["token"] in paths and paths[row["token"]].startswith(str(root)), (row, paths)
+            listed += len(rows)
+    assert listed, "the session world quarantines broken files in every site-day"
+    assert read_token_key(str(warehouse)) is not None
+    token = next(iter(paths))
+    capsys.readouterr()
+    assert main([token, "--warehouse", str(warehouse)]) == 0  # one token, from the UI, to its file
+    assert capsys.readouterr().out.splitlines()[1].split("\t")[-1] == paths[token]
+
+
+def test_a_rerun_that_changes_nothing_leaves_every_cohort_synced(warehouse, instance, defs):
+    """A cohort partition is unsynced only when a site-day it read has a new data version: re-materializing a
+    site-day with the same inputs gives it the same version, and every cohort stays synced."""
+    from assets.partitions import COHORTS
+    from conftest import run_assets
+
+    def unsynced() -> set[str]:
+        resolver = CachingStaleStatusResolver(instance, defs.resolve_asset_graph(), LoadingContextForTest(instance))
+        return {c for c in COHORTS.get_partition_keys()
+                if resolver.get_status(AssetKey("published_cohort"), c) != StaleStatus.FRESH}
+
+    assert unsynced() == set(), "synced after the world's publication"
+    again = f"{DATES[0]}|{SITES[1]}"  # a site-day no other test of this file changes
+    before = latest(instance, "anonymized_images", again)
+    run_assets(defs, ["anonymized_images"], (again, again), instance=instance)
+    after = latest(instance, "anonymized_images", again)
+    assert after.storage_id > before.storage_id
+    assert after.asset_materialization.tags["dagster/data_version"] == \
+        before.asset_materialization.tags["dagster/data_version"]
+    assert unsynced() == set()
+
+
+def test_each_cohort_version_has_one_opt_out_table_with_the_same_numbers_everywhere(warehouse, instance):
+    """The opt-out table of a cohort version: the same rows and numbers in the metadata (`optout_table`), the
+    Markdown review and the HTML review the run wrote (and the UI links, `review_html`)."""
+    import html
+    import re
+
+    from assets.partitions import COHORTS
+
+    for cohort in COHORTS.get_partition_keys():
+        (record,) = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey("published_cohort"), asset_partitions=[cohort]), limit=1).records
+        m = record.asset_materialization.metadata
+        rows = [(r.data["what"], r.data["images"], r.data["patients"]) for r in m["optout_table"].value.records]
+        assert len(rows) == 4 and rows[1][1:] == (m["optout_excluded"].value["images"],
+                                                  m["optout_excluded"].value["patients"])
+        cell = lambda v: "-" if v is None else str(v)  # noqa: E731
+        markdown = m["review"].value
+        for what, images, patients in rows:
+            assert f"| {what} | {cell(images)} | {cell(patients)} |" in markdown, (cohort, what)
+        link = m["review_html"].value
+        assert re.fullmatch(rf"/reviews/{cohort}-[0-9a-f]{{64}}\.html", link) and f"]({link})" in markdown
+        page = html.unescape((warehouse / "identifiable" / "reviews" / link.rsplit("/", 1)[1]).read_text())
+        table = page.split('id="optout-table"', 1)[1].split("</table>", 1)[0]
+        shown = [re.findall(r"<td>(.*?)</td>", row) for row in table.split("<tr>")[2:]]
+        assert shown == [[what, cell(images), cell(patients)] for what, images, patients in rows], (cohort, shown)

@@ -1,6 +1,7 @@
 """End to end on real Spark and real DICOM: landing -> index -> linked -> anonymized -> cohort."""
 
 import os
+import re
 from pathlib import Path
 
 import pyarrow.dataset as pads
@@ -9,7 +10,7 @@ import pydicom
 import pytest
 
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINKED,
-                               RAW_IMAGE_INDEX, manifest)
+                               RAW_IMAGE_INDEX, REVIEWS, manifest)
 from imaging.driver.platform_files import load_clinical_policy
 
 from conftest import DATES, ROOT, SITES, run_assets
@@ -71,6 +72,42 @@ def test_linked_rows_carry_the_as_of_clinical_record(hospital, warehouse):
     assert seen_without and seen_earlier  # both as-of cases really occurred
 
 
+def test_linked_rows_carry_their_own_eyes_latest_values(hospital, warehouse):
+    """Each image's eye fields are its own eye's (site-a's per-eye column pairs, site-b's rows per eye with OU rows
+    counting for both eyes): the latest of each field on or before its day, with the days between, and the
+    diagnoses in force for that eye; the manifest releases them through the policy."""
+    linked = table(warehouse / LINKED.path)
+    truth = {i.sop_instance_uid: i for i in hospital.instances}
+    seen = {"earlier": 0, "both_eyes_dx": 0, "eyes_differ": 0, "no_observation": 0}
+    for row in linked:
+        image = truth[row["sop_instance_uid"]]
+        want = hospital.expected_eye(row["date"], row["site"], row["patient_id"], image.laterality)
+        assert row["eye"] == image.laterality
+        assert dict(row["eye_clinical"] or {}) == want.values, row["source_path"]
+        assert dict(row["eye_days_before"] or {}) == want.days_before
+        assert tuple(row["eye_diagnoses"] or ()) == want.diagnoses
+        assert row["eye_reason"] == (None if want.values else "no observation of the imaged eye on or before the image's day")
+        other = hospital.expected_eye(row["date"], row["site"], row["patient_id"], "L" if image.laterality == "R" else "R")
+        seen["earlier"] += any(d > 0 for d in want.days_before.values())
+        seen["both_eyes_dx"] += "E11.3" in want.diagnoses
+        seen["eyes_differ"] += bool(want.values) and other.values != want.values
+        seen["no_observation"] += not want.values
+    assert all(seen.values()), seen  # every case really occurred
+
+    released = {r["sop_instance_uid"]: r for r in table(warehouse / MANIFEST.path)}
+    ledger = {r["source_path"]: r["output_path"] for r in table(warehouse / LEDGER.path)}
+    by_output = {r["output_path"]: r for r in released.values()}
+    for row in linked:
+        out = by_output.get(ledger.get(row["source_path"]))
+        if out is None:
+            continue  # held back (opted out, text in pixels)
+        values = dict(row["eye_clinical"] or {})
+        acuity = values.get("visual_acuity_logmar", values.get("va_logmar"))
+        assert out["eye"] == row["eye"]
+        assert out["eye_visual_acuity_logmar"] == (float(acuity) if acuity else None)
+        assert out["eye_diagnosis_codes"] == (";".join(row["eye_diagnoses"]) or None if row["eye_diagnoses"] else None)
+
+
 def deidentified_files(warehouse):
     return [p for p in (warehouse / "deidentified").rglob("*") if p.is_file() and "_staging" not in p.parts]
 
@@ -116,7 +153,9 @@ def test_release_verifies_and_holds_only_the_cohort(warehouse):
     release = warehouse / Path(COHORTS.path) / "amd-oct/v1"
     assert verify_release(str(release)) == []
     rows = table(release / "metadata.parquet")
-    assert rows and all(r["modality"] == "OPT" and r["diagnosis_code"].startswith("H35.3")
+    # Selected by the imaged eye's own diagnoses (an eye-level cohort), and the release says which eye each image shows.
+    assert rows and all(r["modality"] == "OPT" and r["eye"] in ("R", "L")
+                        and any(c.startswith("H35.3") for c in r["eye_diagnosis_codes"].split(";"))
                         and 50 <= int(r["age_band"].split("-")[0].rstrip("+")) <= 90 for r in rows)
     assert len(rows) == len(list((release / "images").rglob("*.dcm")))
     assert (release / "metadata.csv").read_text().count("\n") == len(rows) + 1
@@ -135,17 +174,25 @@ def test_tampered_release_is_detected(warehouse, tmp_path):
 
 
 RUN_FACTS = ["run_id", "run_started_at"]  # provenance columns of the ledger: which run wrote a row
+RUN_ID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# The review report's own sha256 covers the runs it names, so it moves with them.
+REPORT_SHA = re.compile(rb"(review report sha256[^<]*</td><td>)[0-9a-f]{64}")
 
 
 def snapshot(root: Path) -> dict:
-    """Every file by bytes; ledger files by rows without the run facts (a re-run is a new run)."""
+    """Every file by bytes; ledger files by rows without the run facts (a re-run is a new run); review reports
+    with the runs they name (and so their own sha256) masked: a review shows which run wrote each file."""
     out = {}
     for p in sorted(root.rglob("*")):
         if not p.is_file():
             continue
         name = str(p.relative_to(root))
-        out[name] = (pq.read_table(p).drop_columns(RUN_FACTS).to_pylist() if name.startswith(LEDGER.path + "/")
-                     else p.read_bytes())
+        if name.startswith(LEDGER.path + "/"):
+            out[name] = pq.read_table(p).drop_columns(RUN_FACTS).to_pylist()
+        elif name.startswith(REVIEWS.path + "/"):
+            out[name] = REPORT_SHA.sub(rb"\1<sha>", RUN_ID.sub(b"<run>", p.read_bytes()))
+        else:
+            out[name] = p.read_bytes()
     return out
 
 

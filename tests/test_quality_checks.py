@@ -88,7 +88,8 @@ class Hospital:
 
     def record(self, day, site, patient, name, birth):
         number = 1 + sum(1 for r in self.clinical if r[0] == site and r[1] == day)
-        self.clinical.append((site, day, number, patient, {"full_name": name, "date_of_birth": birth, "sex": "F"}))
+        self.clinical.append((site, day, number, patient, {"full_name": name, "date_of_birth": birth, "sex": "F"},
+                              None))  # eye: None, the patient's own record
 
     def index(self, spark):
         return spark.createDataFrame([tuple(r[f] for f in INDEX_FIELDS) for r in self.images],
@@ -232,7 +233,14 @@ def test_great_expectations_suites_pass_clean_and_fail_without_quoting_values(sp
     assert warnings.details["unexpected expect_column_values_to_be_in_set(laterality)"] == 1
     assert no_raw_identifier(errors, hospital.images[0]["patient_id"], "not-a-digest")
     clean = Hospital()
-    linked = as_of_join(clean.index(spark), clean.extracts(spark)).select(*LINKED.columns)
+    from pyspark.sql import functions as F
+
+    from assets.clinical_read import extract_eye_rows
+    from assets.linkage import with_eyes
+
+    observations, diagnoses = extract_eye_rows(clean.extracts(spark), ())  # as the link step derives them
+    linked = with_eyes(as_of_join(clean.index(spark), clean.extracts(spark)), observations, diagnoses,
+                       F.col("site")).select(*LINKED.columns)
     assert all(o.passed for o in q.column_rules(linked, "linked_patient_metadata", CTX))
 
 

@@ -133,18 +133,27 @@ def published(flow):
 
 
 def test_review_traces_a_published_image_to_its_landing_file_and_run(flow, published, monkeypatch, capsys):
+    from imaging.quarantine import ensure_token_key, file_token
+
     hospital, warehouse, built, _ = flow
+    token_key = ensure_token_key(warehouse, "review-test-key-" + "k" * 20)  # as a run records it
     image = sorted(published.rglob("*.dcm"))[0]
     inner = str(image.relative_to(published))
     record = next(r for r in hospital.ledger if r.output_path.endswith("/" + image.name))
     code, out, _ = review_cli([str(image)], monkeypatch, capsys, warehouse)
     assert code == 0, out
     assert f"File      {inner}" in out and built.release_id in out
-    assert f"landing  {record.source_path}  sha256 {record.source_sha256} (verified)" in out
+    # The landing file by its keyed token and sha256, never its path (unless asked, below).
+    token = file_token(token_key, record.source_path)
+    assert f"landing  file {token}  sha256 {record.source_sha256} (verified)" in out
+    assert record.source_path not in out and str(hospital.root / "landing") not in out
     assert f"run {record.run_id} (started {record.run_started_at})  partition {record.date}|{SITE}" in out
     assert record.run_id in RUN_IDS.values() and "Approvals 2 of 2 required" in out
     assert "read from APPROVAL.json and the approval store" in out and "Result    VERIFIED" in out
     assert out.count("landing  ") == 1  # one file reviewed, one trace
+    code, shown, _ = review_cli([str(image), "--identifiable"], monkeypatch, capsys, warehouse)
+    assert code == 0 and shown.startswith("IDENTIFIABLE VIEW") and f"  {token}  {record.source_path}" in shown
+    assert shown.split("Review report sha256 ")[1].split()[0] == out.split("Review report sha256 ")[1].split()[0]
 
     whole = review(str(published), warehouse)
     assert whole.ok and len(whole.traces) == 9 and {t.landing for t in whole.traces} == {"verified"}

@@ -74,6 +74,10 @@ def test_report_renders_the_lineage_graph_in_chromium(tmp_path):
         masked = driver.execute_script(
             "return document.querySelectorAll('#lineage-graph path.edge[data-masked=\"true\"]').length;")
         assert 0 < masked < edges
+        # The page fits a 1,280 px window: nothing (a caption, a cell, the drawing) makes it scroll sideways.
+        driver.set_window_size(1280, 1000)
+        width = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth];")
+        assert width[0] <= width[1] <= 1280, width
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = ARTIFACTS / "review-report.png"
         driver.set_window_size(1400, int(driver.execute_script("return document.body.scrollHeight;")) + 40)

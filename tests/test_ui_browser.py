@@ -16,14 +16,22 @@ and share one browser, as an operator would, following docs/ui.md's recipes:
    the three assets become unsynced, and the partition's page says so;
 8. publish every cohort (job `publish`, a backfill of every cohort partition, one run): each is held with its
    own state and review; the Overview shows the runs;
-9. a reviewer, through the authenticating proxy (nginx, TLS, a login), opens a held cohort's review, reads its
-   verdict and site-days and follows one to its page.
+9. a reviewer, through the authenticating proxy (nginx, TLS, a reviewer's login, a read-only webserver), opens a
+   held cohort's review, reads its verdict and site-days, follows one to its page and the link to the whole review
+   (contact sheet, opt-out table; it fits a 1,280 px window), and cannot launch anything: each kind refused in words;
+10. an operator, through the same proxy, turns a failure sensor on (its page says where messages go), lists a
+   site-day's quarantined files by token, re-runs a site-day that changed nothing from the UI (every cohort stays
+   synced), previews a sensor with an empty cursor (no error), and a failed run's notice reaches the SMTP sink.
+
+The world's landing folders are named after patients (hospital numbers), as some exports are: nothing a reviewer
+sees names one.
 
 Every step saves a screenshot under `tests/artifacts/ui-browser/` (or $UI_SCREENSHOTS); the folder is printed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -61,8 +69,9 @@ DIALOG = "//*[@role='dialog'][.//*[contains(text(), 'Launch runs to materialize'
 class UI:
     """The browser, the server and the screenshot folder, shared by the steps."""
 
-    def __init__(self, driver, server: DagsterProcess, shots: Path, root: Path):
+    def __init__(self, driver, server: DagsterProcess, shots: Path, root: Path, world=None):
         self.driver, self.server, self.shots, self.root = driver, server, shots, root
+        self.server_world = world  # tests/dagster_server.py SharedDagsterDev: the reviewers' server, the mail sink
         self.step = 0
         self.facts: dict[str, str] = {}
 
@@ -205,7 +214,7 @@ def ui(dagster_ui, tmp_path_factory, request):
     try:
         driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
         driver.set_page_load_timeout(UI_WAIT)
-        yield UI(driver, server, shots, dagster_ui.root)
+        yield UI(driver, server, shots, dagster_ui.root, dagster_ui)
     finally:
         if driver:
             driver.quit()
@@ -289,7 +298,8 @@ def latest_materialization(ui: UI, asset: str, partition: str) -> dict:
         ... on Asset { assetMaterializations(partitions: $p, limit: 1) { runId partition tags { key value }
         metadataEntries { label ... on IntMetadataEntry { intValue } ... on FloatMetadataEntry { floatValue }
         ... on TextMetadataEntry { text } ... on MarkdownMetadataEntry { mdStr }
-        ... on UrlMetadataEntry { url } } } } } }""", {"key": {"path": [asset]}, "p": [partition]}
+        ... on UrlMetadataEntry { url } ... on TableMetadataEntry { table { records } } } } } } }""",
+                   {"key": {"path": [asset]}, "p": [partition]}
                    )["assetOrError"]["assetMaterializations"][0]
 
 
@@ -536,30 +546,36 @@ def test_publish_every_cohort_holds_each_with_its_own_review(ui):
 
 
 def test_a_reviewer_reads_a_held_cohort_review_through_the_proxy(ui, tmp_path):
-    """Through the authenticating proxy (platform/proxy/, real nginx, TLS, a login), a reviewer opens the held
-    cohort's partition of published_cohort, reads its review (verdict, approvals, site-days) and follows a
-    site-day's link to its page, all inside the UI; without the login nothing is served."""
-    from proxy import NGINX, PASSWORD, USER, nginx_in_front
+    """Through the authenticating proxy (platform/proxy/, real nginx, TLS, a reviewer's login), a reviewer opens the
+    held cohort's partition of published_cohort, reads its review (verdict, approvals, site-days), follows its link
+    to the whole review (the run's HTML: contact sheet, opt-out table) and a site-day's link to its page; the same
+    login cannot launch anything: the buttons are disabled and every kind of launch is refused with a message."""
+    from proxy import NGINX, REVIEWER, REVIEWER_PASSWORD, nginx_in_front
     from selenium.webdriver.common.by import By
+    from ui_mutations import mutations, refused as is_refused
 
     if not NGINX:
         pytest.skip("needs nginx (Debian: nginx)")
     cohort = ui.facts.get("held_cohort")
     assert cohort, "needs the held cohort of the publish step"
-    with nginx_in_front(ui.server.url, tmp_path) as (port, _):
+    world = ui.server_world
+    with nginx_in_front(ui.server.url, tmp_path, world.reviewer().url, world.reviews) as (port, _):
         base = f"https://127.0.0.1:{port}"
         # Without the login: nginx's 401, nothing of the UI (headless Chromium shows an empty page).
         ui.driver.get(f"{base}/assets/published_cohort")
         assert "dagster" not in ui.driver.page_source.lower()
         # The login (basic auth over TLS, as the browser's prompt sends it); the browser keeps it for the origin, so
         # the UI's own requests (GraphQL, its websocket) carry it. Then the reviewer's page, by its plain address.
-        ui.driver.get(f"https://{USER}:{urllib.parse.quote(PASSWORD)}@127.0.0.1:{port}/")
+        ui.driver.get(f"https://{REVIEWER}:{urllib.parse.quote(REVIEWER_PASSWORD)}@127.0.0.1:{port}/")
         ui.driver.get(f"{base}/assets/published_cohort?view=partitions&partition={cohort}")
         ui.wait(lambda: ui.text_shown("review") and ui.text_shown("AWAITING APPROVAL"), "the cohort's metadata")
         # A new origin for this browser, but the community dialog was dismissed on the server in step 1 (the UI
         # asks the server whether to show it): it does not come back. Were it there, it is dismissed.
         ui.dismiss_community_dialog()
         ui.shot("reviewer-held-cohort-through-proxy")
+        # Read only: the partition's Materialize button is there, disabled.
+        materialize = ui.wait(lambda: ui.button("Materialize", prefix=True), "the Materialize button")
+        assert not materialize.is_enabled() or materialize.get_attribute("disabled") is not None
         ui.click(lambda: ui.visible("//tr[.//*[normalize-space(text())='review']]//*[normalize-space(text())="
                                     "'[Show Markdown]']"), "the review's [Show Markdown]")
         dialog = "//*[@role='dialog']"
@@ -570,6 +586,9 @@ def test_a_reviewer_reads_a_held_cohort_review_through_the_proxy(ui, tmp_path):
         links = [a for a in ui.driver.find_elements(By.XPATH, f"{dialog}//a")
                  if re.fullmatch(r"\d{4}-\d{2}-\d{2}\|[\w-]+", a.text.strip())]
         assert links and {a.text.strip() for a in links} <= {f"{d}|{s}" for d in DATES for s in SITES}
+        whole = [a.get_attribute("href") for a in ui.driver.find_elements(By.XPATH, f"{dialog}//a")
+                 if "/reviews/" in (a.get_attribute("href") or "")]
+        assert whole and whole[0].startswith(f"{base}/reviews/{cohort}-"), whole
         ui.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", links[0])
         ui.shot("reviewer-review-site-days")
         site_day = links[0].text.strip()
@@ -580,3 +599,183 @@ def test_a_reviewer_reads_a_held_cohort_review_through_the_proxy(ui, tmp_path):
                 and ui.text_shown("checks"), "the site-day's page, through the proxy")
         assert ui.driver.current_url.startswith(f"https://127.0.0.1:{port}/")
         ui.shot("reviewer-follows-a-site-day")
+
+        # The whole review, as the run wrote it for this release, served behind the same login, in a 1,280 px window.
+        ui.driver.set_window_size(1280, 1000)
+        try:
+            ui.driver.get(whole[0])
+            ui.wait(lambda: ui.driver.find_elements(By.CSS_SELECTOR, "#contact-sheet figure"), "the contact sheet")
+            assert ui.driver.find_element(By.ID, "status").text == "AWAITING APPROVAL"
+            rows = [r.text for r in ui.driver.find_elements(By.CSS_SELECTOR, "table.optout-table tbody tr")]
+            assert len(rows) == 4 and rows[0].startswith("held back before release"), rows
+            assert ui.driver.find_elements(By.CSS_SELECTOR, "#site-days-read a[href*='/runs/']")
+            width = ui.driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth];")
+            assert width[0] <= width[1], f"the review is wider than its window: {width}"
+            page = ui.driver.page_source
+            assert world.root.as_posix() not in page and "/landing/" not in page
+            ui.shot("reviewer-whole-review-through-proxy")
+            sheet = ui.driver.find_element(By.ID, "contact-sheet")
+            ui.driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", sheet)
+            ui.shot("reviewer-whole-review-contact-sheet")
+            table = ui.driver.find_element(By.ID, "optout-table")
+            ui.driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", table)
+            ui.shot("reviewer-whole-review-optout-table")
+        finally:
+            ui.driver.set_window_size(1600, 1100)
+
+        # Every kind of launch, sent by this page as the UI sends it (the browser's login): refused, in words.
+        ui.driver.get(f"{base}/assets/published_cohort?view=partitions&partition={cohort}")
+        ui.wait(lambda: ui.text_shown("review"), "the cohort's page")
+        refused = {}
+        for what, (document, variables) in mutations(cohort, site_day, ui.facts["site_day_run"]).items():
+            answer = ui.driver.execute_async_script("""const done = arguments[arguments.length - 1];
+                fetch('/graphql', {method: 'POST', headers: {'Content-Type': 'application/json'},
+                  body: JSON.stringify({query: arguments[0], variables: arguments[1]})})
+                .then(r => r.json()).then(j => done(Object.values(j.data)[0])).catch(e => done(String(e)));""",
+                                                 document, variables)
+            refused[what] = answer
+        assert all(isinstance(a, dict) and is_refused(a) for a in refused.values()), refused
+        ui.facts["reviewer_refused"] = ", ".join(sorted(refused))
+
+
+def test_an_operator_through_the_proxy_acts_finds_held_back_files_and_hears_of_a_failure(ui, tmp_path):
+    """The operator's login, through the same proxy, may act: turns a failure sensor on (its page says where the
+    messages go), lists a site-day's quarantined files (tokens, never a path), re-runs a site-day that changed
+    nothing from the UI (every cohort stays synced), previews a sensor with an empty cursor (no error), and the
+    notice of a run that failed (an unreadable opt-out list refuses publish) reaches the test's SMTP sink."""
+    from proxy import NGINX, PASSWORD, USER, nginx_in_front
+
+    from dagster_server import every_cohort
+
+    if not NGINX:
+        pytest.skip("needs nginx (Debian: nginx)")
+    assert ui.facts.get("held_cohort"), "needs the cohorts of the publish step"
+    world = ui.server_world
+    sensor_page = "/locations/imaging_platform/sensors/"
+    with nginx_in_front(ui.server.url, tmp_path, world.reviewer().url, world.reviews) as (port, _):
+        base = f"https://127.0.0.1:{port}"
+        ui.driver.get(f"https://{USER}:{urllib.parse.quote(PASSWORD)}@127.0.0.1:{port}/")
+        # 1. The failure sensor: its page says where messages go; the operator turns it on (its first tick starts
+        # from now: failures after it are sent).
+        ui.driver.get(f"{base}{sensor_page}notify_run_failures")
+        ui.wait(lambda: ui.visible("//*[contains(text(), 'Where: sends to SMTP 127.0.0.1')]"), "where messages go")
+        ui.dismiss_community_dialog()
+        started = ui.driver.execute_async_script("""const done = arguments[arguments.length - 1];
+            fetch('/graphql', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify({
+              query: 'mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) { __typename } }',
+              variables: {s: arguments[0]}})}).then(r => r.json()).then(j => done(j.data.startSensor.__typename))
+              .catch(e => done(String(e)));""", {"repositoryLocationName": "imaging_platform",
+                                               "repositoryName": "__repository__", "sensorName": "notify_run_failures"})
+        assert started == "Sensor", started  # the operator's login may switch a sensor
+        ui.wait(lambda: sensor_ticks(ui, "notify_run_failures"), "the failure sensor's first tick", timeout=120)
+        ui.driver.refresh()
+        ui.shot("operator-failure-sensor-on-says-where")
+
+        # 2. A run that fails, first (its notice is sent at the sensor's next tick while the rest goes on): an
+        # opt-out list file that cannot be read refuses publish (before any Spark session is started).
+        broken = world.root / "landing" / "optouts" / SITES[0] / "not-a-date.csv"
+        broken.parent.mkdir(parents=True, exist_ok=True)
+        broken.write_text("patient_id\n123\n")
+        try:
+            failed = graphql(ui.server.url, """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
+                __typename ... on LaunchRunSuccess { run { runId } } } }""", {"p": {
+                "selector": {"repositoryLocationName": "imaging_platform", "repositoryName": "__repository__",
+                             "jobName": "publish"},
+                "executionMetadata": {"tags": [{"key": "dagster/partition", "value": ui.facts["held_cohort"]}]}}})
+            failed_id = failed["launchRun"]["run"]["runId"]
+            # 3. Meanwhile, a site-day's held-back files, by token (an operator's or a reviewer's page: never a path).
+            ui.driver.get(f"{base}/assets/raw_image_index?view=partitions&partition=" + urllib.parse.quote(SITE_DAY))
+            ui.wait(lambda: ui.text_shown("quarantined_files"), "the site-day's quarantined files")
+            table = ui.visible("//*[normalize-space(text())='quarantined_files']")[0]
+            ui.driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", table)
+            listed = latest_materialization(ui, "raw_image_index", SITE_DAY)
+            rows = next(e for e in listed["metadataEntries"] if e["label"] == "quarantined_files")["table"]["records"]
+            tokens = [json.loads(r)["token"] for r in rows]
+            assert tokens and all(re.fullmatch(r"[0-9a-f]{16}", t) for t in tokens)
+            ui.wait(lambda: all(ui.visible(f"//*[contains(text(), '{t}')]") for t in tokens), "the tokens on the page")
+            assert world.root.as_posix() not in ui.driver.page_source
+            ui.shot("operator-site-day-quarantined-files")
+            assert wait_for_run(ui, failed_id) == "FAILURE"
+        finally:
+            broken.unlink()
+
+        # 4. A re-run that changes nothing, launched from the UI: the site-day keeps its version, every cohort synced.
+        again = f"{DATES[0]}|{BACKFILL_SITE}"
+        before = latest_materialization(ui, "anonymized_images", again)
+        cohorts = every_cohort()
+        assert stale_partitions(ui, "published_cohort", cohorts) == set(), "synced after publication"
+        ui.driver.get(f"{base}/assets/anonymized_images?view=partitions")
+        ui.click(lambda: ui.button("Materialize", prefix=True), "the Materialize button")
+        ui.wait(lambda: ui.visible(DIALOG), "the launch dialog")
+        ui.choose_partitions(again.split("|")[0], BACKFILL_SITE)
+        ui.wait(lambda: ui.visible(f"{DIALOG}//*[normalize-space(text())='1 partition']"), "'1 partition' selected")
+        ui.click(lambda: ui.button("Launch 1 run"), "the 'Launch 1 run' button")
+        run_id = ui.launched_link(r"/runs/[0-9a-f]{8}-[0-9a-f-]{27}$").rsplit("/", 1)[1]
+
+        # 5. Meanwhile, a sensor's Preview with an empty cursor: its result, no error.
+        ui.driver.get(f"{base}{sensor_page}notify_failed_checks")
+        ui.click(lambda: ui.button("Preview tick result"), "'Preview tick result'")
+        preview = "//*[@role='dialog']"
+        ui.wait(lambda: ui.visible(f"{preview}//input"), "the cursor field")
+        assert ui.visible(f"{preview}//input")[0].get_attribute("value") == ""
+        ui.click(lambda: ui.button("Preview", within=ui.visible(preview)[0]) or ui.button("Continue"), "'Preview'")
+        ui.wait(lambda: ui.visible(f"{preview}//*[contains(normalize-space(.), 'from now on are sent')]"),
+                "the preview's result")
+        shown = ui.visible(preview)[0].text
+        assert "ValueError" not in shown and "invalid literal" not in shown and "Traceback" not in shown, shown
+        ui.shot("operator-sensor-preview-empty-cursor")
+
+        assert wait_for_run(ui, run_id) == "SUCCESS", ui.server.log_tail()
+        after = latest_materialization(ui, "anonymized_images", again)
+        assert after["runId"] == run_id and after["runId"] != before["runId"]
+        version = lambda m: {t["key"]: t["value"] for t in m["tags"]}["dagster/data_version"]  # noqa: E731
+        assert version(after) == version(before)
+        assert stale_partitions(ui, "published_cohort", cohorts) == set(), "a re-run that changed nothing"
+        ui.driver.get(f"{base}/assets/published_cohort?view=partitions&partition={ui.facts['held_cohort']}")
+        ui.wait(lambda: ui.text_shown("review"), "the cohort's page")
+        assert not ui.visible("//*[starts-with(normalize-space(text()), 'Unsynced')]")
+        ui.shot("operator-no-change-rerun-cohort-synced")
+
+        mailbox = world.mailbox()
+        ui.wait(lambda: any(failed_id.encode() in m for m in mailbox.messages), "the failure's mail in the sink",
+                timeout=120, poll=2)
+        mail = next(m for m in mailbox.messages if failed_id.encode() in m).decode()
+        assert "run failed: published_cohort" in mail and "Failure" in mail and ui.facts["held_cohort"] in mail
+        assert "not-a-date" not in mail and "optouts" not in mail  # the error's message stays in the run's log
+        ui.driver.get(f"{base}/runs/{failed_id}")
+        ui.wait(lambda: ui.text_shown("Failure"), "the failed run's page")
+        ui.shot("operator-failed-run-noticed")
+
+
+def test_the_console_review_prints_no_patient_of_the_landing_folders_unless_asked(ui):
+    """The world's landing folders are named after patients (hospital numbers), as some exports are: the console
+    review of a held release (`imaging-review`, the warehouse set as the docs show) prints none of them, and the
+    signed report holds none; `--identifiable` prints the paths, and says so first."""
+    import subprocess
+
+    from dagster_server import BIN
+
+    assert ui.facts.get("held_cohort"), "needs the cohorts of the publish step"
+    world = ui.server_world
+    numbers = {p.name for p in (world.root / "landing" / "images").glob("*/*/*") if p.is_dir() and p.name.isdigit()}
+    assert numbers, "folders named after patients' hospital numbers"
+    env = world.env()
+    pending = subprocess.run([str(BIN / "imaging-review"), "pending"], env=env, capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+    held = pending.splitlines()[0].split("\t")[0]
+    plain = subprocess.run([str(BIN / "imaging-review"), held], env=env, capture_output=True, text=True, timeout=300)
+    shown = subprocess.run([str(BIN / "imaging-review"), held, "--identifiable"], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert "Provenance (identifiable zone)" in plain.stdout and "landing  file " in plain.stdout
+    assert not [n for n in numbers if n in plain.stdout + plain.stderr], "a hospital number in the console review"
+    assert shown.stdout.startswith("IDENTIFIABLE VIEW") and any(n in shown.stdout for n in numbers)
+    signed = shown.stdout.split("Review report sha256 ")[0]
+    assert not [n for n in numbers if n in signed.split("\n", 2)[2]], "a hospital number in the signed report"
+
+
+def sensor_ticks(ui: UI, name: str) -> list:
+    found = graphql(ui.server.url, """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) {
+        ... on Sensor { sensorState { status ticks(limit: 5) { status timestamp } } } } }""",
+                    {"s": {"repositoryLocationName": "imaging_platform", "repositoryName": "__repository__",
+                           "sensorName": name}})["sensorOrError"]
+    return found["sensorState"]["ticks"] if found["sensorState"]["status"] == "RUNNING" else []

@@ -23,7 +23,7 @@ from pydicom.dataset import Dataset
 from imaging.pseudonym import Pseudonymizer
 
 from .burned_in import check as check_burned_in
-from .declare import declare
+from .declare import declare, screened
 from .element import Header, Items
 from .errors import NotDeidentifiable
 from .meta import transfer_syntax
@@ -173,7 +173,7 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
     read_pixels = check_burned_in(checked, sop_class, has_pixels=True if located is not None else None)
     syntax = streamed.syntax if streamed is not None else transfer_syntax(ds)
     check_length(checked, syntax, located)
-    redaction = None
+    redaction, screen = None, None
     if read_pixels:  # before the walk: a file with text costs no more than its OCR
         ds = view()
         detector = pixel_text if pixel_text is not None else shared_detector()
@@ -186,9 +186,10 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
             if not redact:
                 raise NotDeidentifiable(TEXT_FOUND)
             redaction = _redacted(ds, syntax, streamed, detector, result)
+        screen = _screen_lines(detector, result)
     try:
         out = _published(view, items, header, p, profile, namespace, issuer_default, extra_identifiers, syntax,
-                         read_pixels, redaction, streamed)
+                         read_pixels, redaction, streamed, screen)
     except BaseException:
         if redaction is not None:
             redaction.close()
@@ -209,13 +210,20 @@ def _redacted(ds, syntax, streamed, detector, result):
     source = PixelSource.of_image(streamed) if streamed is not None else PixelSource.of_dataset(ds, syntax)
     kind = detector.settings.for_type(image_type(ds))
     sampled = tuple(sample_frames(source.count, kind.frame_sample)) if source.count > 1 else ()
-    red = redact(ds, source, result.text, detector, sampled)
+    red = redact(ds, source, result.text, detector, sampled, kind=kind)
     red.source = source
     return red
 
 
+def _screen_lines(detector, result) -> list[str] | None:
+    """What the method text says of the screen (imaging.deid.declare.screened): its readers and the frames read."""
+    if not getattr(result, "method", None):
+        return None
+    return screened(list(result.method), result.frames, result.read, result.overlay)
+
+
 def _published(view, items, header, p, profile, namespace, issuer_default, extra_identifiers, syntax, read_pixels,
-               redaction, streamed) -> Deidentified:
+               redaction, streamed, screen=None) -> Deidentified:
     patient_id = _text(header, "PatientID")
     issuer = namespace.strip() if namespace and namespace.strip() else _text(header, "IssuerOfPatientID") or issuer_default
     pseudonym = p.patient_id(issuer, patient_id)
@@ -233,7 +241,7 @@ def _published(view, items, header, p, profile, namespace, issuer_default, extra
     top[0x00100010] = encoder.text(0x00100010, "PN", [pseudonym])
     uids = _check_identity(top)
     top.update((out[0], out) for out in _declarations(encoder, profile, read_pixels,
-                                                      redaction.method_lines() if redaction else None))
+                                                      redaction.method_lines() if redaction else None, screen))
     if redaction is not None:
         _redacted_header(top, redaction, encoder)
     if streamed is not None and streamed.pixels is not None:
@@ -253,18 +261,20 @@ def _published(view, items, header, p, profile, namespace, issuer_default, extra
 _DECLARED: dict[tuple, list[tuple]] = {}
 
 
-def _declarations(encoder: Encoder, profile: DeidProfile, pixels_read: bool, redacted: list[str] | None) -> list:
+def _declarations(encoder: Encoder, profile: DeidProfile, pixels_read: bool, redacted: list[str] | None,
+                  screen: list[str] | None = None) -> list:
     """What every output says of its de-identification (imaging.deid.declare), encoded; BurnedInAnnotation NO
-    when the pixels were read (checked by OCR, and if redacted read again clean, not taken from the device).
-    The same for every file of a profile and text check outcome: encoded once per process."""
-    key = (profile.options, pixels_read, tuple(redacted or ()), encoder.implicit, encoder.little,
-           tuple(encoder.encodings))
+    when the pixels were read (checked by OCR, and if redacted read again clean, not taken from the device), and
+    the screen that read them (`screen`: imaging.deid.declare.screened). The same for every file of a profile,
+    text check outcome and screen: encoded once per process."""
+    key = (profile.options, profile.dates, pixels_read, tuple(redacted or ()), tuple(screen or ()),
+           encoder.implicit, encoder.little, tuple(encoder.encodings))
     found = _DECLARED.get(key)
     if found is None:
         added = Dataset()
         if pixels_read:
             added.BurnedInAnnotation = "NO"
-        declare(added, profile, pixels_read=pixels_read, redacted=redacted)
+        declare(added, profile, pixels_read=pixels_read, redacted=redacted, screen=screen)
         found = encoder.outs(added)
         if len(_DECLARED) < 64:
             _DECLARED[key] = found

@@ -76,6 +76,7 @@ THRESHOLDING = {"otsu": "0", "adaptive_otsu": "1", "sauvola": "2"}  # Tesseract'
 PAGE_SEGMENTATION = ("sparse_text", "auto", "single_block")
 SCREENING = ("candidates", "whole_frame")
 ON_TEXT = ("quarantine", "redact")  # what text found does: the file quarantined, or the text covered (redact.py)
+DETECTOR = ("frames", "still", "off")  # where the learned text detector looks (text_regions.py)
 # Image types with settings of their own (`image_types` in platform/pixel_text.yaml); any other file
 # is read with the file's top-level settings (the default type).
 IMAGE_TYPES = ("photograph", "multi_frame", "secondary_capture")
@@ -118,6 +119,8 @@ class ImageTypeSettings:
     full_size_side: int | None = None
     screening: str | None = None  # this type's own method (a type whose measured recall needs whole frames)
     on_text: str | None = None  # "quarantine" or "redact" (ON_TEXT) for this type
+    detector: str | None = None  # where the learned detector looks (DETECTOR: frames, still, off)
+    detector_side: int | None = None  # the longer side a frame is read at by the detector
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,8 @@ class TypeSettings:
     overlay_frames: int  # frames the overlay is made of (the sampled ones among them)
     full_size_side: int  # frames no longer than this (and not despeckled) are screened at full size, not half
     screening: str = "whole_frame"  # "candidates" or "whole_frame" (SCREENING)
+    detector: str = "off"  # the learned detector's tier (DETECTOR): "frames", "still" or "off"
+    detector_side: int = 1024
 
 
 @dataclass(frozen=True)
@@ -165,6 +170,16 @@ class PixelTextSettings:
     full_size_side: int = 0  # frames no longer than this, without despeckle, are screened at full size (0: never)
     cache_frames: int = 4096  # verdicts kept by pixel hash per detector (0: none)
     on_text: str = "quarantine"  # text found: "quarantine" the file, or "redact" it (imaging.deid.redact)
+    # The learned text detector (imaging.deid.text_regions), on what the tiers before it clear: "frames" (each
+    # sampled frame whole, and the vertical candidates of `detector_contrast` turned upright), "still" (what a
+    # volume's overlay frames share) or "off".
+    detector: str = "frames"
+    detector_side: int = 1024  # longer sides are read at this size by the detector
+    detector_threshold: float = 0.3  # text probability of a pixel (DB's binarisation)
+    detector_box_threshold: float = 0.5  # mean probability of a region to be kept
+    detector_min_side: int = 6  # frame pixels: a region's shorter side at least this
+    detector_aspect: float = 2.5  # a region's longer side at least this many times its shorter (a line of text)
+    detector_contrast: int = 30  # grey levels of the strokes of vertical candidates (the detector reads them)
     image_types: tuple[tuple[str, ImageTypeSettings], ...] = ()
 
     @classmethod
@@ -181,7 +196,8 @@ class PixelTextSettings:
                                      thresholding=tuple(t.thresholding) if t.thresholding else None,
                                      despeckle=t.despeckle, min_contrast=t.min_contrast, overlay=t.overlay,
                                      overlay_frames=t.overlay_frames, full_size_side=t.full_size_side,
-                                     screening=t.screening, on_text=t.on_text))
+                                     screening=t.screening, on_text=t.on_text, detector=t.detector,
+                                     detector_side=t.detector_side))
             for name, t in spec.image_types.items()))
         return cls(min_confidence=float(spec.min_confidence), min_word_chars=spec.min_word_chars,
                    min_words=spec.min_words, frame_sample=spec.frame_sample, thresholding=tuple(spec.thresholding),
@@ -190,7 +206,10 @@ class PixelTextSettings:
                    tessdata=spec.tessdata, screening=spec.screening, min_contrast=spec.min_contrast,
                    stroke_max=spec.stroke_max, despeckle=spec.despeckle, min_crossings=float(spec.min_crossings),
                    overlay=spec.overlay, overlay_frames=spec.overlay_frames, full_size_side=spec.full_size_side,
-                   cache_frames=spec.cache_frames, on_text=spec.on_text,
+                   cache_frames=spec.cache_frames, on_text=spec.on_text, detector=spec.detector,
+                   detector_side=spec.detector_side, detector_threshold=spec.detector_threshold,
+                   detector_box_threshold=spec.detector_box_threshold, detector_min_side=spec.detector_min_side,
+                   detector_aspect=spec.detector_aspect, detector_contrast=spec.detector_contrast,
                    image_types=types)
 
     def validate(self) -> None:
@@ -222,7 +241,8 @@ class PixelTextSettings:
             overlay=self.overlay if own.overlay is None else own.overlay,
             overlay_frames=own.overlay_frames or self.overlay_frames,
             full_size_side=self.full_size_side if own.full_size_side is None else own.full_size_side,
-            screening=screening)
+            screening=screening, detector=own.detector or self.detector,
+            detector_side=own.detector_side or self.detector_side)
 
     def on_text_for(self, name: str) -> str:
         """What text found in an image of type `name` (`image_type`) does: its own `on_text`, else the top level's."""
@@ -237,6 +257,11 @@ class PixelTextSettings:
             named[name] = replace(named.get(name, ImageTypeSettings()), on_text=on_text)
         return replace(self, image_types=tuple(sorted(named.items())),
                        on_text=on_text if types is None else self.on_text)
+
+    def with_detector(self, detector: str) -> "PixelTextSettings":
+        """These settings with the learned detector's `detector` (DETECTOR) at the top level and for every type."""
+        return replace(self, detector=detector,
+                       image_types=tuple((name, replace(own, detector=detector)) for name, own in self.image_types))
 
     def everywhere(self, method: str) -> "PixelTextSettings":
         """These settings with `method` for every image type (the types' own `screening` left out): the
@@ -282,6 +307,8 @@ class PixelTextTypeFile(StrictModel):
     full_size_side: Annotated[int, Field(ge=0)] | None = None
     screening: Literal[SCREENING] | None = None  # type: ignore[valid-type]
     on_text: Literal[ON_TEXT] | None = None  # type: ignore[valid-type]
+    detector: Literal[DETECTOR] | None = None  # type: ignore[valid-type]
+    detector_side: Annotated[int, Field(ge=64, le=4096)] | None = None
 
     _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))
 
@@ -308,6 +335,13 @@ class PixelTextFile(StrictModel):
     full_size_side: int = Field(_PT.full_size_side, ge=0)
     cache_frames: int = Field(_PT.cache_frames, ge=0)
     on_text: Literal[ON_TEXT] = _PT.on_text  # type: ignore[valid-type]
+    detector: Literal[DETECTOR] = _PT.detector  # type: ignore[valid-type]
+    detector_side: int = Field(_PT.detector_side, ge=64, le=4096)
+    detector_threshold: float = Field(_PT.detector_threshold, gt=0, lt=1)
+    detector_box_threshold: float = Field(_PT.detector_box_threshold, gt=0, lt=1)
+    detector_min_side: int = Field(_PT.detector_min_side, ge=1)
+    detector_aspect: float = Field(_PT.detector_aspect, ge=1)
+    detector_contrast: int = Field(_PT.detector_contrast, ge=1, le=254)
     image_types: dict[Literal[IMAGE_TYPES], PixelTextTypeFile] = {}  # type: ignore[valid-type]
 
     _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))
@@ -330,6 +364,12 @@ class PixelTextStats:
     overlays_without_still: int = 0  # volumes whose overlays were not screened: no pixels every frame shares
     tesseract_seconds: float = 0.0
     frames_verified: int = 0  # redacted frames read again whole (imaging.deid.redact.verify)
+    frames_detector: int = 0  # frames (whole, or their vertical candidates) the learned detector looked at
+    frames_detector_text: int = 0  # ... in which it alone found text (Tesseract had read none)
+    candidate_pages: int = 0  # pages of candidates (enlarged, vertical ones turned) the detector read
+    still_detector: int = 0  # volumes whose still pixels the detector looked at
+    still_detector_text: int = 0  # ... in which it alone found text
+    detector_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -350,12 +390,14 @@ class Box:
 
 @dataclass(frozen=True)
 class FoundText:
-    """The words Tesseract read in one place of an image, as boxes in frame coordinates: on frame `frame`,
-    or (`frame` None) on what a volume's frames share (its overlays or still pixels), so on every frame
-    that carries them (imaging.deid.redact decides which). Boxes only: the words are never kept."""
+    """Where text was found in one place of an image, as boxes in frame coordinates: on frame `frame`, or
+    (`frame` None) on what a volume's frames share (its overlays or still pixels), so on every frame that
+    carries them (imaging.deid.redact decides which). `reader`: "tesseract" (its words' boxes) or "detector"
+    (the learned detector's text regions, lines it did not read). Boxes only: the words are never kept."""
 
     frame: int | None
     boxes: tuple[Box, ...]
+    reader: str = "tesseract"
 
 
 @dataclass(frozen=True)
@@ -363,6 +405,16 @@ class PixelTextResult:
     found: bool
     frames_checked: int
     text: tuple[FoundText, ...] = ()  # where the words are (all of them when the check collected, else the first)
+    frames: int = 1  # frames the image has
+    read: tuple[int, ...] = ()  # indexes of the frames read whole (the sample)
+    overlay: tuple[int, ...] = ()  # indexes of the frames whose minimum, mean and still pixels were read too
+    readers: tuple[str, ...] = ()  # what read them: "tesseract", and "detector" where the learned tier ran
+    method: tuple[str, ...] = ()  # the screen and its readers with their versions (`PixelTextDetector.method`)
+
+    @property
+    def whole(self) -> bool:
+        """Every frame of the image was read whole."""
+        return len(set(self.read)) >= self.frames
 
 
 def sample_frames(frames: int, sample: int) -> list[int]:
@@ -657,6 +709,11 @@ def _still(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray, share: flo
     return (highest.astype(np.int16) - lowest) <= np.maximum(4.0, share * mean)
 
 
+def loose_still(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Pixels the same on every overlay frame within `STILL_PAGE_SHARE` (the still pages' and the detector's)."""
+    return _still(lowest, highest, mean, STILL_PAGE_SHARE)
+
+
 def still_pixels(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray) -> np.ndarray:
     """Pixels the same on every overlay frame (`STILL_SHARE`), kept where a neighbour across or down is too."""
     still = _still(lowest, highest, mean, STILL_SHARE)
@@ -811,6 +868,105 @@ def candidate_layout(grey: np.ndarray, candidates: list[Candidate], stroke_max: 
     return page, placements
 
 
+SCREEN = "Burned-in text screen 2"  # the tiers' version: raised when what counts as text changes
+UPRIGHT_HEIGHT = 32  # pixels: vertical candidates are enlarged towards this height for the detector
+SURE = 0.7  # a whole-frame region at this mean probability is text; a weaker one is looked at closer first
+CLOSER = 48  # pixels: a weak region's line is enlarged towards this height for the closer look
+UPRIGHT_PAGE = 2048  # pixels: the tallest page of upright candidates the detector reads at once
+
+
+def _detector_name() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .text_regions import MODEL_NAME, MODEL_PACKAGE
+
+    try:
+        return f"{MODEL_NAME} ({MODEL_PACKAGE.replace('_', '-')} {version(MODEL_PACKAGE.replace('_', '-'))})"
+    except PackageNotFoundError:
+        return MODEL_NAME
+
+
+LOSSY_SYNTAXES = frozenset({"1.2.840.10008.1.2.4.50", "1.2.840.10008.1.2.4.51", "1.2.840.10008.1.2.4.81",
+                            "1.2.840.10008.1.2.4.91", "1.2.840.10008.1.2.4.203", "1.2.840.10008.1.2.4.100",
+                            "1.2.840.10008.1.2.4.101", "1.2.840.10008.1.2.4.102", "1.2.840.10008.1.2.4.103",
+                            "1.2.840.10008.1.2.4.104", "1.2.840.10008.1.2.4.105", "1.2.840.10008.1.2.4.106"})
+
+
+def _lossy(ds: Dataset, syntax: UID) -> bool:
+    """The pixels were lossily compressed (now or before): their values carry the compression's error."""
+    return str(syntax) in LOSSY_SYNTAXES or str(ds.get("LossyImageCompression", "") or "").strip() == "01"
+
+
+LOSSY_CONTRAST = 20  # grey levels: a lossy volume's still pixel is a label's when this far from its box's median
+
+
+def _label_pixels(loose: np.ndarray, mean: np.ndarray, box: Box) -> int:
+    """Still pixels (`loose`) in `box` that stand `LOSSY_CONTRAST` grey levels out of the box's median on the mean of
+    the overlay frames: a label's strokes. (JPEG flattens a volume's dark floor into values alike on every frame:
+    still, but not standing out of anything.)"""
+    region = (slice(box.top, box.top + box.height), slice(box.left, box.left + box.width))
+    values = mean[region].astype(np.int16)
+    return int((loose[region] & (np.abs(values - int(np.median(values))) >= LOSSY_CONTRAST)).sum())
+
+
+def _text_like(height: int, width: int, min_side: int, aspect: float) -> bool:
+    """A region shaped like a line of text, either way up: its shorter side at least `min_side`, its longer
+    `aspect` times that. (On the tuning half's clean report screens every region the detector saw in a thickness
+    map, a thumbnail or a panel was at most 2.0 times as long as tall; lines of text 2.3 and more.)"""
+    short, long_ = min(height, width), max(height, width)
+    return short >= min_side and long_ >= aspect * short
+
+
+def _colour(frame: np.ndarray, photometric: str) -> np.ndarray | None:
+    """An 8-bit colour frame as RGB for the detector (None: read its grey)."""
+    if frame.ndim == 3 and frame.shape[-1] >= 3 and frame.dtype == np.uint8 and not photometric.startswith("YBR_P"):
+        return np.ascontiguousarray(frame[..., :3])
+    return None
+
+
+def upright_layout(small: np.ndarray, candidates: list[tuple[Candidate, bool]]) -> list[tuple[np.ndarray, list[tuple[int, int, Candidate]]]]:
+    """Pages of candidates for the detector, each line running across: each box (in `small`'s pixels; with it,
+    whether it runs up or down) with a margin as wide as its line is tall and 16 px at least (the strokes the
+    screen joined may be only part of the letters' height: a row of serifs, one side of a thick face), a vertical
+    one turned a quarter clockwise (the detector finds a line the right way up or upside down alike, and lines
+    running up a margin poorly), enlarged by a whole factor (at most 3) towards `UPRIGHT_HEIGHT`, padded with its
+    own edge and stacked; a page at most `UPRIGHT_PAGE` tall. Each page with, per box, its rows on the page and
+    the candidate."""
+    from PIL import Image
+
+    crops = []
+    for c, vertical in candidates:
+        line = c.width if vertical else c.height
+        margin = max(16, line)
+        top, left = max(0, c.top - margin), max(0, c.left - margin)
+        crop = small[top:c.top + c.height + margin, left:c.left + c.width + margin]
+        if vertical:
+            crop = np.rot90(crop, 3)
+        factor = min(3, _enlargement(line, UPRIGHT_HEIGHT))
+        image = Image.fromarray(np.ascontiguousarray(crop))
+        if factor > 1:
+            image = image.resize((image.width * factor, image.height * factor), Image.BILINEAR)
+        crops.append((np.pad(np.asarray(image), 16, mode="symmetric"), c))
+    pages, current = [], []
+    for crop, c in crops:
+        if current and sum(x.shape[0] for x, _ in current) + crop.shape[0] > UPRIGHT_PAGE:
+            pages.append(current)
+            current = []
+        current.append((crop, c))
+    if current:
+        pages.append(current)
+    out = []
+    for group in pages:
+        width = max(x.shape[1] for x, _ in group)
+        rows, placed, y = [], [], 0
+        for crop, c in group:
+            rows.append(np.pad(crop, ((0, 0), (0, width - crop.shape[1])), mode="edge"))
+            placed.append((y, y + crop.shape[0], c))
+            y += crop.shape[0]
+        out.append((np.concatenate(rows), placed))
+    return out
+
+
 def _downscale(grey: np.ndarray, side: int) -> np.ndarray:
     if max(grey.shape) <= side:
         return grey
@@ -836,12 +992,15 @@ class PixelTextDetector:
         self.settings.validate()
         self.stats = PixelTextStats()
         self._tesserocr = tesserocr
-        # frame_key -> the frame's word boxes (empty: clean), least recent first
-        self._verdicts: OrderedDict[str, tuple[Box, ...]] = OrderedDict()
+        # frame_key -> (the reader that found text, the frame's text boxes; empty: clean), least recent first
+        self._verdicts: OrderedDict[str, tuple[str, tuple[Box, ...]]] = OrderedDict()
+        self._regions = None  # the learned detector (`regions`), made on first use
         psm = {"sparse_text": tesserocr.PSM.SPARSE_TEXT, "auto": tesserocr.PSM.AUTO,
                "single_block": tesserocr.PSM.SINGLE_BLOCK}[self.settings.page_segmentation]
         path = find_tessdata(self.settings.language, self.settings.tessdata)
         self._api = tesserocr.PyTessBaseAPI(path=path, lang=self.settings.language, psm=psm)
+        words = str(tesserocr.tesseract_version()).split()
+        self._version = words[1] if len(words) > 1 else "?"
 
     def __repr__(self) -> str:
         return f"PixelTextDetector({self.settings})"
@@ -856,6 +1015,26 @@ class PixelTextDetector:
         if self._api is not None:
             self._api.End()
             self._api = None
+
+    @property
+    def regions(self):
+        """The learned text detector (imaging.deid.text_regions) with these settings; its model is the process's,
+        loaded on first use."""
+        if self._regions is None:
+            from .text_regions import TextRegions
+
+            s = self.settings
+            self._regions = TextRegions(s.detector_side, s.detector_threshold, s.detector_box_threshold)
+        return self._regions
+
+    def method(self, kind: TypeSettings | None = None) -> list[str]:
+        """The screen that reads an image type's pixels (`kind`; the default type when None) and its readers, with
+        their versions: values of the De-identification Method text (imaging.deid.declare.screened)."""
+        kind = kind or self.settings.for_type(DEFAULT_TYPE)
+        lines = [f"{SCREEN}: Tesseract {self._version}, {kind.screening.replace('_', ' ')}"]
+        if kind.detector != "off":
+            lines.append(f"Text detector: {_detector_name()}, {kind.detector}")
+        return lines
 
     def check(self, ds: Dataset, syntax: UID, frames: Frames | None = None, collect: bool = False) -> PixelTextResult:
         """Read the sampled frames of `ds` (settings of its `image_type`); raise NotDeidentifiable if
@@ -882,32 +1061,36 @@ class PixelTextDetector:
             count = max(1, _int(ds.get("NumberOfFrames", 1)) or 1)
             photometric = str(ds.get("PhotometricInterpretation", "") or "").strip().upper()
             kind = self.settings.for_type(image_type(ds))
-            checked = 0
+            read: list[int] = []
             found: list[FoundText] = []
             greys = {}
+            overlay: tuple[int, ...] = ()
             for index in sample_frames(count, kind.frame_sample):
                 frame = self._decode(frames, index)
-                checked += 1
-                boxes = self._frame_verdict(frame, photometric, kind)
+                read.append(index)
+                reader, boxes = self._frame_verdict(frame, photometric, kind)
                 if boxes:
-                    found.append(FoundText(index, boxes))
+                    found.append(FoundText(index, boxes, reader))
                     if not collect:
                         break
                 if kind.overlay and frame.ndim == 2:
                     greys[index] = to_grey8(frame, photometric)
-            if (collect or not found) and kind.overlay and count > 1 and len(greys) == checked:
+            if (collect or not found) and kind.overlay and count > 1 and len(greys) == len(read):
                 for index in sample_frames(count, kind.overlay_frames):
                     if index not in greys:
                         frame = self._decode(frames, index)
                         greys[index] = to_grey8(frame, photometric) if frame.ndim == 2 else None
                 if all(g is not None for g in greys.values()):
-                    boxes = self._overlay_text(list(greys.values()), kind)
+                    overlay = tuple(sorted(greys))
+                    reader, boxes = self._overlay_text(list(greys.values()), kind, _lossy(ds, syntax))
                     if boxes:
-                        found.append(FoundText(None, tuple(boxes)))
+                        found.append(FoundText(None, tuple(boxes), reader))
             self.stats.files_checked += 1
-            self.stats.frames_checked += checked
+            self.stats.frames_checked += len(read)
             self.stats.files_with_text += bool(found)
-            return PixelTextResult(bool(found), checked, tuple(found))
+            readers = ("tesseract", "detector") if kind.detector != "off" else ("tesseract",)
+            return PixelTextResult(bool(found), len(read), tuple(found), count, tuple(read), overlay, readers,
+                                   tuple(self.method(kind)))
         finally:
             self.stats.ocr_seconds += time.perf_counter() - started
 
@@ -919,8 +1102,10 @@ class PixelTextDetector:
             self.stats.files_uncheckable += 1
             raise
 
-    def _frame_verdict(self, frame: np.ndarray, photometric: str, kind: TypeSettings) -> tuple[Box, ...]:
-        """A decoded frame's words (empty: clean): from the cache by pixel hash, else read (and kept)."""
+    def _frame_verdict(self, frame: np.ndarray, photometric: str, kind: TypeSettings) -> tuple[str, tuple[Box, ...]]:
+        """A decoded frame's text (the reader that found it and its boxes; empty: clean): from the cache by pixel
+        hash, else read (and kept). Tesseract's tiers first (`frame_text`); what they clear, the learned detector
+        (`detect`) where the type's `detector` is "frames"."""
         key = None
         if self.settings.cache_frames:
             key = frame_key(frame, f"{photometric}|{kind.name}|{kind.screening}", self.settings)
@@ -929,14 +1114,120 @@ class PixelTextDetector:
                 self.stats.frames_cached += 1
                 return self._verdicts[key]
         grey = to_grey8(frame, photometric)
-        verdict = tuple(self.frame_text(grey, kind)) if grey is not None else ()
+        verdict: tuple[str, tuple[Box, ...]] = ("tesseract", ())
+        if grey is not None:
+            verdict = ("tesseract", tuple(self.frame_text(grey, kind)))
+            if not verdict[1] and kind.detector == "frames":
+                verdict = ("detector", tuple(self.detect(_colour(frame, photometric), grey, kind)))
         if key is not None:
             self._verdicts[key] = verdict
             if len(self._verdicts) > self.settings.cache_frames:
                 self._verdicts.popitem(last=False)
         return verdict
 
-    def _overlay_text(self, greys: list[np.ndarray], kind: TypeSettings) -> list[Box]:
+    def detect(self, image: np.ndarray | None, grey: np.ndarray, kind: TypeSettings) -> list[Box]:
+        """The learned detector's text regions in one frame (`image`: its 8-bit RGB, or None to read `grey`), in
+        frame pixels; empty: none. Two looks, the second only when the first sees nothing:
+
+        1. The frame whole, its longer side at most the type's `detector_side`: regions shaped like a line of
+           text (`_text_like`) are text.
+        2. Its candidates: the candidates screen's boxes at `detector_contrast` grey levels, across and on the
+           frame turned a quarter (a clean photograph has none either way, a clean report screen one or two),
+           each turned to run across, enlarged towards 32 px tall and stacked on a page the detector reads
+           (`upright_layout`): PP-OCRv4 finds lines running up a margin poorly and lines 8-10 px tall at best
+           now and then, the same lines upright and enlarged well. A region there is text when it is shaped like
+           a line; the candidate's box is where."""
+        started = time.perf_counter()
+        try:
+            s = self.settings
+            self.stats.frames_detector += 1
+            seen = image if image is not None else grey
+            regions = self.regions.find(seen, kind.detector_side)
+            boxes = [Box(r.top, r.left, r.height, r.width) for r in regions
+                     if _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect)
+                     and (r.score >= SURE or self._closer(seen, r))]
+            if not boxes:
+                boxes = self._candidate_text(grey, kind)
+            self.stats.frames_detector_text += bool(boxes)
+            return boxes
+        finally:
+            self.stats.detector_seconds += time.perf_counter() - started
+
+    def _closer(self, image: np.ndarray, region) -> bool:
+        """A weak region (mean probability below `SURE`) looked at again, closer: cropped with a margin as wide as
+        its line is tall and enlarged so its line is about `CLOSER` pixels tall; text there is a line again. (The
+        weak regions of the tuning half's clean report screens, B-scan speckle in a thumbnail at 0.52-0.60, were
+        lines at no closer look; 58 of the 59 screens whose text the detector saw kept a line.)"""
+        from PIL import Image
+
+        s = self.settings
+        line = min(region.height, region.width)
+        margin = max(16, line)
+        top, left = max(0, region.top - margin), max(0, region.left - margin)
+        crop = image[top:region.top + region.height + margin, left:region.left + region.width + margin]
+        factor = max(1, min(3, round(CLOSER / line)))
+        picture = Image.fromarray(np.ascontiguousarray(crop))
+        if factor > 1:
+            picture = picture.resize((picture.width * factor, picture.height * factor), Image.BILINEAR)
+        closer = np.asarray(picture)
+        return any(_text_like(r.height, r.width, s.detector_min_side, s.detector_aspect)
+                   for r in self.regions.find(closer, max(closer.shape[:2])))
+
+    def _candidate_text(self, grey: np.ndarray, kind: TypeSettings) -> list[Box]:
+        """Small or vertical text: the candidates screen's boxes at `detector_contrast`, across and (on the frame
+        turned a quarter) up and down, each turned to run across and enlarged for the detector (`detect`, 2.)."""
+        s = self.settings
+        small = _downscale(grey, kind.detector_side)
+        scale = 2 if kind.despeckle else 1  # full size: text 8-10 px tall has strokes a 2 x 2 mean blurs away
+        across = screen(small, s.detector_contrast, s.stroke_max, kind.despeckle, s.min_crossings, scale).candidates
+        turned = screen(np.ascontiguousarray(small.T), s.detector_contrast, s.stroke_max, kind.despeckle,
+                        s.min_crossings, scale).candidates
+        candidates = [(c, False) for c in across] + \
+            [(Candidate(c.left, c.top, c.width, c.height, c.polarity), True) for c in turned]  # back: rows <-> cols
+        if not candidates:
+            return []
+        fy, fx = grey.shape[0] / small.shape[0], grey.shape[1] / small.shape[1]
+        out = []
+        for page, placed in upright_layout(small, candidates):
+            self.stats.candidate_pages += 1
+            for r in self.regions.find(page, max(page.shape), pad=0):
+                if not _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect) or r.width < r.height:
+                    continue
+                middle = r.top + r.height / 2
+                for start, stop, c in placed:
+                    if start <= middle < stop:
+                        out.append(Box(int(c.top * fy), int(c.left * fx), math.ceil(c.height * fy) + 1,
+                                       math.ceil(c.width * fx) + 1))
+        return list(dict.fromkeys(out))
+
+    def _still_regions(self, still: np.ndarray, exact: np.ndarray, mean: np.ndarray) -> list[Box]:
+        """The learned detector on what a volume's overlay frames share: the still pixels black on white
+        (`still`), as they are and turned a quarter (a label up a margin); regions shaped like a line of text
+        holding `STILL_PIXELS` exactly still pixels (`exact`) that stand out of the region on the frames' `mean`
+        (`_label_pixels`: JPEG's flat dark floor is still too) are the label. Frame pixels."""
+        started = time.perf_counter()
+        try:
+            s = self.settings
+            self.stats.still_detector += 1
+            page = np.where(still, 0, 255).astype(np.uint8)
+            out = []
+            for turned in (False, True):
+                image = np.ascontiguousarray(page.T) if turned else page
+                for r in self.regions.find(image, max(image.shape)):
+                    if not _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect):
+                        continue
+                    box = Box(r.left, r.top, r.width, r.height) if turned else Box(r.top, r.left, r.height, r.width)
+                    if _label_pixels(exact, mean, box) >= STILL_PIXELS:
+                        out.append(box)
+                if out:
+                    break
+            self.stats.still_detector_text += bool(out)
+            return out
+        finally:
+            self.stats.detector_seconds += time.perf_counter() - started
+
+    def _overlay_text(self, greys: list[np.ndarray], kind: TypeSettings,
+                      lossy: bool = False) -> tuple[str, list[Box]]:
         """A label a device draws on every frame of a volume, found where each frame alone hides it.
 
         OCT speckle changes from one B-scan to the next; an overlay does not. `greys` are the
@@ -963,18 +1254,56 @@ class PixelTextDetector:
             # No candidate could hold STILL_PIXELS still pixels: the overlays' screens would find none to
             # read, and the still page would not be read either (a clean volume, the common case).
             self.stats.overlays_without_still += 1
-            return []
+            if lossy and kind.detector == "still":
+                return self._lossy_label(lowest, highest, average, (total // len(greys)).astype(np.uint8))
+            return "tesseract", []
         mean = (total // len(greys)).astype(np.uint8)
         for projection in (lowest, mean):
             boxes = self.frame_text(projection, kind, still=still)
             if boxes:
-                return boxes
+                return "tesseract", boxes
         rows, cols = lowest.shape
         for page, placements in still_layouts(lowest, highest, average, kind.full_size_side):
             boxes = self._read(page, kind.thresholding)
             if boxes:
-                return to_frame(boxes, placements, rows, cols)
-        return []
+                return "tesseract", to_frame(boxes, placements, rows, cols)
+        if kind.detector == "still":
+            boxes = self._still_regions(loose_still(lowest, highest, average), still, mean)
+            if boxes:
+                return "detector", boxes
+            if lossy:
+                return self._lossy_label(lowest, highest, average, mean)
+        return "tesseract", []
+
+    def _lossy_label(self, lowest: np.ndarray, highest: np.ndarray, average: np.ndarray,
+                     mean: np.ndarray) -> tuple[str, list[Box]]:
+        """A label on a lossily compressed volume: JPEG's error moves a label's pixels with the speckle around
+        them, so few are still within `STILL_SHARE`, the still page shows it broken and the exact still test refuses
+        it. The detector reads the mean of the overlay frames instead (the speckle and the compression's error
+        averaged down, the label kept), and a line there is the label when it holds `STILL_PIXELS` pixels still
+        within `STILL_PAGE_SHARE` (the speckle moves more). Only when there are that many (`loose_still`)."""
+        loose = loose_still(lowest, highest, average)
+        if loose.sum() < STILL_PIXELS:
+            return "tesseract", []
+        started = time.perf_counter()
+        try:
+            s = self.settings
+            self.stats.still_detector += 1
+            out = []
+            for turned in (False, True):
+                image = np.ascontiguousarray(mean.T) if turned else mean
+                for r in self.regions.find(image, max(image.shape)):
+                    if not _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect):
+                        continue
+                    box = Box(r.left, r.top, r.width, r.height) if turned else Box(r.top, r.left, r.height, r.width)
+                    if _label_pixels(loose, mean, box) >= STILL_PIXELS:
+                        out.append(box)
+                if out:
+                    break
+            self.stats.still_detector_text += bool(out)
+            return ("detector", out) if out else ("tesseract", [])
+        finally:
+            self.stats.detector_seconds += time.perf_counter() - started
 
     def frame_has_text(self, grey: np.ndarray, kind: TypeSettings | None = None, still: np.ndarray | None = None) -> bool:
         """True if Tesseract reads `min_words` counted words in an 8-bit grey frame (`frame_text`)."""

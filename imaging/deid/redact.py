@@ -47,8 +47,8 @@ from pydicom.uid import UID, ExplicitVRLittleEndian
 
 from .errors import NotDeidentifiable
 from .frames import Frames, pixel_options
-from .pixel_text import (ON_TEXT, STILL_SHARE, TEXT_FOUND, Box, FoundText, PixelTextDetector,  # noqa: F401 - ON_TEXT: named here too
-                         sample_frames, still_pixels, to_grey8)
+from .pixel_text import (ON_TEXT, STILL_PIXELS, STILL_SHARE, TEXT_FOUND, Box, FoundText,  # noqa: F401 - ON_TEXT: named here too
+                         PixelTextDetector, TypeSettings, _colour, loose_still, sample_frames, still_pixels, to_grey8)
 from .pixels import frame_count, item_lengths
 
 TEXT_LEFT = "text left after redaction"
@@ -56,7 +56,7 @@ NOT_REDACTABLE = "pixel data could not be redacted"
 
 SPOOL_MEMORY = 16 << 20  # redacted frames' bytes kept in memory up to this, then on disk
 ROUNDS = 2  # coverings: words the second reading still reads after the first are covered once more
-MAX_WORD_HEIGHT = 96  # pixels: the second reading's words taller than this are not covered (not a line of text)
+MAX_WORD_HEIGHT = 96  # pixels: the second reading's words (and lines, across) taller than this are not covered
 CARRY_SHARE = 0.5  # share of a label's pixels a frame must hold for the label to be on it
 LABEL_CONTRAST = 40  # grey levels a stroke stands out of its box's median to be one of the label's pixels
 MIN_LABEL_PIXELS = 8
@@ -80,9 +80,10 @@ _LOSSY = frozenset({"1.2.840.10008.1.2.4.50", "1.2.840.10008.1.2.4.51", "1.2.840
 
 
 def pad_of(box: Box) -> int:
-    """Pixels a word box is grown by on every side: a third of its height and 2 (anti-aliased edges, the
-    ascenders and descenders Tesseract's box may clip)."""
-    return box.height // 3 + 2
+    """Pixels a box is grown by on every side: a third of the height of its line and 2 (anti-aliased edges, the
+    ascenders and descenders Tesseract's box may clip). A box more than twice as tall as wide is a line running up
+    or down (the detector's): its line's height is its width."""
+    return (box.width if box.height > 2 * box.width else box.height) // 3 + 2
 
 
 # --- where the pixel data is ---------------------------------------------------------------------------
@@ -281,6 +282,7 @@ class Redaction:
     header: dict[str, Any] = field(default_factory=dict)  # attribute keyword -> new value (None: removed)
     offset_table: bool = False  # encapsulated output: write a Basic Offset Table
     source: Any = None  # the PixelSource the unredacted frames are copied from
+    looked: bool = False  # the learned detector looked at the redacted frames too (`leftovers`)
 
     def close(self) -> None:
         if self.spool is not None:
@@ -313,7 +315,9 @@ class Redaction:
     def method_lines(self) -> list[str]:
         """De-identification Method values (each at most 64 characters) saying what was covered and how the
         pixels were written."""
+        again = "OCR, text detector" if self.looked else "OCR"
         lines = [f"Burned-in text covered: {self.covered} boxes, {len(self.boxes)} of {self.frames} frames"[:64],
+                 f"Redacted frames read again ({again}): no text found" if self.looked else
                  "Redacted frames read again by OCR: no text found"]
         if self.mode == "own":
             lines.append(f"Redacted frames re-encoded losslessly: {_NAMES.get(str(self.syntax), 'own syntax')}"[:64])
@@ -388,27 +392,36 @@ def _overlaps(a: Box, b: Box) -> bool:
 
 
 def confirm(source: PixelSource, found: tuple[FoundText, ...], detector: PixelTextDetector, photometric: str,
-            sampled: tuple[int, ...]) -> tuple[FoundText, ...]:
-    """The screening's words confirmed by the second reading before anything is covered, and its own words added.
+            sampled: tuple[int, ...], kind: TypeSettings | None = None) -> tuple[FoundText, ...]:
+    """The screening's words confirmed by a second reader before anything is covered, and its own words added.
 
     The frames the words were found on (a volume's sampled frames for words found on its overlays) are read
-    whole by `PixelTextDetector.read_again`. None of its words where the screening's are: the screening's
-    words are not confirmed, and the file is quarantined as text found ("text in pixel data"), unchanged, as
-    `on_text: quarantine` would: on the 300 clean report screens of benchmarks/text_screening.py the two the
-    screening took for text (a B-scan thumbnail's speckle) would otherwise have been published with boxes over
-    their thumbnails. Confirmed: the second reading's words are covered too (a word the screening's boxes cut)."""
+    whole by `PixelTextDetector.read_again`. Two readers must agree before anything is covered: Tesseract's
+    screening and its second reading (a word where the screening's are), or the learned detector and either.
+    Text the detector found (lines, unread) is covered whatever Tesseract reads: faces and lines Tesseract does
+    not read are why it is there; it was tuned to see no text in clean images of the tuning half. Tesseract's
+    words the second reading does not confirm are looked at by the detector (a single frame, `kind`'s
+    settings); where it sees no line there either, nothing is covered and the file is quarantined as text
+    found ("text in pixel data"), unchanged, as `on_text: quarantine` would: on the 300 clean report screens of
+    benchmarks/text_screening.py the two the screening took for text (a B-scan thumbnail's speckle) would
+    otherwise have been published with boxes over their thumbnails. The second reading's words are covered too
+    (a word the screening's boxes cut)."""
     options = source.options
     rows, cols = int(options["rows"]), int(options["columns"])
     volume = source.count > 1
     frames = sorted({t.frame for t in found if t.frame is not None} or set(sampled) or {0})
     padded = [b.padded(pad_of(b), rows, cols) for t in found for b in t.boxes]
-    agreed, extra = False, []
+    agreed, extra = any(t.reader == "detector" for t in found), []
     for index in frames:
-        grey = _grey(source.frames.frame(index), photometric)
+        frame = source.frames.frame(index)
+        grey = _grey(frame, photometric)
         if grey is None:
             continue
         words = detector.read_again(grey, volume, confirming=True)
         agreed |= any(_overlaps(w, b) for w in words for b in padded)
+        if not agreed and not volume and kind is not None and kind.detector == "frames":
+            lines = detector.detect(_colour(np.asarray(frame), photometric), grey, kind)
+            agreed = any(_overlaps(w, b) for w in lines for b in padded)
         words = [w for w in words if w.height <= MAX_WORD_HEIGHT]  # a "word" taller is Tesseract reading a region
         if volume:  # on a volume only words on the found words' lines: elsewhere Sauvola reads the speckle
             words = [w for w in words if any(w.top < b.top + b.height and b.top < w.top + w.height for b in padded)]
@@ -420,7 +433,7 @@ def confirm(source: PixelSource, found: tuple[FoundText, ...], detector: PixelTe
 
 
 def redact(ds: Dataset, source: PixelSource, found: tuple[FoundText, ...], detector: PixelTextDetector,
-           sampled: tuple[int, ...], confirmed: bool = False) -> Redaction:
+           sampled: tuple[int, ...], confirmed: bool = False, kind: TypeSettings | None = None) -> Redaction:
     """Confirm the found words (`confirm`, unless `confirmed`), cover them on every frame that carries them,
     write the redacted frames to a spool in the output's form, and prove them clean (`verify`);
     NotDeidentifiable(TEXT_FOUND) if the second reading does not confirm them, (TEXT_LEFT) if words are still
@@ -428,7 +441,7 @@ def redact(ds: Dataset, source: PixelSource, found: tuple[FoundText, ...], detec
     photometric = str(ds.get("PhotometricInterpretation", "") or "").strip().upper()
     count = source.count
     if not confirmed:
-        found = confirm(source, found, detector, photometric, sampled)
+        found = confirm(source, found, detector, photometric, sampled, kind)
     mode, syntax, encode_options = plan_output(source, ds)
     red = None
     for round_ in range(ROUNDS):
@@ -447,7 +460,8 @@ def redact(ds: Dataset, source: PixelSource, found: tuple[FoundText, ...], detec
                 mode, syntax, encode_options = "converted", ExplicitVRLittleEndian, {}
                 red = Redaction(syntax=syntax, mode=mode, frames=count, boxes={})
                 _redact(ds, source, found, detector, photometric, encode_options, red)
-            left = leftovers(red, source, detector, ds, sampled)
+            left = leftovers(red, source, detector, ds, sampled, kind)
+            red.looked = kind is not None and kind.detector != "off"
         except BaseException:
             red.close()
             raise
@@ -456,7 +470,8 @@ def redact(ds: Dataset, source: PixelSource, found: tuple[FoundText, ...], detec
         # Words read after the covering (a line the first boxes cut): covered in the next round, whose frames
         # are read again whole; still read after the last round: quarantined.
         found = tuple(found) + tuple(FoundText(t.frame if count > 1 else 0,
-                                               tuple(b for b in t.boxes if b.height <= MAX_WORD_HEIGHT))
+                                               tuple(b for b in t.boxes if min(b.height, b.width) <= MAX_WORD_HEIGHT),
+                                               t.reader)
                                      for t in left)
     red.close()
     raise NotDeidentifiable(TEXT_LEFT)
@@ -513,8 +528,13 @@ def _whole_line(box: Box, still: np.ndarray) -> Box:
     shares: a device's label) joined along the line, where they touch the box. A word neither reading
     found ("Name:" before a name both read) is on every B-scan with the rest of its line; covering the line
     covers it (6 of 246 redacted volumes of the benchmark kept such a word). Growth is kept to the box's line
-    (a component at most twice its height)."""
+    (a component at most twice its height). A box running up or down (taller than twice its width) grows along
+    its column the same way."""
     from scipy import ndimage as ndi
+
+    if box.height > 2 * box.width:
+        turned = _whole_line(Box(box.left, box.top, box.width, box.height), np.ascontiguousarray(still.T))
+        return Box(turned.left, turned.top, turned.width, turned.height)
 
     rows, cols = still.shape
     top, bottom = max(0, box.top - box.height // 2), min(rows, box.top + box.height + box.height // 2)
@@ -654,13 +674,23 @@ class _SpoolFrames:
         return array
 
 
+def _inside(b: Box, covered: tuple[Box, ...]) -> bool:
+    return any(c.top <= b.top and c.left <= b.left and b.top + b.height <= c.top + c.height
+               and b.left + b.width <= c.left + c.width for c in covered)
+
+
 def leftovers(red: Redaction, source: PixelSource, detector: PixelTextDetector, ds: Dataset,
-              sampled: tuple[int, ...]) -> tuple[FoundText, ...]:
-    """The words still read: every redacted frame, decoded from the bytes to be written, read whole again by
+              sampled: tuple[int, ...], kind: TypeSettings | None = None) -> tuple[FoundText, ...]:
+    """The text still found: every redacted frame, decoded from the bytes to be written, read whole again by
     the second reader (`PixelTextDetector.read_again`: another scale and thresholding than the screening), and
-    a volume's sampled frames left unredacted too; the words outside the covered boxes, per frame."""
+    a volume's sampled frames left unredacted too; the words outside the covered boxes, per frame. Where the
+    type has the learned detector (`kind`), it looks again too, so a redacted frame is read by a reader other
+    than the one that found its text whichever found it: a single frame's redacted frame whole (`detect`), a
+    volume's still pixels across its overlay frames as written (`_still_left`). Its lines outside the covered
+    boxes are left."""
     photometric = str(ds.get("PhotometricInterpretation", "") or "").strip().upper()
     spooled = output_frames(red, source)
+    looks = kind is not None and kind.detector != "off"
     left = []
     for index in sorted(set(red.boxes) | set(sampled)):
         try:
@@ -673,18 +703,44 @@ def leftovers(red: Redaction, source: PixelSource, detector: PixelTextDetector, 
         if grey is None:
             continue
         covered = red.boxes.get(index, ())
-        words = tuple(b for b in detector.read_again(grey, volume=red.frames > 1)
-                      if not any(c.top <= b.top and c.left <= b.left and b.top + b.height <= c.top + c.height
-                                 and b.left + b.width <= c.left + c.width for c in covered))
+        words = tuple(b for b in detector.read_again(grey, volume=red.frames > 1) if not _inside(b, covered))
+        if looks and red.frames == 1:
+            words += tuple(b for b in detector.detect(_colour(np.asarray(frame), photometric), grey, kind)
+                           if min(b.height, b.width) <= MAX_WORD_HEIGHT and not _inside(b, covered))
         if words:
             left.append(FoundText(index, words))
+    if looks and red.frames > 1:
+        left.extend(_still_left(red, source, detector, photometric, spooled))
     return tuple(left)
 
 
+def _still_left(red: Redaction, source: PixelSource, detector: PixelTextDetector, photometric: str,
+                spooled) -> list[FoundText]:
+    """The learned detector on what a redacted volume's overlay frames share as written (`_still_regions`): its
+    lines outside every frame's covered boxes (on what every frame shares, so on every frame)."""
+    frames = max(2, detector.settings.for_type("multi_frame").overlay_frames)
+    greys = []
+    for index in sample_frames(red.frames, frames):
+        grey = _grey(spooled.frame(index) if index in red.boxes else source.frames.frame(index), photometric)
+        if grey is None or grey.ndim != 2:
+            return []
+        greys.append(grey)
+    lowest, highest = np.minimum.reduce(greys), np.maximum.reduce(greys)
+    average = np.sum(greys, axis=0, dtype=np.uint32) / len(greys)
+    still = still_pixels(lowest, highest, average)
+    if still.sum() < STILL_PIXELS:
+        return []
+    covered = tuple(b for boxes in red.boxes.values() for b in boxes)
+    lines = tuple(b for b in detector._still_regions(loose_still(lowest, highest, average), still,
+                                                     average.astype(np.uint8))
+                  if not _inside(b, covered))
+    return [FoundText(None, lines, "detector")] if lines else []
+
+
 def verify(red: Redaction, source: PixelSource, detector: PixelTextDetector, ds: Dataset,
-           sampled: tuple[int, ...]) -> None:
-    """Any word still read (`leftovers`): NotDeidentifiable(TEXT_LEFT)."""
-    if leftovers(red, source, detector, ds, sampled):
+           sampled: tuple[int, ...], kind: TypeSettings | None = None) -> None:
+    """Any text still found (`leftovers`): NotDeidentifiable(TEXT_LEFT)."""
+    if leftovers(red, source, detector, ds, sampled, kind):
         raise NotDeidentifiable(TEXT_LEFT)
 
 

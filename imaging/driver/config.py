@@ -21,6 +21,9 @@ Environment variables (all optional but the key; defaults in brackets):
   IMAGING_PACS_<SITE>_URL  the site's DICOMweb root: its images come from its PACS [platform/pacs.yaml: servers]
   IMAGING_PACS_<SITE>_TOKEN, or _USER and _PASSWORD  the PACS credentials (bearer token, or HTTP basic);
                          read when a run or the sensor contacts the server, never stored in configuration
+  IMAGING_CLINICAL_SOURCE  a clinical source file (YAML, imaging/clinical_source.py): the clinical records are read
+                         from the hospital's database through JDBC, eye by eye [none: the landing zone's extracts].
+                         Its password comes from the environment variable the file names (`password_env`)
 
 Every other setting lives in `platform/` and nowhere else (`platform.yaml`, `issuers.yaml`,
 `pixel_text.yaml`): code reads it from `Settings`, never restates a default. Each file is read
@@ -40,6 +43,7 @@ from typing import Annotated, Literal, Mapping
 
 from pydantic import ConfigDict, Field, RootModel, StringConstraints, field_validator
 
+from imaging.clinical_source import ClinicalSource, ClinicalSourceFile
 from imaging.config_files import PLATFORM_DIR, REPO_ROOT, load_as, read_raw
 from imaging.config_model import SITE_KEY, ConfigError, PositiveInt, SiteKey, StrictModel, Text
 from imaging.deid.options import BY_NAME as DEID_OPTIONS, FULL_DATES, MODIFIED_DATES
@@ -65,6 +69,10 @@ class PlatformFile(StrictModel):
     deid_options: list[Literal[tuple(DEID_OPTIONS)]]  # type: ignore[valid-type]
     files_per_task: PositiveInt
     landing_sensor_seconds: PositiveInt
+    # A clinical source's read (IMAGING_CLINICAL_SOURCE): parallel queries of a query with a partition_column
+    # (Spark's numPartitions), and rows a round trip from the database (the JDBC fetch size).
+    clinical_read_partitions: PositiveInt = 8
+    clinical_fetch_size: PositiveInt = 10000
 
     @field_validator("start_date", mode="before")
     @classmethod
@@ -127,6 +135,9 @@ class Settings:
     min_k: int | None = None  # overrides the clinical policy's disclosure.min_k when set
     end_date: str | None = None  # the last date partition; None: the partitions grow by one each day
     pacs: "PacsSettings | None" = None  # platform/pacs.yaml + IMAGING_PACS_<SITE>_URL: the PACS sites
+    clinical_source: str | None = None  # IMAGING_CLINICAL_SOURCE: the clinical source file, validated at load
+    clinical_read_partitions: int = 8
+    clinical_fetch_size: int = 10000
 
     @property
     def pacs_sites(self) -> tuple[str, ...]:
@@ -175,7 +186,23 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         pixel_text=_pixel_text(),
         min_k=_min_k(env.get("IMAGING_MIN_K", "").strip()),
         pacs=load_pacs(load_as(PacsFile, "pacs.yaml"), sites, env, warehouse),
+        clinical_source=_clinical_source(env.get("IMAGING_CLINICAL_SOURCE", "").strip(), sites),
+        clinical_read_partitions=base.clinical_read_partitions,
+        clinical_fetch_size=base.clinical_fetch_size,
     )
+
+
+def _clinical_source(path: str, sites: tuple[str, ...]) -> str | None:
+    """IMAGING_CLINICAL_SOURCE as an absolute path, its file validated now (a mistake stops the code location at
+    load, naming the file and the field); every site it names must be a configured site."""
+    if not path:
+        return None
+    resolved = str(Path(path).expanduser().resolve())
+    source = load_clinical_source(resolved)
+    unknown = [s for s in source.sites if s not in sites]
+    if unknown:
+        raise ConfigError([f"{path}: sites: {', '.join(unknown)} not among the configured sites ({', '.join(sites)})"])
+    return resolved
 
 
 def _min_k(value: str) -> int | None:
@@ -199,3 +226,10 @@ def _pixel_text() -> dict:
     """platform/pixel_text.yaml, validated here so a mistake fails at load, not on an executor."""
     load_as(PixelTextFile, "pixel_text.yaml")
     return read_raw("pixel_text.yaml")
+
+
+def load_clinical_source(path: str | Path) -> ClinicalSource:
+    """The clinical source file at `path` (any folder: IMAGING_CLINICAL_SOURCE names it), validated; a ConfigError
+    names the file and every field in error."""
+    path = Path(path)
+    return ClinicalSource.from_model(load_as(ClinicalSourceFile, path.name, path.parent), path)

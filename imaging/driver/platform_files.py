@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from imaging import config_files
+from imaging.clinical_source import ClinicalSourceFile
 from imaging.deid.pixel_text import PixelTextFile
 from imaging.driver.config import PlatformFile, SparkFile
 from imaging.pacs.settings import PacsFile
@@ -46,7 +47,8 @@ FILES: dict[str, type] = {
     UI_FILE: UiFile,
 }
 COHORTS, SUITES = "cohorts/*.yaml", "expectations/*.json"
-MODELS: dict[str, type] = {**FILES, COHORTS: CohortFile, SUITES: SuiteFile}
+CLINICAL_SOURCES = "clinical_sources/*.yaml"  # shipped examples of IMAGING_CLINICAL_SOURCE (OMOP CDM, OpenEyes)
+MODELS: dict[str, type] = {**FILES, COHORTS: CohortFile, SUITES: SuiteFile, CLINICAL_SOURCES: ClinicalSourceFile}
 
 
 def model_for(name: str) -> type:
@@ -95,7 +97,43 @@ def quality_suites_exist(files: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
                                        f"{', '.join(suites) or 'none'}")
 
 
-CHECKS = (unique_cohort_names, suites_named_as_files, quality_suites_exist)
+def stamps_are_release_columns(files: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """A cohort's `stamp:` names columns its release holds, no finer than the quasi-identifiers allow."""
+    from imaging.governance.disclosure import DisclosurePolicy
+    from imaging.governance.lineage import release_column_types, stamp_problems
+
+    policy, platform = files.get("clinical_policy.yaml"), files.get("platform.yaml")
+    stamped = {n: c for n, c in files.items() if isinstance(c, CohortFile) and c.stamp}
+    if policy is None or platform is None or not stamped:
+        return
+    disclosure = DisclosurePolicy.from_model(policy)
+    types = release_column_types(ClinicalPolicy.from_model(policy), platform.deid_options, disclosure)
+    for name, cohort in stamped.items():
+        for problem in stamp_problems(cohort.stamp, types, disclosure):
+            yield name, f"stamp: {problem}"
+
+
+
+def cohort_eye_fields_released(files: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """A cohort selects on eye fields the clinical policy releases per eye (`eye: true`, not dropped)."""
+    policy = files.get("clinical_policy.yaml")
+    if policy is None:
+        return
+    released = ClinicalPolicy.from_model(policy)
+    fields = sorted(r.name for r in released.eye_rules)
+    for name, cohort in files.items():
+        if isinstance(cohort, CohortFile) and cohort.eye is not None:
+            for field in sorted(cohort.eye.fields):
+                if field not in fields:
+                    yield name, (f"eye.fields.{field}: not an eye field of clinical_policy.yaml (columns marked "
+                                 f"`eye: true`): {', '.join(fields) or 'none'}")
+            if cohort.eye.diagnosis_code_prefixes and released.eye_diagnosis_rule is None:
+                yield name, ("eye.diagnosis_code_prefixes: clinical_policy.yaml releases no diagnoses per eye "
+                             "(diagnosis_code with `eye: true`)")
+
+
+CHECKS = (unique_cohort_names, suites_named_as_files, quality_suites_exist, cohort_eye_fields_released,
+          stamps_are_release_columns)
 
 
 # --- every file ----------------------------------------------------------------------------------------------

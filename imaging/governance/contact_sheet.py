@@ -188,6 +188,8 @@ def pixel_quarantine_sources(tables: str, site_days) -> list[str]:
         return []
     filesystem, path = fsx.filesystem(url)
     dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
+    if not dataset.files:  # only emptied partition folders (an empty site-day's run): no rows, and no schema
+        return []
     rows = dataset.to_table(columns=["date", "site", "reason", "source_path"]).to_pylist()
     return sorted(r["source_path"] for r in rows
                   if (str(r["date"]), str(r["site"])) in wanted and r["reason"] in PIXEL_REASONS)

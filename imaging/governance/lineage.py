@@ -18,7 +18,7 @@ from pydicom.datadict import dictionary_VR, tag_for_keyword
 
 from imaging.deid import load_profile
 from imaging.governance.disclosure import DisclosurePolicy
-from imaging.steps.clinical import ClinicalPolicy
+from imaging.steps.clinical import DAYS_BEFORE, EYE_DIAGNOSES, EYE_PREFIX, IMAGED_EYE, ClinicalPolicy
 from imaging.header import COLUMNS as HEADER, PUBLISHED
 
 # Tables, named by the Dagster asset that writes them.
@@ -134,6 +134,7 @@ def manifest_lineage(policy: ClinicalPolicy, options: Iterable[str] | None) -> l
         else:
             out.append(ColumnLineage(MANIFEST, None, sources, DROPPED, True,
                                      f"clinical policy: {rule.name} dropped on purpose"))
+    out.extend(_eye_lineage(policy))
     named = {a for rule in policy.rules for a in rule.aliases}
     identifiers = [i for i in policy.identifiers if i not in named]
     if identifiers:
@@ -146,6 +147,40 @@ def manifest_lineage(policy: ClinicalPolicy, options: Iterable[str] | None) -> l
                              "zone's provenance ledger"))
     out.append(ColumnLineage(MANIFEST, None, (ColumnRef(LINKED, "clinical.*"),), DROPPED, True,
                              "every clinical column the policy does not name"))
+    return out
+
+
+def _kept_when(rule) -> str:
+    if rule.action == "generalise":
+        return f"mapped to {len(set(rule.values.values()))} codes"
+    check = f"pattern {rule.pattern}" if rule.pattern else f"range {rule.number[0]:g} to {rule.number[1]:g}"
+    return f"kept when it matches {check}, else empty"
+
+
+def _eye_lineage(policy: ClinicalPolicy) -> list[ColumnLineage]:
+    """The eye-level columns (the policy's `eye: true` columns): for the eye each image shows, each field's latest
+    value on or before the scan through the field's own rule, how many days before, the diagnoses in force."""
+    if not policy.eye_columns:
+        return []
+    out = [ColumnLineage(MANIFEST, IMAGED_EYE, _linked("laterality"), DERIVED, False,
+                         "the eye the image shows (ImageLaterality, else Laterality): R or L; empty for both eyes or "
+                         "none, and then every eye_ column is empty")]
+    for rule in policy.eye_rules:
+        values = tuple(ColumnRef(LINKED, f"eye_clinical.{a}") for a in rule.aliases)
+        days = tuple(ColumnRef(LINKED, f"eye_days_before.{a}") for a in rule.aliases)
+        out.append(ColumnLineage(MANIFEST, EYE_PREFIX + rule.name, values,
+                                 GENERALISED if rule.action == "generalise" else KEPT, rule.action == "generalise",
+                                 f"clinical policy, for the imaged eye: its latest {rule.name} observed on or before "
+                                 f"the scan (an observation of both eyes counts), {_kept_when(rule)}"))
+        out.append(ColumnLineage(MANIFEST, EYE_PREFIX + rule.name + DAYS_BEFORE, days, DERIVED, False,
+                                 f"whole days between that {rule.name} observation and the scan"))
+    rule = policy.eye_diagnosis_rule
+    if rule is not None:
+        out.append(ColumnLineage(MANIFEST, EYE_DIAGNOSES, _linked("eye_diagnoses"), KEPT, False,
+                                 f"clinical policy, for the imaged eye: the diagnosis codes in force on the scan's day "
+                                 f"(that eye's or both eyes'), each {_kept_when(rule)}; ';'-separated"))
+    out.append(ColumnLineage(MANIFEST, None, (ColumnRef(LINKED, "eye_clinical.*"), *_linked("eye_reason")), DROPPED,
+                             True, "eye fields the policy does not name, and why an image has no eye fields"))
     return out
 
 
@@ -236,3 +271,39 @@ def dagster_column_deps(lineage: Iterable[ColumnLineage], table: str) -> dict[st
     """
     return {e.column: [(s.table, s.column) for s in e.sources]
             for e in lineage if e.table == table and e.column is not None}
+
+
+def release_column_types(policy: ClinicalPolicy, options: Iterable[str] | None,
+                         disclosure: DisclosurePolicy) -> dict[str, str]:
+    """Each column of a release's metadata and its type as pyarrow names it (a banded quasi-identifier is a
+    string): what a cohort may stamp into its images (imaging/steps/stamp.py)."""
+    from imaging.catalogue import manifest
+
+    types = {f.name: str(f.type) for f in manifest(policy).schema}
+    banded = {q.released_as for q in disclosure.quasi_identifiers if q.band_years is not None}
+    out = {}
+    for entry in column_lineage(policy, options, disclosure):
+        if entry.table == RELEASE and entry.column:
+            out[entry.column] = "string" if entry.column in banded or entry.column == "file" else \
+                types.get(entry.column, "string")
+    return out
+
+
+def stamp_problems(stamp: Iterable[str], types: Mapping[str, str], disclosure: DisclosurePolicy) -> list[str]:
+    """Why a cohort's `stamp:` list cannot be written (empty when it can): a column the release does not hold,
+    a quasi-identifier's source where the release holds it generalised (finer than the quasi-identifiers
+    allow), a column with no VR."""
+    from imaging.steps.stamp import VRS, UNSTAMPABLE
+
+    coarser = {q.column: q.released_as for q in disclosure.quasi_identifiers if q.released_as != q.column}
+    problems = []
+    for column in stamp:
+        if column in coarser:
+            problems.append(f"{column!r} is released only as {coarser[column]!r} (a quasi-identifier): a stamp "
+                            f"cannot be finer than the quasi-identifiers allow; stamp {coarser[column]!r}")
+        elif column in UNSTAMPABLE or column not in types:
+            problems.append(f"{column!r} is not a column of the release's metadata that can be stamped (columns: "
+                            f"{', '.join(c for c in types if c not in UNSTAMPABLE)})")
+        elif types[column] not in VRS:
+            problems.append(f"{column!r} has type {types[column]}, which has no DICOM VR here")
+    return problems

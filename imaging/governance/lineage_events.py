@@ -1,7 +1,8 @@
 """OpenLineage events of a release, with `openlineage-python`'s event classes, as JSON lines.
 
 Two jobs made a release: `anonymized_images` (one event per run that wrote an input partition:
-`linked_patient_metadata` in, the de-identified manifest out) and `published_cohort` (the manifest
+`linked_patient_metadata` in, and the clinical source reads its images were linked from, versioned, the
+de-identified manifest out) and `published_cohort` (the manifest
 in, the release out). Each output carries the column-lineage facet from `imaging.governance.lineage`, with
 `masking` set on every transformation that leaves no original value (keyed pseudonyms, shifted
 dates, bands, derived values), and a schema facet.
@@ -23,12 +24,13 @@ from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, R
 from openlineage.client.generated.column_lineage_dataset import (ColumnLineageDatasetFacet, Fields, InputField,
                                                                  Transformation)
 from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
+from openlineage.client.generated.documentation_dataset import DocumentationDatasetFacet
 from openlineage.client.generated.job_type_job import JobTypeJobFacet
 from openlineage.client.generated.schema_dataset import SchemaDatasetFacet, SchemaDatasetFacetFields
 from openlineage.client.serde import Serde
 
 from imaging.catalogue import COHORTS, LINKED as LINKED_TABLE
-from imaging.governance.datacard import CodeVersion, InputPartition
+from imaging.governance.datacard import ClinicalSourceRead, CodeVersion, InputPartition
 from imaging.governance.lineage import KEPT, LINKED, MANIFEST, RELEASE, ColumnLineage
 
 NAMESPACE = "eye-imaging-platform"
@@ -84,10 +86,19 @@ def release_run_id(data_digest: str, code_versions: Iterable[CodeVersion]) -> st
     return str(uuid.UUID(bytes=bytes(raw)))
 
 
+def _clinical_source_dataset(read: ClinicalSourceRead) -> InputDataset:
+    """A clinical source read as an input dataset: versioned by the read, its queries by their sha256."""
+    queries = ", ".join(f"{q} sha256 {d}" for q, d in sorted(read.queries.items()))
+    return InputDataset(namespace=NAMESPACE, name=f"clinical_source/{read.name}", facets={
+        "version": DatasetVersionDatasetFacet(datasetVersion=read.data_version, producer=PRODUCER),
+        "documentation": DocumentationDatasetFacet(description=f"queries: {queries}", producer=PRODUCER)})
+
+
 def release_events(*, cohort: str, version: int, lineage: Iterable[ColumnLineage],
                    inputs: Iterable[InputPartition], code_versions: Iterable[CodeVersion],
-                   data_digest: str) -> list[RunEvent]:
+                   data_digest: str, clinical_sources: Iterable[ClinicalSourceRead] = ()) -> list[RunEvent]:
     lineage, inputs, code_versions = list(lineage), list(inputs), list(code_versions)
+    sources = [_clinical_source_dataset(r) for r in sorted(clinical_sources, key=lambda r: (r.name, r.data_version))]
     if not inputs:
         raise ValueError("a release has at least one input partition")
     manifest = dataset_name(MANIFEST)
@@ -99,7 +110,7 @@ def release_events(*, cohort: str, version: int, lineage: Iterable[ColumnLineage
         events.append(RunEvent(
             eventType=RunState.COMPLETE, eventTime=max(p.materialized_at for p in parts), producer=PRODUCER,
             run=Run(runId=run_id), job=_job(MANIFEST),
-            inputs=[InputDataset(namespace=NAMESPACE, name=dataset_name(LINKED))],
+            inputs=[InputDataset(namespace=NAMESPACE, name=dataset_name(LINKED)), *sources],
             outputs=[OutputDataset(namespace=NAMESPACE, name=manifest, facets={
                 "columnLineage": column_lineage_facet(lineage, MANIFEST), "schema": _schema(lineage, MANIFEST)})]))
     events.append(RunEvent(

@@ -21,8 +21,11 @@ approvals than `approvals_required`) or VERIFIED. Exit status 0 only when VERIFI
 usage error. The report's evidence (everything but the decisions) has a sha256, printed last: that is
 what an approval signs.
 
-Landing paths, real dates and sites are printed to the terminal only (the reviewer has access to the
-identifiable zone); the HTML report carries checksums, runs and versions, never those.
+No identifier by default: the provenance names each landing file by its keyed token (imaging/quarantine.py) and
+its sha256, never its path (hospital exports name folders after patients), so what a reviewer copies from the
+console carries no identifier. `--identifiable` (operators in the identifiable zone) also prints the landing
+paths, after the report and outside what an approval signs, and says so at the top. The HTML report carries
+checksums, tokens, runs and versions, never a landing path, a real date or a site.
 """
 
 from __future__ import annotations
@@ -47,14 +50,17 @@ from imaging.governance.approval import (APPROVE, REJECT, ApprovalError, Approva
 from imaging.governance.bundle import BundleCheck, find_bundle_root, read_manifest, verify_bundle
 from imaging.governance.datacard import NOT_EVALUATED, NOT_OBSERVED
 from imaging.governance.disclosure import DisclosurePolicy
-from imaging.governance.evidence import (AttributeCount, ExactCounts, KFromFiles, QuarantineCount, arrived_columns,
-                                         attribute_evidence, cross_check, exact_counts, k_from_files,
-                                         quarantine_summary, read_metadata, release_summary)
+from imaging.governance.evidence import (AttributeCount, EvidenceCache, ExactCounts, KFromFiles, QuarantineCount,
+                                         arrived_columns, attribute_evidence, cross_check, exact_counts, k_from_files,
+                                         quarantine_summary, read_metadata, release_summary, stamp_of)
 from imaging.governance.optout import SINCE, Recheck, recheck, released_persons, sites_of_tokens
 from imaging.governance.signing import SignatureError, fingerprint, public_key_of, sign, verify_signature
 from imaging.provenance import ProvenanceRecord
 
 FAILED, REJECTED, AWAITING, VERIFIED = "FAILED", "REJECTED", "AWAITING APPROVAL", "VERIFIED"
+NO_TOKEN = "(no token key in the identifiable zone yet)"
+IDENTIFIABLE_VIEW = ("IDENTIFIABLE VIEW (--identifiable): this output holds landing paths of the identifiable zone, "
+                     "which may name patients. Keep it there: quote tokens elsewhere.")
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,8 @@ class Trace:
     sha256: str
     record: ProvenanceRecord | None
     landing: str  # "verified" | "absent" | "differs" | "not traced"
+    token: str | None = None  # the landing file's keyed token (imaging/quarantine.py); None: no token key recorded
+    withdrawn: bool = False  # its ledger row is in withdrawn_images: withdrawn from the de-identified zone since
 
 
 @dataclass
@@ -146,11 +154,13 @@ def _read_json(url: str) -> dict | None:
     return json.loads(fsx.read_bytes(url))
 
 
-def _landing_state(record: ProvenanceRecord) -> str:
+def _landing_state(record: ProvenanceRecord, cache: EvidenceCache | None = None) -> str:
     try:
         if not fsx.exists(record.source_path):
             return "absent"
-        return "verified" if fsx.sha256_url(record.source_path) == record.source_sha256 else "differs"
+        hashed = lambda: fsx.sha256_url(record.source_path)  # noqa: E731
+        sha = hashed() if cache is None else cache.landing_sha256(record.source_path, hashed)
+        return "verified" if sha == record.source_sha256 else "differs"
     except OSError:
         return "absent"
 
@@ -201,7 +211,8 @@ def _policy_disclosure() -> DisclosurePolicy:
     return DisclosurePolicy.from_dict(read_yaml("clinical_policy.yaml"))
 
 
-def _lookup_by_name(warehouse: str, batches: list[str], names: set[str]) -> dict[str, list[ProvenanceRecord]]:
+def _lookup_by_name(warehouse: str, batches: list[str], names: set[str]
+                    ) -> dict[str, list[tuple[ProvenanceRecord, bool]]]:
     """Ledger rows of the release's batches whose output file is named by one of `names` (instance UID.dcm).
 
     A released file's bytes differ from the de-identified output's once its quasi-identifier attributes
@@ -210,7 +221,7 @@ def _lookup_by_name(warehouse: str, batches: list[str], names: set[str]) -> dict
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    found: dict[str, list[ProvenanceRecord]] = {}
+    found: dict[str, list[tuple[ProvenanceRecord, bool]]] = {}
     from dataclasses import fields as record_fields
 
     # The ledger, and the rows of images withdrawn since (their patient opted out): released copies stay traced.
@@ -224,13 +235,13 @@ def _lookup_by_name(warehouse: str, batches: list[str], names: set[str]) -> dict
         if not dataset.files:  # a ledger folder without a file has no row to find
             continue
         table = dataset.to_table(filter=pc.field("batch").isin(batches)) if batches else dataset.to_table()
-        rows += table.to_pylist()
-    for row in rows:
+        rows += [(row, root.endswith(WITHDRAWN.path)) for row in table.to_pylist()]
+    for row, withdrawn in rows:
         name = str(row["output_path"]).rsplit("/", 1)[-1]
         if name in names:
             record = ProvenanceRecord(**{f.name: None if row.get(f.name) is None else str(row[f.name])
                                          for f in record_fields(ProvenanceRecord)})
-            found.setdefault(name, []).append(record)
+            found.setdefault(name, []).append((record, withdrawn))
     return found
 
 
@@ -246,14 +257,20 @@ def _decisions(r: Review, carried: list[SignedDecision] | None) -> list[SignedDe
     return decisions
 
 
-def review(path: str, warehouse: str | None = None, policy: ApprovalPolicy | None = None) -> Review:
-    """Verify a release folder or one published file, recompute its evidence and verify its decisions."""
+def review(path: str, warehouse: str | None = None, policy: ApprovalPolicy | None = None,
+           trusted: dict[str, str] | None = None, cache: EvidenceCache | None = None) -> Review:
+    """Verify a release folder or one published file, recompute its evidence and verify its decisions.
+
+    published_cohort's own review of what its run just placed passes `trusted` (files not hashed again while
+    their identity is the one the copy recorded: imaging.governance.bundle.verify_bundle) and `cache` (what its
+    previous review computed from files unchanged since: imaging.governance.evidence.EvidenceCache); the same
+    findings, without reading again what did not change. imaging-review passes neither: it reads every byte."""
     location = find_bundle_root(path)
     root, inner = location.root, location.inner
     state = _state(root)
     if warehouse is None and state == "held":  # a held release lies in the identifiable zone it names
         warehouse = warehouse_of_held(root)
-    check = verify_bundle(root, only=inner)
+    check = verify_bundle(root, only=inner, trusted=trusted)
     result = Review(root, inner, state, check, warehouse=warehouse, tables=_tables(warehouse))
     result.problems += list(check.problems)
     result.card = _read_json(f"{root}/datacard.json")
@@ -268,7 +285,7 @@ def review(path: str, warehouse: str | None = None, policy: ApprovalPolicy | Non
         if result.card.get("pseudonym_key", {}).get("demo_key"):
             result.flags.append("made under the DEMO pseudonym key (imaging/pseudonym.py): not for real data")
     with quiet():  # pydicom's warnings quote header values: never printed from identifiable or released files
-        _evidence(result)
+        _evidence(result, cache)
 
     # Decisions: signatures verified offline against the allowed signers, for exactly this release id.
     policy = policy or ApprovalPolicy.load()
@@ -286,7 +303,7 @@ def review(path: str, warehouse: str | None = None, policy: ApprovalPolicy | Non
                             "ledger, quarantine) was not read; shown is what the release itself proves")
     else:
         with quiet():
-            _identifiable(result)
+            _identifiable(result, cache)
     return result
 
 
@@ -298,7 +315,7 @@ def _parses(decision: SignedDecision) -> bool:
         return False
 
 
-def _evidence(result: Review) -> None:
+def _evidence(result: Review, cache: EvidenceCache | None = None) -> None:
     """Recompute from the files: digest, metadata cross-checks, exact counts, k from metadata and headers."""
     root = result.root
     if result.release_id is None:
@@ -334,7 +351,8 @@ def _evidence(result: Review) -> None:
     from pydicom.errors import InvalidDicomError
 
     try:
-        k = k_from_files(root, present, disclosure, files)
+        k = k_from_files(root, present, disclosure, files, labels=stamp_of(result.card), cache=cache,
+                         sums={e.path: e.sha256 for e in entries})
     except (OSError, ValueError, InvalidDicomError) as error:  # not DICOM any more: fails the review, no crash
         result.problems.append(f"the released headers cannot be read: {type(error).__name__}")
         return
@@ -343,6 +361,9 @@ def _evidence(result: Review) -> None:
     min_k = int(card_k.get("min_k", disclosure.min_k))
     for keyword, files_finer in k.finer_headers:
         result.problems.append(f"{files_finer} released files hold {keyword} finer than the metadata k was computed on")
+    for label, files_differ in k.label_mismatches:
+        result.problems.append(f"{files_differ} released files hold the stamped label {label} otherwise than the "
+                               f"metadata (the data card's 'Labels in the images')")
     if not k.same_as_metadata:
         result.problems.append("k recomputed from the released files differs from k over the metadata alone")
     if k.class_sizes and k.smallest < min_k:
@@ -375,7 +396,7 @@ def _in(table, paths: set[str]):
     return pc.is_in(table.column("file"), value_set=pa.array(sorted(paths), pa.string()))
 
 
-def _identifiable(result: Review) -> None:
+def _identifiable(result: Review, cache: EvidenceCache | None = None) -> None:
     """The provenance ledger, per-attribute evidence, quarantine of the partitions read, audit log."""
     warehouse, root = result.warehouse, result.root
     if not result.release_id:
@@ -383,15 +404,19 @@ def _identifiable(result: Review) -> None:
     images = [e for e in read_manifest(root).entries
               if e.path.startswith("images/") and (result.file is None or e.path == result.file)]
     batches = sorted({p["batch"] for p in (result.card or {}).get("inputs", [])})
+    from imaging.quarantine import file_token, read_token_key
+
     found = _lookup_by_name(result.tables, batches, {e.path.rsplit("/", 1)[-1] for e in images})
+    token_key = read_token_key(warehouse)
     pairs = []
     for entry in images:
-        records = found.get(entry.path.rsplit("/", 1)[-1]) or [None]
-        for record in records:
-            state = _landing_state(record) if record else "not traced"
-            result.traces.append(Trace(entry.path, entry.sha256, record, state))
+        records = found.get(entry.path.rsplit("/", 1)[-1]) or [(None, False)]
+        for record, withdrawn in records:
+            state = _landing_state(record, cache) if record else "not traced"
+            token = file_token(token_key, record.source_path) if record and token_key else None
+            result.traces.append(Trace(entry.path, entry.sha256, record, state, token, withdrawn))
             if state == "verified":
-                pairs.append((record.source_path, f"{root}/{entry.path}"))
+                pairs.append((record.source_path, f"{root}/{entry.path}", record.source_sha256, entry.sha256))
     untraced = sum(1 for t in result.traces if t.record is None)
     differs = sum(1 for t in result.traces if t.landing == "differs")
     absent = sum(1 for t in result.traces if t.landing == "absent")
@@ -404,7 +429,7 @@ def _identifiable(result: Review) -> None:
     from pydicom.errors import InvalidDicomError
 
     try:
-        result.attributes = attribute_evidence((fsx.read_bytes(a), fsx.read_bytes(b)) for a, b in pairs)
+        result.attributes = attribute_evidence(pairs, cache)  # headers only: the pixels are not compared
     except (OSError, ValueError, InvalidDicomError) as error:
         result.problems.append(f"the per-attribute evidence cannot be read: {type(error).__name__}")
     _optouts(result)
@@ -524,8 +549,9 @@ def evidence_text(r: Review) -> str:
     if r.file:
         lines.append(f"File      {r.file}")
     scope = "every file" if r.file is None else "this file and the release's description files"
-    lines.append(f"Checksums {r.check.checked} of {r.check.listed} listed files recomputed ({scope}); "
-                 f"{'no problems' if not r.check.problems else f'{len(r.check.problems)} problems'}")
+    lines.append(f"Checksums {r.check.checked} of {r.check.listed} listed files recomputed ({scope}"
+                 + (f"; {r.check.trusted} unchanged since the run that placed them hashed them" if r.check.trusted
+                    else "") + f"); {'no problems' if not r.check.problems else f'{len(r.check.problems)} problems'}")
     lines += [f"  problem: {p}" for p in r.problems]
     lines += [f"  FLAG: {f}" for f in r.flags]
     if card:
@@ -578,15 +604,17 @@ def evidence_text(r: Review) -> str:
     if r.row:
         lines += ["", "Metadata row of this file:"] + [f"  {k} = {v}" for k, v in r.row.items()]
     if r.traces:
-        lines += ["", "Provenance (identifiable zone): release file <- de-identified output <- landing file"]
+        lines += ["", "Provenance (identifiable zone): release file <- de-identified output <- landing file (by its "
+                      "keyed token: imaging-quarantine TOKEN, or imaging-review --identifiable, gives its path)"]
         for t in r.traces:
             if t.record is None:
                 lines.append(f"  {t.file}  sha256 {t.sha256}  NOT TRACED")
                 continue
             p = t.record
             lines += [f"  {t.file}  sha256 {t.sha256}",
-                      f"    output   {p.output_path}  sha256 {p.output_sha256}",
-                      f"    landing  {p.source_path}  sha256 {p.source_sha256} ({t.landing})",
+                      f"    output   {p.output_path}  sha256 {p.output_sha256}"
+                      + ("  (withdrawn from the de-identified zone since)" if t.withdrawn else ""),
+                      f"    landing  file {t.token or NO_TOKEN}  sha256 {p.source_sha256} ({t.landing})",
                       f"    run {p.run_id} (started {p.run_started_at})  partition {p.date}|{p.site}  "
                       f"code {p.code_version}",
                       f"    profile {p.deid_profile}; options {p.deid_options}"]
@@ -625,15 +653,22 @@ def report_sha256(r: Review) -> str:
     return hashlib.sha256(evidence_text(r).encode()).hexdigest()
 
 
-def render_text(r: Review) -> str:
-    """The verdict, problems and decisions first, then the evidence, then the evidence's sha256."""
-    lines = _decision_lines(r)
+def render_text(r: Review, identifiable: bool = False) -> str:
+    """The verdict, problems and decisions first, then the evidence, then the evidence's sha256. With
+    `identifiable`, a warning first and each landing file's path last, outside the report an approval signs."""
+    lines = ([IDENTIFIABLE_VIEW, ""] if identifiable else []) + _decision_lines(r)
     if r.audit_events:
         lines += ["Audit log (identifiable zone):"]
         lines += [f"  {e.at} {e.event:8s}" + (f" by {e.principal}" if e.principal else "")
                   + (f": {e.detail}" if e.detail else "") for e in r.audit_events]
-    return ("\n".join(lines) + "\n\n" + evidence_text(r)
+    text = ("\n".join(lines) + "\n\n" + evidence_text(r)
             + f"\nReview report sha256 {report_sha256(r)}   (the evidence above, from 'Release': what an approval signs)\n")
+    if identifiable:
+        traced = [t for t in r.traces if t.record is not None]
+        text += ("\nLanding files (identifiable zone, not part of the signed report): token, path\n"
+                 + "".join(f"  {t.token or NO_TOKEN}  {t.record.source_path}\n" for t in traced)
+                 if traced else "\nLanding files: none traced (IMAGING_WAREHOUSE not set, or no ledger row)\n")
+    return text
 
 
 def _warehouse() -> str | None:
@@ -752,7 +787,7 @@ def render_diff(old: dict, new: dict) -> str:
 
 
 COMMANDS = """commands:
-  imaging-review PATH [--html OUT]                          review a release folder or one file of it
+  imaging-review PATH [--html OUT] [--identifiable]         review a release folder or one file of it
   imaging-review pending                                    held releases: path, cohort, version, id, status
   imaging-review approve PATH --key PRIVATE_KEY [--note T]  sign an approval of a held release
   imaging-review reject PATH --key PRIVATE_KEY --reason T   sign a rejection: never published
@@ -803,6 +838,9 @@ def _sign_command(name: str, argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from imaging.deid.quiet import silence_for_process
+
+    silence_for_process()  # headers of identifiable and released files are read: no library warning quotes one
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["pending"]:
         parser = argparse.ArgumentParser(prog="imaging-review pending",
@@ -851,13 +889,16 @@ def main(argv: list[str] | None = None) -> int:
                                      epilog=COMMANDS, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a release folder or one file of a release")
     parser.add_argument("--html", default=None, help="also write a self-contained HTML report here")
+    parser.add_argument("--identifiable", action="store_true",
+                        help="also print each landing file's path (operators in the identifiable zone; outside the "
+                             "signed report)")
     args = parser.parse_args(argv)
     try:
         result = review(_local(args.path), _warehouse())
     except (FileNotFoundError, ApprovalError) as error:
         print(f"imaging-review: {error}", file=sys.stderr)
         return 1
-    sys.stdout.write(render_text(result))
+    sys.stdout.write(render_text(result, identifiable=args.identifiable))
     if args.html:
         from imaging.governance.review_html import render_html
 

@@ -3,19 +3,44 @@
 What a reviewer needs to sign comes first: the verdict, the problems and flags, the signed approvals.
 Then the evidence the review recomputed (exact counts and class sizes, per-attribute counts, the
 quarantine of the partitions read), then the column lineage drawn from the lineage the release
-carries (`datacard.json`): identifiable sources, de-identified manifest, release. Source nodes are
+carries (`datacard.json`): identifiable sources, de-identified manifest, release. The run that builds a release
+also writes this report into the identifiable zone, where the proxy serves it behind the UI's login: that copy adds
+what was reviewed (the site-days read, each with the run whose materialization it read, linked into the UI) and the
+cohort version's opt-out table, the same as its Markdown and metadata (`Served`). Source nodes are
 the clinical columns that actually arrived when the identifiable zone was read (otherwise one node
 per policy column, naming its aliases); columns dropped on the way are listed under the drawing,
 not drawn as edges; the legend says what each edge colour means, and an edge table repeats every
-edge in words so the meaning survives printing. The report holds checksums, runs and versions,
-never a landing path, a real date or a site. Rendered from `templates/review.html` (jinja2, autoescape on);
+edge in words so the meaning survives printing. The report holds checksums, tokens, runs and versions,
+never a landing path (a landing file is named by its keyed token); only the served copy names site-days. Rendered from `templates/review.html` (jinja2, autoescape on);
 this module only shapes the review into what the template draws (the lineage graph's geometry included).
 """
 
 from __future__ import annotations
 
-from imaging.governance.lineage import LINKED, MANIFEST, RELEASE
+from dataclasses import dataclass, field
 
+from imaging.governance.lineage import LINKED, MANIFEST, RELEASE
+from imaging.governance.optout_table import OptOutTable
+
+
+@dataclass(frozen=True)
+class SiteDayLink:
+    """A site-day a release read, as the served review lists it: its page and the run whose materialization it read."""
+
+    site_day: str
+    images: int
+    page: str  # the UI's page of the site-day (root-relative)
+    run_id: str
+    run_page: str  # the UI's page of that run ('' when unknown)
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the run adds to the copy it writes for the UI (identifiable zone, served behind the login)."""
+
+    optouts: OptOutTable | None = None
+    site_days: tuple[SiteDayLink, ...] = field(default_factory=tuple)
+    cohort_page: str = ""  # the cohort's partition page in the UI
 COLOURS = {"kept": "#4a7fb5", "pseudonymised": "#8e44ad", "shifted": "#d35400", "generalised": "#16a085",
            "cleaned": "#7f8c8d", "derived": "#2c3e50", "dropped": "#c0392b"}
 MEANINGS = {"kept": "the value passes unchanged", "pseudonymised": "replaced by a keyed token or 2.25 UID",
@@ -104,7 +129,10 @@ def _edges(lineage: list[dict], arrived: set[str] | None) -> list[list]:
              e["transform"], e["description"]] for sources, e in _drawn(lineage, arrived)]
 
 
-STYLE = ("#contact-sheet{display:flex;flex-wrap:wrap;gap:8px}.thumb{margin:0;font-size:11px;max-width:200px}"
+# Fits a 1,280 px window: captions (long release paths) and cells wrap anywhere, the lineage drawing scales down.
+STYLE = ("#contact-sheet{display:flex;flex-wrap:wrap;gap:8px}.thumb{margin:0;font-size:11px;width:200px;min-width:0}"
+         ".thumb figcaption,.thumb code{overflow-wrap:anywhere;word-break:break-all;white-space:normal}"
+         ".thumb img{max-width:100%;height:auto}svg{max-width:100%;height:auto}table{max-width:100%}"
          ".thumb.redacted img{outline:2px solid #b3261e}"
          "body{font:14px system-ui,sans-serif;margin:24px;color:#1b2733}"
          "table{border-collapse:collapse;margin:6px 0 16px}td,th{border:1px solid #ccd5df;padding:3px 8px;"
@@ -123,9 +151,10 @@ def _environment():
                        undefined=StrictUndefined, trim_blocks=False)
 
 
-def render_html(review) -> str:
+def render_html(review, served: Served | None = None) -> str:
     """The report of a `imaging.governance.review.Review`: verdict, problems and approvals first, rendered from
-    `templates/review.html` with autoescape (every value from a file or the card escaped)."""
+    `templates/review.html` with autoescape (every value from a file or the card escaped). `served`: what the
+    run's copy for the UI adds."""
     card = review.card or {}
     verdict = review.verdict
     st = review.standing
@@ -187,9 +216,12 @@ def render_html(review) -> str:
         optouts=_optouts(card.get("optouts"), review.optouts),
         card=card_view,
         audit=[[e.at, e.event, e.principal, e.detail] for e in review.audit_events],
-        traces=[[t.sha256, t.record.source_sha256 if t.record else "NOT TRACED", t.landing,
+        traces=[[t.sha256, t.token or "-", t.record.source_sha256 if t.record else "NOT TRACED",
+                 t.landing + (", withdrawn since" if t.withdrawn else ""),
                  t.record.run_id if t.record else "", t.record.code_version if t.record else ""]
-                for t in review.traces]) + "\n"
+                for t in review.traces],
+        served=served, optout_table=None if served is None or served.optouts is None else {
+            "title": served.optouts.title, "rows": served.optouts.cells()}) + "\n"
 
 
 def _optouts(section, rc) -> dict | None:

@@ -1,10 +1,12 @@
 """A cohort's review as Markdown, for its materialization in the Dagster UI (published_cohort, one partition a cohort).
 
-What a reviewer reads first in `imaging-review` (verdict, flags, approvals), then the counts, the disclosure
-control, the quarantine of the inputs and the upstream checks, and the site-days the release read: one row each,
-linked to that site-day's page in the UI (Dagster's own asset-partition URL, from the host's root so it works
-through the authenticating proxy). Nothing here is a link that only works on the server: folders are shown as
-warehouse-relative paths in code spans.
+What a reviewer reads first in `imaging-review` (verdict, flags, approvals) and a link to the whole review (the HTML
+the run wrote for this exact release: contact sheet, opt-outs, evidence, audit, provenance; served by the proxy
+behind the same login), then the counts, the opt-out table, the burned-in text counts, the disclosure control, the
+quarantine of the inputs and the upstream checks, and the site-days the release read: one row each, linked to that
+site-day's page in the UI (Dagster's own asset-partition URL, from the host's root so it works through the
+authenticating proxy) and to the run whose materialization this version read. Nothing here is a link that only
+works on the server: folders are shown as warehouse-relative paths in code spans.
 
 Pure: rendered from a `Review` (imaging.governance.review) when the release is held or published, and from the
 build's own facts otherwise (blocked, rejected, empty). No values from files: counts, reason phrases, check
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from imaging.governance.optout_table import OptOutTable
 from imaging.governance.review import Review
 
 
@@ -62,13 +65,18 @@ def _checks_by_batch(card: dict | None) -> dict[str, dict[str, int]]:
 
 
 def render_markdown(state: CohortState, review: Review | None, site_days: Sequence[SiteDayRead],
-                    link: Callable[[str, str], str]) -> str:
+                    link: Callable[[str, str], str], *, full_review: str | None = None,
+                    optouts: OptOutTable | None = None, run_link: Callable[[str], str] | None = None) -> str:
     """The review of one cohort's release as Markdown. `link(asset, partition)` gives the UI's page of a
     partition (a root-relative URL); the site-days are linked to their `anonymized_images` and
-    `raw_image_index` pages, where their materializations and checks are."""
+    `raw_image_index` pages, where their materializations and checks are, and (`run_link(run_id)`) to the run
+    whose materialization the release read. `full_review`: the address of the whole review (HTML)."""
     verdict = review.verdict if review is not None else state.action.upper()
     lines = [f"## {_cell(state.cohort)} v{state.version}: {_cell(state.action)}", "",
              f"**Verdict: {_cell(verdict)}**" + (f" ({_cell(state.reason)})" if state.reason else ""), ""]
+    if full_review:
+        lines += [f"**[The whole review of this release]({full_review})**: contact sheet, opt-outs, per-attribute "
+                  "evidence, audit log, provenance (the run's HTML report of exactly this release id).", ""]
     if review is not None:
         for problem in review.all_problems:
             lines.append(f"- **problem**: {_cell(problem)}")
@@ -104,6 +112,17 @@ def render_markdown(state: CohortState, review: Review | None, site_days: Sequen
                           "reading `imaging-review <held folder>`."]
     lines.append("")
 
+    if optouts is not None:
+        lines += optouts.markdown()
+    text = review.text if review is not None else None
+    if text is not None:
+        lines += ["### Burned-in text", "", "| image type | screened | clean | redacted | quarantined | not read |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {_cell(name)} | {v.screened} | {v.clean} | {v.redacted} | "
+                  f"{'not read' if v.quarantined is None else v.quarantined} | {v.not_read} |"
+                  for name, v in text.counts.items()]
+        lines.append("")
+
     lines += ["### Disclosure control", ""]
     if review is not None and review.k is not None:
         k = review.k
@@ -118,7 +137,9 @@ def render_markdown(state: CohortState, review: Review | None, site_days: Sequen
     lines.append("")
 
     if review is not None and review.quarantine is not None:
-        lines += ["### Quarantine of the inputs", "", "Files held back in the site-days the release read:", "",
+        lines += ["### Quarantine of the inputs", "", "Files held back in the site-days the release read (their own "
+                  "pages list each file by token; `patient opted out`: the opt-out table above counts them over every "
+                  "site-day):", "",
                   "| table | reason | files |", "|---|---|---:|"]
         lines += [f"| {_cell(q.table)} | {_cell(q.reason)} | {q.files} |" for q in review.quarantine] or [
             "| (none) | | 0 |"]
@@ -140,15 +161,19 @@ def render_markdown(state: CohortState, review: Review | None, site_days: Sequen
         lines.append("")
 
     checks = _checks_by_batch(card)
+    runs = {p["batch"]: p["run_id"] for p in (card or {}).get("inputs", [])}
     lines += ["### Site-days read", "",
-              "Each site-day's page shows its materializations and its own checks.", "",
-              "| site-day | images | upstream checks (passed / failed / not evaluated) | index | batch |",
-              "|---|---:|---|---|---|"]
+              "Each site-day's page shows its materializations and its own checks; its run is the one whose "
+              "materialization this release read.", "",
+              "| site-day | images | upstream checks (passed / failed / not evaluated) | index | run read | batch |",
+              "|---|---:|---|---|---|---|"]
     for s in sorted(site_days, key=lambda s: s.site_day):
         tally = checks.get(s.batch, {})
+        run = runs.get(s.batch)
+        shown = f"[{run[:8]}]({run_link(run)})" if run and run_link and run != "unknown" else "-"
         lines.append(f"| [{_cell(s.site_day)}]({link('anonymized_images', s.site_day)}) | {s.images} | "
                      f"{tally.get('passed', 0)} / {tally.get('failed', 0)} / {tally.get('not evaluated', 0)} | "
-                     f"[raw_image_index]({link('raw_image_index', s.site_day)}) | `{_cell(s.batch)}` |")
+                     f"[raw_image_index]({link('raw_image_index', s.site_day)}) | {shown} | `{_cell(s.batch)}` |")
     if not site_days:
-        lines.append("| (none) | 0 | | | |")
+        lines.append("| (none) | 0 | | | | |")
     return "\n".join(lines) + "\n"

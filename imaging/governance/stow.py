@@ -74,6 +74,9 @@ def stow(release: str, server: PacsServer, policy: RetryPolicy, *, warehouse: st
 
 
 def main(argv: list[str] | None = None) -> int:
+    from imaging.deid.quiet import silence_for_process
+
+    silence_for_process()  # released headers are read: no library warning quotes a value
     parser = argparse.ArgumentParser(prog="imaging-stow", description=__doc__.splitlines()[0])
     parser.add_argument("release", help="a published release folder (deidentified/cohorts/<name>/v<N>)")
     parser.add_argument("--to", required=True, help="the research PACS' name: IMAGING_PACS_<NAME>_URL and credentials")

@@ -313,7 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, help="port [platform/pacs.yaml: receiver.port]")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("pynetdicom").setLevel(logging.CRITICAL)  # its errors quote the peer's request
+    from imaging.deid.quiet import silence_for_process
+
+    silence_for_process()  # pydicom's and pynetdicom's warnings and records quote the request's and the file's values
     from imaging.driver.config import load_settings
     from imaging.pacs.settings import spool_root
 

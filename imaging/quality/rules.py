@@ -44,6 +44,7 @@ class MaxCheck(StrictModel):
     severity: Severity
     max: float = Field(ge=0)
     description: Text
+    window_days: PositiveInt | None = None  # a check of how old something may be (stale_eye_observations)
 
 
 class BalanceCheck(StrictModel):
@@ -92,6 +93,7 @@ class CheckRule:
     maximum: float | None
     description: str = ""
     suite: str | None = None
+    window_days: int | None = None
 
     @property
     def blocking(self) -> bool:
@@ -119,7 +121,8 @@ class QualityRules:
         (`imaging.quality.expectations.SuiteFile`, as dicts)."""
         checks = {asset: {name: CheckRule(asset=asset, name=name, severity=rule.severity,
                                           maximum=_float(getattr(rule, "max", None)), description=rule.description.strip(),
-                                          suite=getattr(rule, "suite", None))
+                                          suite=getattr(rule, "suite", None),
+                                          window_days=getattr(rule, "window_days", None))
                           for name, rule in named}
                   for asset, named in spec.checks}
         return cls(checks=checks, top_offenders=spec.top_offenders, percentiles=tuple(spec.percentiles),

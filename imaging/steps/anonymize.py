@@ -24,7 +24,7 @@ from imaging.issuers import IssuerPolicy
 from imaging.provenance import source_uid_hash
 from imaging.pseudonym import Pseudonymizer
 from imaging.records import BatchStep, LinkedImage, PublishedImage, Quarantined, outcome_schema
-from imaging.steps.clinical import ClinicalPolicy
+from imaging.steps.clinical import ClinicalPolicy, EyeRecord
 from imaging.header import PUBLISHED, column_value, dicom_date, keyword, read_columns
 
 
@@ -175,7 +175,8 @@ class _Anonymizer:
         shift = pseudonymizer.date_shift_days(namespace, image.patient_id or "")
         scan = dicom_date(image.study_date, lenient=True) or dt.date.fromisoformat(image.date)
         fields = job.policy.apply(clinical, scan_date=scan, shift_days=shift,
-                                  token=lambda column, value: pseudonymizer.token("clinical", column, value))
+                                  token=lambda column, value: pseudonymizer.token("clinical", column, value),
+                                  eye=EyeRecord.of(image))
         return PublishedImage(
             date=image.date, site=image.site, source_path=image.source_path, source_sha256=image.sha256,
             source_uid_hash=source_uid_hash(pseudonymizer, image.sop_instance_uid or ""), batch=batch,

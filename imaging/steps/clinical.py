@@ -20,6 +20,7 @@ from typing import Annotated, Callable, Iterator, Literal, Mapping
 
 from pydantic import Field, field_validator, model_validator
 
+from imaging.clinical_source import DIAGNOSIS_CODE, EYE_MISSING, EYE_NOT_KNOWN, normal_eye
 from imaging.config_model import PositiveInt, StrictModel, Text, validate
 from imaging.records import BatchStep, ClinicalExtract, ClinicalRow, Quarantined, outcome_schema
 
@@ -41,6 +42,9 @@ class ColumnPolicy(StrictModel):
     number: Annotated[list[float], Field(min_length=2, max_length=2)] | None = None  # keep: [low, high]
     values: dict[str, str] = {}  # generalise: value -> released value
     top_code: PositiveInt = 90  # age_at_scan: ages from it are reported as it
+    # A measurement of one eye: also released for the eye each image shows, as eye_<name> (and
+    # eye_<name>_days_before); `diagnosis_code` as eye_diagnosis_codes, the eye's diagnoses in force.
+    eye: bool = False
 
     @field_validator("pattern")
     @classmethod
@@ -68,6 +72,8 @@ class ColumnPolicy(StrictModel):
             raise ValueError("`pattern` and `number` are for action 'keep'")
         if self.values and self.action != "generalise":
             raise ValueError("`values` is for action 'generalise'")
+        if self.eye and self.action not in ("keep", "generalise"):
+            raise ValueError("`eye` is for a measured value: action 'keep' or 'generalise'")
         return self
 
 
@@ -133,6 +139,7 @@ class ExtractLine:
     number: int  # from 1, after the header
     patient_id: str  # stripped; "" when the row has none
     columns: dict[str, str]  # the other non-empty cells, by lower-cased, stripped column name
+    eye_column: bool = False  # the extract has an `eye` column: each row is an observation of one eye
 
 
 def parse_extract(data: bytes) -> Iterator[ExtractLine]:
@@ -154,17 +161,61 @@ def parse_extract(data: bytes) -> Iterator[ExtractLine]:
     for number, row in enumerate(reader, start=1):
         patient_id = (row.pop("patient_id", None) or "").strip()
         yield ExtractLine(number=number, patient_id=patient_id,
-                          columns={k: v.strip() for k, v in row.items() if k and isinstance(v, str) and v.strip()})
+                          columns={k: v.strip() for k, v in row.items() if k and isinstance(v, str) and v.strip()},
+                          eye_column=EYE_COLUMN in header)
+
+
+# How an extract gives a value per eye: an `eye` column (each row then observes one eye, R/L/B or OD/OS/OU), or
+# per-eye column pairs (`visual_acuity_logmar_right` / `_left`, `iop_od` / `iop_os`).
+EYE_COLUMN = "eye"
+EYE_SUFFIXES = {"_right": "R", "_left": "L", "_od": "R", "_os": "L"}
+
+
+@dataclass(frozen=True)
+class EyeSplit:
+    """One extract row split into the patient's own columns and each eye's values (or why it cannot be)."""
+
+    patient: dict[str, str]
+    eyes: dict[str, dict[str, str]]  # R/L/B -> {column without its per-eye suffix: value}
+    problem: str | None = None
+
+
+def split_eyes(line: ExtractLine, eye_aliases: frozenset[str]) -> EyeSplit:
+    """A row's patient columns and eye values. In an extract with an `eye` column, the columns the policy marks
+    per eye (`eye_aliases`) are that eye's; every column ending in a per-eye suffix is its eye's, in any extract."""
+    patient: dict[str, str] = {}
+    eyes: dict[str, dict[str, str]] = {}
+    own_eye = None
+    if line.eye_column:
+        own_eye = normal_eye(line.columns.get(EYE_COLUMN))
+        if own_eye is None:
+            return EyeSplit({}, {}, EYE_NOT_KNOWN if line.columns.get(EYE_COLUMN) else EYE_MISSING)
+    for column, value in line.columns.items():
+        if column == EYE_COLUMN and line.eye_column:
+            continue
+        suffix = next((s for s in EYE_SUFFIXES if column.endswith(s) and len(column) > len(s)), None)
+        if suffix is not None:
+            eyes.setdefault(EYE_SUFFIXES[suffix], {})[column[:-len(suffix)]] = value
+        elif own_eye is not None and column in eye_aliases:
+            eyes.setdefault(own_eye, {})[column] = value
+        else:
+            patient[column] = value
+    return EyeSplit(patient, eyes)
 
 
 def parse_date(text: str | None, formats: tuple[str, ...]) -> dt.date | None:
+    """The date in `text` by the first of `formats` that reads it; an ISO date-time (a database's `timestamp`
+    column rendered as text) is read for its date."""
     if not text:
         return None
-    for fmt in formats:
-        try:
-            return dt.datetime.strptime(text.strip(), fmt).date()
-        except ValueError:
-            continue
+    text = text.strip()
+    candidates = (text, text[:10]) if len(text) > 10 and text[10] in " T" else (text,)
+    for candidate in candidates:
+        for fmt in formats:
+            try:
+                return dt.datetime.strptime(candidate, fmt).date()
+            except ValueError:
+                continue
     return None
 
 
@@ -177,6 +228,30 @@ class ColumnRule:
     number: tuple[float, float] | None = None
     values: Mapping[str, str] = field(default_factory=dict)
     top_code: int = 90
+    eye: bool = False
+
+
+EYE_PREFIX = "eye_"
+DAYS_BEFORE = "_days_before"
+EYE_DIAGNOSES = "eye_diagnosis_codes"
+IMAGED_EYE = "eye"  # the released column saying which eye an image shows
+DIAGNOSES_SEPARATOR = ";"
+
+
+@dataclass(frozen=True)
+class EyeRecord:
+    """What the link step found for the eye an image shows: its latest eye fields as of the image's day, how many
+    days before each was observed, and the diagnoses in force for that eye (or both)."""
+
+    eye: str | None
+    clinical: Mapping[str, str] | None = None
+    days_before: Mapping[str, int] | None = None
+    diagnoses: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, image) -> "EyeRecord":
+        """From a `LinkedImage`."""
+        return cls(image.eye, image.eye_clinical, image.eye_days_before, tuple(image.eye_diagnoses or ()))
 
 
 @dataclass(frozen=True)
@@ -199,7 +274,7 @@ class ClinicalPolicy:
             pattern=rule.pattern,
             number=(float(rule.number[0]), float(rule.number[1])) if rule.number else None,
             values={k.upper(): v for k, v in rule.values.items()},
-            top_code=rule.top_code,
+            top_code=rule.top_code, eye=rule.eye,
         ) for name, rule in spec.columns.items())
         return cls(rules, tuple(i.lower() for i in spec.identifiers), tuple(spec.date_formats))
 
@@ -208,14 +283,41 @@ class ClinicalPolicy:
         return tuple(rule for rule in self.rules if rule.action != "drop")
 
     @property
+    def eye_rules(self) -> tuple[ColumnRule, ...]:
+        """The released per-eye measurements (the diagnosis code is released per eye as the diagnoses in force)."""
+        return tuple(r for r in self.released if r.eye and r.name != DIAGNOSIS_CODE)
+
+    @property
+    def eye_diagnosis_rule(self) -> ColumnRule | None:
+        return next((r for r in self.released if r.eye and r.name == DIAGNOSIS_CODE), None)
+
+    @property
+    def eye_aliases(self) -> frozenset[str]:
+        """Every column name a per-eye field (or the diagnosis code) goes by."""
+        return frozenset(a for r in self.released if r.eye for a in r.aliases)
+
+    @property
+    def eye_columns(self) -> dict[str, str]:
+        """The eye-level released columns and their types: which eye the image shows, each eye field's value and days
+        before the image, the eye's diagnoses in force. None when the policy marks no column per eye."""
+        if not any(r.eye for r in self.released):
+            return {}
+        out = {IMAGED_EYE: "string"}
+        for rule in self.eye_rules:
+            out[EYE_PREFIX + rule.name] = _type(rule)
+            out[EYE_PREFIX + rule.name + DAYS_BEFORE] = "int"
+        if self.eye_diagnosis_rule is not None:
+            out[EYE_DIAGNOSES] = "string"
+        return out
+
+    @property
     def output_columns(self) -> tuple[str, ...]:
-        return tuple(rule.name for rule in self.released)
+        return tuple(rule.name for rule in self.released) + tuple(self.eye_columns)
 
     @property
     def output_types(self) -> dict[str, str]:
         """Column -> 'int' | 'double' | 'string', for the manifest's fixed schema."""
-        return {r.name: "int" if r.action == "age_at_scan" else "double" if r.number else "string"
-                for r in self.released}
+        return {r.name: _type(r) for r in self.released} | self.eye_columns
 
     def identifying_values(self, record: Mapping[str, str] | None) -> tuple[str, ...]:
         """The patient's own identifiers in a record, for scrubbing DICOM free text."""
@@ -224,19 +326,34 @@ class ClinicalPolicy:
         return tuple(v for k, v in sorted(record.items()) if k in self.identifiers and len(v) >= 3)
 
     def apply(self, record: Mapping[str, str] | None, *, scan_date: dt.date | None, shift_days: int,
-              token: Callable[[str, str], str] | None = None) -> dict:
-        """The de-identified clinical fields of one record (None where absent or invalid).
+              token: Callable[[str, str], str] | None = None, eye: EyeRecord | None = None) -> dict:
+        """The de-identified clinical fields of one record (None where absent or invalid), and the eye-level ones of
+        the eye the image shows (`eye`), each through the rule of the column it measures.
 
         `token(column, value)` makes the keyed token of a `pseudonymise` column; without it
         such columns stay empty rather than pass in clear.
         """
         out: dict = {name: None for name in self.output_columns}
-        if not record:
-            return out
-        for rule in self.released:
+        for rule in self.released if record else ():
             raw = next((record[a] for a in rule.aliases if record.get(a)), None)
             if raw is not None:
                 out[rule.name] = self._value(rule, raw, scan_date, shift_days, token)
+        if eye is not None and eye.eye is not None and self.eye_columns:
+            out.update(self._eye(eye, scan_date, shift_days, token))
+        return out
+
+    def _eye(self, eye: EyeRecord, scan_date: dt.date | None, shift_days: int, token) -> dict:
+        out: dict = {IMAGED_EYE: eye.eye}
+        values, days = eye.clinical or {}, eye.days_before or {}
+        for rule in self.eye_rules:
+            alias = next((a for a in rule.aliases if values.get(a)), None)
+            value = self._value(rule, values[alias], scan_date, shift_days, token) if alias else None
+            out[EYE_PREFIX + rule.name] = value
+            out[EYE_PREFIX + rule.name + DAYS_BEFORE] = days.get(alias) if value is not None else None
+        rule = self.eye_diagnosis_rule
+        if rule is not None:
+            codes = sorted({c for c in (self._value(rule, d, scan_date, shift_days, token) for d in eye.diagnoses) if c})
+            out[EYE_DIAGNOSES] = DIAGNOSES_SEPARATOR.join(codes) or None
         return out
 
     def _value(self, rule: ColumnRule, raw: str, scan_date: dt.date | None, shift_days: int, token):
@@ -259,6 +376,10 @@ class ClinicalPolicy:
         if rule.action == "shift_date":
             return (day + dt.timedelta(days=shift_days)).isoformat()
         return age_in_years(day, scan_date, rule.top_code)
+
+
+def _type(rule: ColumnRule) -> str:
+    return "int" if rule.action == "age_at_scan" else "double" if rule.number else "string"
 
 
 def age_in_years(birth: dt.date, on: dt.date | None, top_code: int = 90) -> int | None:
@@ -308,18 +429,22 @@ class ExtractJob:
     upper-cased, the empty key always among them."""
 
     placeholders: frozenset[str] = frozenset({""})
+    eye_aliases: frozenset[str] = frozenset()  # the policy's per-eye column names (`ClinicalPolicy.eye_aliases`)
 
     def __call__(self):
-        return functools.partial(read_extract, placeholders=self.placeholders | {""})
+        return functools.partial(read_extract, placeholders=self.placeholders | {""}, eye_aliases=self.eye_aliases)
 
     def step(self) -> BatchStep:
         return BatchStep(self, ClinicalExtract, outcome_schema(ClinicalRow))
 
 
-def read_extract(extract: ClinicalExtract, placeholders: frozenset[str] = frozenset({""})
-                 ) -> Iterator[ClinicalRow | Quarantined]:
+def read_extract(extract: ClinicalExtract, placeholders: frozenset[str] = frozenset({""}),
+                 eye_aliases: frozenset[str] = frozenset()) -> Iterator[ClinicalRow | Quarantined]:
     """The rows of one extract, or one quarantine record (accounted to the extract's own day); a row
-    whose patient_id is a placeholder is a quarantine record of its own."""
+    whose patient_id is a placeholder, or whose eye is not one (`split_eyes`), is a quarantine record of its own.
+
+    Each row gives the patient's record (its columns that are not per eye) and an eye row for each eye it
+    measures (`ClinicalRow.eye`), dated by the extract."""
     from imaging import fs as fsx  # executor-side import keeps this module light for the driver
 
     def held(reason: str) -> Quarantined:
@@ -337,9 +462,16 @@ def read_extract(extract: ClinicalExtract, placeholders: frozenset[str] = frozen
     for line in rows:
         if line.patient_id.strip().upper() in placeholders:
             yield held(PLACEHOLDER_ROW)
-        else:
+            continue
+        split = split_eyes(line, eye_aliases)
+        if split.problem is not None:
+            yield held(split.problem)
+            continue
+        yield ClinicalRow(site=extract.site, extract_date=extract.extract_date, row_number=line.number,
+                          patient_id=line.patient_id, clinical=split.patient)
+        for eye, values in sorted(split.eyes.items()):
             yield ClinicalRow(site=extract.site, extract_date=extract.extract_date, row_number=line.number,
-                              patient_id=line.patient_id, clinical=line.columns)
+                              patient_id=line.patient_id, clinical=values, eye=eye)
 
 
 # The link step's rule: an image whose study date is before its linked record's birth date cannot be

@@ -167,10 +167,14 @@ LINK = ImageStep(
             per_key("records_per_image", "images_affected"), per_key("images_per_record"),
             count("placeholder_keys", "images_with_placeholder_key", "extract_rows_with_placeholder_key"),
             per_key("images_per_clinical_key"), count("unlinked_share", "images", "images_without_record"),
-            count("study_before_birth", "images_with_birth_date"), *COLUMN_SUITE),
+            count("study_before_birth", "images_with_birth_date"), per_key("eye_observations_per_patient_day"),
+            count("stale_eye_observations", "images_with_eye_observation"), *COLUMN_SUITE),
     description="Identifiable zone. Each indexed image joined to its patient's latest clinical record "
-                "dated on or before the image's date (site extracts); images with no record are kept "
-                "with has_clinical_record = false.",
+                "dated on or before the image's date (site extracts, or the clinical source's patients); images with "
+                "no record are kept with has_clinical_record = false. For the eye the image shows (ImageLaterality, "
+                "else Laterality), each eye field's latest value observed on or before its day, how many days "
+                "before, and the diagnoses in force for that eye (or both); an image without one eye gets none, "
+                "and the reason is counted per site-day.",
 )
 
 ANONYMIZE = ImageStep(

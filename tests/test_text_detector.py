@@ -1,0 +1,198 @@
+"""Burned-in text in fonts the screen was never tuned on (issue 44): the learned detector (imaging/deid/text_regions.py)
+behind Tesseract's tiers, redaction of what it finds, and the method text that says what read the pixels.
+
+Real parts: PP-OCRv4's detector, the ONNX file inside the locked rapidocr-onnxruntime wheel, run by ONNX Runtime;
+Tesseract; synth's second corpus drawn in held-out families of one small package, fonts-freefont-ttf (FreeSans,
+FreeSerif, FreeMono; `.ci/run` installs it), which the screen was not tuned on. The rates over hundreds of files of
+every held-out family are benchmarks/text_screening.py's; these are a few files, each asserted.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import numpy as np
+import pydicom
+import pytest
+
+from imaging.deid import NotDeidentifiable, PixelTextDetector, load_pixel_text_settings, quiet, to_bytes
+from imaging.deid.declare import screened
+from imaging.deid.engine import REDACTED, deidentify_image
+from imaging.deid.pixel_text import TEXT_FOUND
+from imaging.deid.text_regions import TextRegions, boxes, loaded
+from imaging.driver.config import read_yaml
+from imaging.pseudonym import Pseudonymizer
+from synth.burned_text import HELD_OUT, font_faces, photograph, report_screen, text_mask, volume
+
+FREEFONT = ("FreeSans", "FreeSerif", "FreeMono")  # held out (benchmarks/text_screening.py), one small package
+KEY = "text-detector-test-key-" + "d" * 20
+
+
+@pytest.fixture(scope="module")
+def detector():
+    with PixelTextDetector(load_pixel_text_settings(read_yaml("pixel_text.yaml"))) as made:
+        yield made
+
+
+def _read(data: bytes) -> pydicom.Dataset:
+    with quiet():
+        return pydicom.dcmread(io.BytesIO(data))
+
+
+def test_the_test_faces_are_installed_and_held_out():
+    faces = font_faces(FREEFONT)
+    assert len(faces) == 12, "fonts-freefont-ttf is missing (.ci/run installs it)"
+    assert set(FREEFONT) <= set(HELD_OUT)
+
+
+def test_db_post_processing_boxes_lines_and_drops_blobs():
+    """DB's post-processing (upright): a line of text probability is boxed and grown by its shrunk kernel's
+    unclip distance; a weak region (mean below the box threshold) and a speck are dropped."""
+    probability = np.zeros((64, 200), dtype=np.float32)
+    probability[20:30, 20:120] = 0.9  # a line: 10 x 100
+    probability[40:60, 150:170] = 0.35  # weak: above the pixel threshold, below the box threshold
+    probability[5:7, 5:7] = 0.9  # a speck: shorter than 3 pixels
+    found = boxes(probability, threshold=0.3, box_threshold=0.5, unclip=1.6)
+    assert len(found) == 1
+    top, left, height, width, score = found[0]
+    grow = 11 * 101 * 1.6 / (2 * (11 + 101))  # the dilated region is 11 x 101
+    assert score > 0.8
+    assert (top, left) == (int(20 - grow), int(20 - grow))
+    assert height == int(np.ceil(31 + grow)) - int(20 - grow) and width == int(np.ceil(121 + grow)) - int(20 - grow)
+
+
+def test_the_model_loads_once_per_process_and_opencv_is_never_imported(detector):
+    """Many detectors and many frames, one ONNX Runtime session (as Tesseract's model is per detector); the
+    rapidocr wheel's Python code, which imports OpenCV (libGL on a headless machine), is never run."""
+    mask, _ = text_mask(["Name: Greyling, Fenwick", "DOB 1981-11-29"], font_faces(("FreeSerif",))[2], 20)
+    image = np.zeros((160, 400), dtype=np.uint8)
+    image[40:40 + mask.shape[0], 30:30 + mask.shape[1]] = mask
+    for _ in range(3):
+        assert TextRegions().find(image)
+    assert detector.regions.find(image)
+    assert loaded() == 1
+    assert "cv2" not in sys.modules and "rapidocr_onnxruntime" not in sys.modules
+
+
+# A small held-out sample of each type, seeds of its own (the benchmark's held-out half starts at 100 000): text
+# in FreeFont faces at any size, angle, contrast, place and compression the corpus draws, and clean files.
+CASES = [("photograph", 200_000 + s) for s in range(4)] + [("secondary_capture", 200_000 + s) for s in range(2)] + \
+    [("oct", 200_004 + s) for s in range(2)]
+MAKE = {"photograph": photograph, "secondary_capture": report_screen, "oct": volume}
+
+
+def test_text_in_held_out_faces_is_found_and_clean_images_pass(detector):
+    """All but at most one of 8 text files found (the benchmark's held-out rate is the figure), none of 8 clean
+    ones refused; the learned tier finds text Tesseract's tiers read nothing in."""
+    readers, missed = [], []
+    for kind, seed in CASES:
+        drawn = MAKE[kind](seed, True, FREEFONT)
+        ds = _read(drawn.data)
+        result = detector.check(ds, ds.file_meta.TransferSyntaxUID)
+        if not result.found:
+            missed.append(f"{kind} {seed}: {drawn.family} {drawn.style} {drawn.size} px {drawn.angle} deg")
+        readers += [t.reader for t in result.text]
+        clean = _read(MAKE[kind](seed, False, FREEFONT).data)
+        assert not detector.check(clean, clean.file_meta.TransferSyntaxUID).found, f"clean {kind} {seed} refused"
+    assert len(missed) <= 1, missed
+    assert "detector" in readers and "tesseract" in readers  # each tier finds some
+
+
+def _vertical_photograph() -> tuple[bytes, list[str]]:
+    """A fundus photograph with a name and a hospital number up its left margin in FreeSerif Italic, white on the
+    black field: a line Tesseract's tiers do not read (they read across)."""
+    from PIL import Image
+
+    from synth.burned_text import _stamp, fundus, _encode, _header
+    from synth.dicom import OP_SOP_CLASS
+
+    lines = ["FAIRBAIRN, Montague  MRN H553006"]
+    mask, _ = text_mask(lines, next(f for f in font_faces(("FreeSerif",)) if f.style == "italic"), 22)
+    mask = np.ascontiguousarray(np.rot90(mask, 1))
+    pixels = fundus((512, 512), 44)
+    _stamp(pixels, mask, 90, 6, (250, 250, 250))
+    assert Image.fromarray(pixels).size == (512, 512)
+    return _encode(_header(44, OP_SOP_CLASS, "OP", pixels.shape, 1), [pixels], 0), lines
+
+
+def test_a_line_the_detector_found_is_covered_and_read_again_by_another_reader(detector):
+    """Found by the learned detector (Tesseract read nothing): covered, then the covered frame read again by
+    Tesseract (another reader) and the detector; published with Clean Pixel Data, the method text naming the
+    screen, its readers' versions and the frames read. Plain Tesseract, turned the way the line runs, reads the
+    name before and nothing of it after."""
+    import tesserocr
+
+    from imaging.deid.pixel_text import find_tessdata
+
+    data, lines = _vertical_photograph()
+    ds = _read(data)
+    found = detector.check(ds, ds.file_meta.TransferSyntaxUID, collect=True)
+    assert found.found and {t.reader for t in found.text} == {"detector"}
+    result = deidentify_image(ds, pseudonymizer=Pseudonymizer(KEY), namespace="NHS", pixel_text=detector)
+    assert result.pixel_text == REDACTED
+    out = _read(to_bytes(result.dataset))
+    method = list(out.DeidentificationMethod)
+    assert any(line.startswith("Burned-in text covered") for line in method)
+    assert "Redacted frames read again (OCR, text detector): no text found" in method
+    assert "Text detector: PP-OCRv4 det (rapidocr-onnxruntime 1.4.4), frames" in method
+    assert "Frames screened: all 1" in method and all(len(line) <= 64 for line in method)
+    with tesserocr.PyTessBaseAPI(path=find_tessdata(), lang="eng", psm=tesserocr.PSM.SPARSE_TEXT) as api:
+        def words(array: np.ndarray) -> set[str]:
+            from PIL import Image
+
+            api.SetImage(Image.fromarray(np.ascontiguousarray(np.rot90(array, 3))).convert("L"))
+            return {w.strip(",").upper() for w in (api.GetUTF8Text() or "").split() if len(w.strip(",")) >= 3}
+
+        planted = {"FAIRBAIRN", "MONTAGUE", "H553006"}
+        assert words(ds.pixel_array) & planted  # the reader reads the line before ...
+        assert not words(out.pixel_array) & planted  # ... and none of it after
+    covered = json.loads(result.redaction.regions())[0]["boxes"]
+    assert all(left + width <= 60 for _, left, _, width in covered)  # the line's column, not the picture
+    rows = set().union(*(range(top, top + height) for top, _, height, _ in covered))
+    assert set(range(90, 90 + 345)) <= rows  # the whole line (drawn at row 90, 345 px long)
+
+
+def test_the_method_text_names_the_frames_a_volume_was_screened_on(detector):
+    """Sampled frames are named (1-based), the overlay frames too; a single frame says all."""
+    ds = _read(volume(100_003, False, FREEFONT).data)
+    out = deidentify_image(ds, pseudonymizer=Pseudonymizer(KEY), namespace="NHS", pixel_text=detector).dataset
+    method = list(out.DeidentificationMethod)
+    assert "Frames screened whole, 3 of 16: 1,9,16" in method
+    assert "Frames screened as overlays, 9: 1,3,5,7,9,10,12,14,16" in method
+    assert "Text detector: PP-OCRv4 det (rapidocr-onnxruntime 1.4.4), still" in method  # what the frames share
+    many = screened(["screen"], 2300, (0, 1149, 2299), tuple(range(0, 2300, 9)))
+    assert all(len(line) <= 64 for line in many) and many[1] == "Frames screened whole, 3 of 2300: 1,1150,2300"
+    assert sum(line.count(",") + 1 for line in many[2:]) - 1 == len(range(0, 2300, 9))
+
+
+def test_a_clean_photograph_costs_one_look_of_the_detector(detector):
+    """A clean frame goes through Tesseract's tiers, then the detector: once whole, and on its candidates only when
+    it has any (a clean photograph has none)."""
+    before = detector.stats.frames_detector, detector.stats.candidate_pages
+    ds = _read(photograph(100_010, False, FREEFONT).data)
+    assert not detector.check(ds, ds.file_meta.TransferSyntaxUID).found
+    assert (detector.stats.frames_detector - before[0], detector.stats.candidate_pages - before[1]) == (1, 0)
+
+
+def test_detector_settings_are_checked():
+    for bad in ({"detector": "always"}, {"detector_side": 32}, {"detector_box_threshold": 1.5},
+                {"image_types": {"photograph": {"detector": "sometimes"}}}):
+        with pytest.raises(ValueError):
+            load_pixel_text_settings(bad)
+    off = load_pixel_text_settings({"detector": "off"})
+    assert off.for_type("photograph").detector == "off"
+
+
+def test_text_found_in_a_quarantined_type_is_still_refused(detector):
+    """Volumes quarantine (`on_text: quarantine`): a label up a margin that only the detector finds (on the still
+    pixels of the overlay frames) refuses the file."""
+    drawn = volume(200_005, True, FREEFONT)
+    assert drawn.angle in (90, 270)
+    ds = _read(drawn.data)
+    result = detector.check(ds, ds.file_meta.TransferSyntaxUID)
+    assert result.found and {t.reader for t in result.text} == {"detector"}
+    assert [t.frame for t in result.text] == [None]  # on what every frame shares
+    with pytest.raises(NotDeidentifiable, match=TEXT_FOUND):
+        deidentify_image(ds, pseudonymizer=Pseudonymizer(KEY), namespace="NHS", pixel_text=detector)
