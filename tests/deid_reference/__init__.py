@@ -4,7 +4,8 @@
     out = deidentify(ds, pseudonymizer=p, namespace="NHS", profile=load_profile(), pixel_text=detector)
 
 Its modules are today's `imaging/deid/engine.py`, `rules.py` and `passthrough.py` as they stood at the
-branch point (only their imports changed); every value-level module (table, profile, scrub, timeshift,
+branch point (only their imports changed), with main's later method text (issue 44: the screen that read the
+pixels and the frames it read, `declare.screened`; the redaction told the image type's settings); every value-level module (table, profile, scrub, timeshift,
 uids, values, declarations) is the shipped one, shared with the new engine.
 """
 

@@ -44,13 +44,17 @@ class NoText:
     """The pixel-text check answering "none found" having asked how many frames there are (so a header that
     cannot describe its pixels quarantines, as the check reading them would say, whenever the engine describes
     them) without decoding a frame: both engines get it, and what is compared is the header's rewrite (the text
-    check has its own tests)."""
+    check has its own tests). It names itself and the frames it "read" (the first and the last) as a screen does,
+    so the method text's screen lines (issue 44, `declare.screened`) are compared too."""
 
     settings = None
+    METHOD = ("Burned-in text screen: differential test stub",)
 
     def check(self, ds, syntax, frames=None, collect=False) -> PixelTextResult:
         frames = frames if frames is not None else Frames.from_dataset(ds, syntax)
-        return PixelTextResult(found=False, frames_checked=frames.count and 0)
+        count = frames.count
+        return PixelTextResult(found=False, frames_checked=0, frames=max(count, 1),
+                               read=tuple(sorted({0, max(count - 1, 0)})), method=self.METHOD)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from .passthrough import ready_to_write, source_element
 from imaging.deid.pixels import check_length
 from imaging.deid.private import creator_of, safe_element
 from .rules import graphic, not_in_table, table_action
-from imaging.deid.declare import declare
+from imaging.deid.declare import declare, screened
 from imaging.deid.errors import NotDeidentifiable
 from imaging.deid.pixel_text import TEXT_FOUND, PixelTextDetector, image_type, sample_frames, shared_detector
 from imaging.deid.profile import REMOVE, DeidProfile, load_profile
@@ -141,7 +141,7 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
     read_pixels = check_burned_in(ds, sop_class, has_pixels=True if located is not None else None)
     syntax = transfer_syntax(ds)
     check_length(ds, syntax, located)
-    redaction = None
+    redaction, screen = None, None
     if read_pixels:  # before the walk: a file with text costs no more than its OCR
         detector = pixel_text if pixel_text is not None else shared_detector()
         frames = streamed.frames() if streamed is not None else None
@@ -153,9 +153,10 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
             if not redact:
                 raise NotDeidentifiable(TEXT_FOUND)
             redaction = _redacted(ds, syntax, streamed, detector, result)
+        screen = _screen_lines(detector, result)
     try:
         out = _published(ds, p, profile, namespace, issuer_default, extra_identifiers, syntax, read_pixels,
-                         redaction, streamed)
+                         redaction, streamed, screen)
     except BaseException:
         if redaction is not None:
             redaction.close()
@@ -173,13 +174,20 @@ def _redacted(ds, syntax, streamed, detector, result):
     source = PixelSource.of_image(streamed) if streamed is not None else PixelSource.of_dataset(ds, syntax)
     kind = detector.settings.for_type(image_type(ds))
     sampled = tuple(sample_frames(source.count, kind.frame_sample)) if source.count > 1 else ()
-    red = redact(ds, source, result.text, detector, sampled)
+    red = redact(ds, source, result.text, detector, sampled, kind=kind)
     red.source = source
     return red
 
 
+def _screen_lines(detector, result) -> list[str] | None:
+    """What the method text says of the screen (imaging.deid.declare.screened): its readers and the frames read."""
+    if not getattr(result, "method", None):
+        return None
+    return screened(list(result.method), result.frames, result.read, result.overlay)
+
+
 def _published(ds, p, profile, namespace, issuer_default, extra_identifiers, syntax, read_pixels, redaction,
-               streamed) -> Dataset:
+               streamed, screen=None) -> Dataset:
 
     patient_id = _text(ds, "PatientID")
     issuer = namespace.strip() if namespace and namespace.strip() else _text(ds, "IssuerOfPatientID") or issuer_default
@@ -203,7 +211,8 @@ def _published(ds, p, profile, namespace, issuer_default, extra_identifiers, syn
     _check_identity(out)
     if read_pixels:
         out.BurnedInAnnotation = "NO"  # checked by OCR (and, if redacted, read again clean), not taken from the device
-    declare(out, profile, pixels_read=read_pixels, redacted=redaction.method_lines() if redaction else None)
+    declare(out, profile, pixels_read=read_pixels, redacted=redaction.method_lines() if redaction else None,
+            screen=screen)
     if redaction is not None:
         redaction.apply_header(out)
         syntax = redaction.syntax
