@@ -733,7 +733,7 @@ def report(title: str, runs: dict[str, PlatformRun], trees: list[Tree], best: di
     for k, v in marginal.items():
         print(f"  {k:10s} {v:6.2f} s/GB")
     print(f"  {'platform':10s} {platform:6.2f} s/GB  = {platform / marginal['cp -r']:.2f}x cp -r, "
-          f"{platform / marginal['loop']:.2f}x the plain loop (target <= 4)" + (
+          f"{platform / marginal['loop']:.2f}x the plain loop (target <= 2.5)" + (
               f", {platform / marginal['ocr loop']:.2f}x the OCR loop (target <= 0.3)" if "ocr loop" in marginal else ""))
     # What a run with data pays before its first file: the fitted line at zero bytes.
     intercept = wall_line.intercept
