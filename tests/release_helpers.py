@@ -30,7 +30,7 @@ from imaging.governance.cohort import CohortDefinition
 from imaging.governance.datacard import (MISSING, CheckResult, CodeVersion, DataCardInputs, DeidSummary, InputPartition,
                                          ReleaseCounts, Selection)
 from imaging.governance.disclosure import DisclosurePolicy, class_sizes, k_anonymity
-from imaging.governance.lineage import column_lineage, release_row
+from imaging.governance.lineage import column_lineage, release_column_types, release_row
 from imaging.governance.release_bundle import BuiltRelease, finish_release
 from imaging.issuers import IssuerPolicy
 from imaging.provenance import ProvenanceRecord, write_ledger
@@ -132,7 +132,8 @@ def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | N
     lineage = column_lineage(hospital.policy, RESEARCH_DEFAULT, hospital.disclosure)
     released = sorted(({**release_row(r, lineage, hospital.disclosure)} for r in rows), key=lambda r: r["file"])
     by_file = {r["file"]: r for r in released}
-    types = {f.name: str(f.type) for f in pa.Table.from_pylist(released).schema}
+    # The declared types, as the asset has them from its Spark schema (a column all null here is still typed).
+    types = release_column_types(hospital.policy, RESEARCH_DEFAULT, hospital.disclosure)
     stamp = StampPlan.build(cohort.name, cohort.sponsor, cohort.stamp, types) if cohort.stamp else None
     plan = HeaderPlan(hospital.disclosure.header_rules(), stamp, "release-helpers")
     # The asset's copy: each file's quasi-identifier attributes generalised as the metadata is, its labels stamped.
