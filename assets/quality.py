@@ -756,10 +756,12 @@ def pseudonym_bijection(ledger: DataFrame, index: DataFrame, manifest: DataFrame
 
 # --- published_cohort --------------------------------------------------------------------------------
 
-def release_checksums(releases: Mapping[str, str], ctx: QualityContext) -> CheckOutcome:
-    """Each release folder (cohort name -> folder) verifies against its SHA256SUMS."""
+def release_checksums(releases: Mapping[str, str], ctx: QualityContext,
+                      trusted: Mapping[str, Mapping[str, str]] | None = None) -> CheckOutcome:
+    """Each release folder (cohort name -> folder) verifies against its SHA256SUMS (`trusted`: per cohort, the
+    files the run's copy placed and hashed, not read again while their identity is unchanged)."""
     rule = ctx.rule(PUBLISHED, "release_checksums")
-    problems = {name: len(verify_release(root)) for name, root in sorted(releases.items())}
+    problems = {name: len(verify_release(root, (trusted or {}).get(name))) for name, root in sorted(releases.items())}
     return evaluate_max(rule, sum(problems.values()),
                         details={f"problems_{name}": n for name, n in problems.items()} | {"releases": len(releases)})
 
