@@ -96,6 +96,9 @@ def test_every_file_is_published_or_quarantined(run):
     assert len(linked) + len(held_at_link) == len(index)
     assert len(published) + len(held) == len(linked) and len(published) > 50
     assert all(r["reason"] for r in held + held_at_link + held_at_index)
+    # No file is held back because a Spark worker could not screen it: pydicom's 1024-1955 px radiographs ran the text
+    # detector out of a worker's address space while Arrow's mimalloc reserved 1.1 GB of it (platform/spark.yaml).
+    assert not [r["reason"] for r in held if r["reason"].startswith("de-identification failed")]
     # The counts by step and reason, for the record (pytest -s).
     print(f"\n{files} files (pydicom's and pydicom-data's, and the planted one): {len(published)} published")
     for step, rows in (("index", held_at_index), ("link", held_at_link), ("de-identification", held)):

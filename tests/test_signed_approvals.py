@@ -344,7 +344,9 @@ def test_spark_built_releases_carry_generalised_headers_and_review_verified(ware
     row = pq.read_table(stamped / "metadata.parquet").to_pylist()[0]
     ds = pydicom.dcmread(stamped / row["file"])
     labels = ds.private_block(0x0013, "IMAGING RELEASE LABELS")
-    assert labels[0x01].value == row["age_band"] and (labels[0x02].value or None) == row["diagnosis_code"]
+    # amd-oct stamps age_band, sex (PatientSex), then eye, eye_diagnosis_codes, ...: the private block's 1st, 2nd, 3rd.
+    assert labels[0x01].value == row["age_band"] and labels[0x02].value == row["eye"] in ("R", "L")
+    assert (labels[0x03].value or None) == row["eye_diagnosis_codes"]
     assert ds.ClinicalTrialSubjectID == row["patient_pseudonym"] and ds.ClinicalTrialProtocolID == "amd-oct"
     assert "## Labels in the images" in (stamped / "datacard.md").read_text()
     assert "age_band (0013,1001)" in review(str(stamped), str(warehouse)).k.quasi_identifiers
