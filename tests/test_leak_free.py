@@ -168,7 +168,6 @@ def test_ui_metadata_shows_no_identifier_and_no_absolute_path(run):
     text = repr([{k: getattr(v, "value", v) for k, v in m.items()} for m in METADATA + CHECK_METADATA])
     assert any("review" in m for m in METADATA), "published_cohort's materializations carry their review"
     root = str(warehouse.parent)
-    # "file:/": a file URL (the quarantined files table's column says "the landing file: imaging-quarantine ...").
-    assert root not in text and "/landing" not in text and "file:/" not in text, "paths are relative to the warehouse root"
+    assert root not in text and "/landing" not in text and "file:" not in text, "paths are relative to the warehouse root"
     for planted in ("LEAK", FOLDER, FILE, str(ds.PatientID), str(ds.PatientName), UID_ROOT):
         assert planted not in text, planted
