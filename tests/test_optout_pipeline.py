@@ -107,7 +107,9 @@ def test_a_listed_patient_is_never_de_identified_nor_released_and_only_counted(w
         meta = latest_metadata(world["instance"], "anonymized_images", f"{date}|{SITES[0]}")
         quarantine = {r.data["reason"]: r.data["files"] for r in meta["quarantine"].records}
         assert quarantine.get(OPTED_OUT, 0) == expected
-        assert meta["optout_list_received"] == {SITES[0]: DATES[0]}
+    # The lists applied are the run's (every site's list in force): said once, on the run's last site-day.
+    last = latest_metadata(world["instance"], "anonymized_images", f"{DATES[-1]}|{SITES[-1]}")
+    assert last["optout_list_received"] == {SITES[0]: DATES[0]}
     # Which list applied to each site-day, in the identifiable zone; the malformed rows quarantined with the reason.
     applied = rows(warehouse, OPTOUT_APPLIED)
     assert {(r["date"], r["site"]) for r in applied} == {(d, s) for d in DATES for s in SITES}
