@@ -315,17 +315,29 @@ def stored_objects(session, warehouse: Warehouse):
             .dropDuplicates(["content_key"]))
 
 
-def stage_index(warehouse: Warehouse, commit, cohort: str, copied, action: str, placed: Sharing) -> None:
-    """Stage the cohort's rows of the object store's index (its build's content keys, objects and their identities
-    once hashed) in the run's commit when the build is kept (held, published, or the same content as a kept
-    one) and wrote something; then release the copy's rows. A build that shared every image adds nothing the
-    index does not hold (rows it no longer lists stay as hints: an object gone is written anew)."""
+def index_rows(cohort: str, copied, action: str, placed: Sharing):
+    """The cohort's rows of the object store's index (its build's content keys, objects and their identities once
+    hashed) when the build is kept (held, published, or the same content as a kept one) and wrote something, else
+    None. A build that shared every image adds nothing the index does not hold (rows it no longer lists stay as
+    hints: an object gone is written anew)."""
     if action in (HOLD, PUBLISH, UNCHANGED) and placed.written_bytes:
-        rows = (copied.where(F.col("object_identity").isNotNull())
+        return (copied.where(F.col("object_identity").isNotNull())
                 .select(F.lit(cohort).alias("cohort"), "content_key", F.col("sha256").alias("object_sha256"),
                         "object_identity").dropDuplicates(["content_key"]))
-        warehouse.stage(commit, rows, RELEASE_INDEX, [(cohort,)])
-    copied.unpersist()
+    return None
+
+
+def stage_index(warehouse: Warehouse, commit, rows: dict, copied: list) -> None:
+    """Stage every cohort's index rows of the run (`rows`: cohort -> rows) in one write, as one table's staging
+    holds one write (a write per cohort kept only the last cohort's), then release the copies' rows."""
+    if rows:
+        frames = list(rows.values())
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        warehouse.stage(commit, union, RELEASE_INDEX, [(cohort,) for cohort in sorted(rows)])
+    for frame in copied:
+        frame.unpersist()
 
 
 def end_versions(context, warehouse: Warehouse, cohorts, flagged) -> list:
@@ -436,6 +448,8 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     commit = warehouse.begin("published_cohort")
     root = warehouse.root
     sharing: dict[str, Sharing] = {}
+    indexed: dict = {}  # cohort -> its rows of the object store's index, staged together after the builds
+    copies: list = []  # each build's copy rows (persisted), released once the index is staged
     plans: dict[str, ReleasePlan] = {}
     smallest: dict[str, int | None] = {}
     read: dict[str, list[SiteDayRead]] = {}
@@ -483,12 +497,16 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
                           k_reason=k.reason())
         plans[cohort.name] = ReleasePlan(cohort=cohort, decision=decision, building=building, images=images,
                                          trusted=release.sharing.identities)
-        stage_index(warehouse, commit, cohort.name, copied, decision.action, release.sharing)
+        kept = index_rows(cohort.name, copied, decision.action, release.sharing)
+        if kept is not None:
+            indexed[cohort.name] = kept
+        copies.append(copied)
         log = context.log.warning if decision.action in (BLOCKED, CONFLICT, REJECTED) else context.log.info
         log(f"cohort {cohort.name} {cohort.release}: {decision.action} (release {decision.release_id}, "
             f"{images} images, {release.sharing.shared} shared with earlier builds, "
             f"{release.sharing.written_bytes} image bytes written): {decision.reason}")
 
+    stage_index(warehouse, commit, indexed, copies)
     try:  # a conflict refuses the run before anything is staged: releases go out together or not at all
         outcomes = carry_out(list(plans.values()), commit, root, approvers, run_id=context.run.run_id)
     except ApprovalError as error:
