@@ -1,6 +1,7 @@
 """published_cohort: content-addressed research releases, held until approved, published only when approved."""
 
 import dataclasses
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -331,10 +332,7 @@ def stage_index(warehouse: Warehouse, commit, rows: dict, copied: list) -> None:
     """Stage every cohort's index rows of the run (`rows`: cohort -> rows) in one write, as one table's staging
     holds one write (a write per cohort kept only the last cohort's), then release the copies' rows."""
     if rows:
-        frames = list(rows.values())
-        union = frames[0]
-        for frame in frames[1:]:
-            union = union.unionByName(frame)
+        union = functools.reduce(lambda a, b: a.unionByName(b), rows.values())
         warehouse.stage(commit, union, RELEASE_INDEX, [(cohort,) for cohort in sorted(rows)])
     for frame in copied:
         frame.unpersist()
