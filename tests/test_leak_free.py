@@ -11,7 +11,6 @@ DICOM elements, Parquet and CSV cells, paths.
 import collections
 import datetime as dt
 import io
-import os
 import re
 import shutil
 
@@ -22,7 +21,7 @@ import pydicom
 import pytest
 from fuzz_corpus import source_files  # pydicom's and pydicom-data's files on disk, never a download
 
-from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINK_QUARANTINE,
+from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, INDEX_QUARANTINE, LINK_QUARANTINE,
                                LINKED, RAW_IMAGE_INDEX, manifest)
 from imaging.driver.platform_files import load_clinical_policy
 
@@ -169,5 +168,5 @@ def test_ui_metadata_shows_no_identifier_and_no_absolute_path(run):
     assert any("review" in m for m in METADATA), "published_cohort's materializations carry their review"
     root = str(warehouse.parent)
     assert root not in text and "/landing" not in text and "file:" not in text, "paths are relative to the warehouse root"
-    for planted in ("LEAK", FOLDER, FILE, str(ds.PatientID), str(ds.PatientName), UID_ROOT):
-        assert planted not in text, planted
+    for value in ("LEAK", FOLDER, FILE, str(ds.PatientID), str(ds.PatientName), UID_ROOT):
+        assert value not in text, value
