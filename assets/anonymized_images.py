@@ -17,7 +17,7 @@ from assets import quality as q
 from assets.governance import CODE_VERSIONS
 from assets.optouts import OPTED, mark, namespaces
 from assets.partitions import SETTINGS
-from assets.runner import Body, StepOutput, StepRun, image_asset, merged, tally_of
+from assets.runner import Body, StepOutput, StepRun, held_back, image_asset, merged, tally_of
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, DEIDENTIFIED, LEDGER, LINKED, OPTOUT_APPLIED, OPTOUT_QUARANTINE,
                                WITHDRAWN)
 from imaging.driver.run_summary import Footprint
@@ -27,7 +27,7 @@ from imaging.optout import OPTED_OUT
 from imaging.records import QUARANTINED, OptOutApplied, Quarantined, schema_of
 from imaging.steps.anonymize import AnonymizeJob
 from imaging.steps.declared import ANONYMIZE
-from resources.spark import frame_of, map_batches
+from resources.spark import map_batches
 
 
 def issuer_statuses(policy: IssuerPolicy, counted) -> dict[str, int]:
@@ -123,7 +123,6 @@ def anonymize(run: StepRun) -> StepOutput:
         run.context.log.warning(f"{suspect} images name an IssuerOfPatientID that is unknown or names another "
                                 f"namespace; their site's configured namespace was used (platform/issuers.yaml)")
     bad = list_quarantine(run)
-    bad_lists = frame_of(session, bad, schema_of(Quarantined))
     bad_tally: dict[str, dict[str | None, int]] = {}
     for row in bad:
         counts = bad_tally.setdefault(f"{row.date}|{row.site}", {})
@@ -134,14 +133,17 @@ def anonymize(run: StepRun) -> StepOutput:
     key = ["date", "site", "source_path"]
     withdrawn = (run.read(WITHDRAWN).unionByName(run.read(LEDGER).join(held.select(*key), key, "left_semi"))
                  .dropDuplicates(key).join(published.select(*key), key, "left_anti"))
+    if not held_tally and not run.warehouse.present(WITHDRAWN, run.partitions_of(WITHDRAWN)):
+        withdrawn = None  # nothing held back, nothing withdrawn before: empty (no query)
     return StepOutput(
         rows={ANONYMIZE.output_table(run.policy).name: published,
               LEDGER.name: published.withColumns({k: F.lit(v) for k, v in provenance.items()}),
               WITHDRAWN.name: withdrawn,
               ANONYMIZE_QUARANTINE.name: outcomes.where(QUARANTINED).select(*schema_of(Quarantined).names)
-              .unionByName(held),
-              OPTOUT_APPLIED.name: frame_of(session, lists_applied(run), schema_of(OptOutApplied)),
-              OPTOUT_QUARANTINE.name: bad_lists},
+              .unionByName(held) if held_back(tally, held_tally) else None,
+              # Made on the driver (a row per site-day and list; the lists' rejected files): no Spark job.
+              OPTOUT_APPLIED.name: lists_applied(run),
+              OPTOUT_QUARANTINE.name: bad},
         tally=merged(tally, held_tally, bad_tally), read=read,
         # Batch folders are keyed tokens of the site-day: the manifest's path names no real date or site.
         written={p: Footprint(tally[p].get(None, 0), sums.get(p, {}).get("output_size_bytes", 0)) for p in tally},

@@ -118,24 +118,37 @@ def partition_check_events(context, outcomes: Sequence[CheckOutcome], partitions
     Followed by `check_outputs` once per run: the outputs Dagster's blocking in the same run waits for."""
     targets = _targets(context.instance, asset, partitions, context.run.run_id)
     specs = {spec.key: spec for spec in context.assets_def.check_specs_by_output_name.values()}
+    last = partitions[-1] if partitions else None
     for outcome in outcomes:
         if not outcome.passed and log is not None:
             log.warning(outcome.summary_line())
         spec = specs[AssetCheckKey(AssetKey(asset), outcome.check)]
         severity = AssetCheckSeverity.ERROR if outcome.severity == ERROR else AssetCheckSeverity.WARN
+        run_level = {"distribution", *outcome.details}  # the run's figures, the same for every site-day
         for partition in partitions:
             own = outcome.on_partition(partition)
+            # What is the same for every site-day is not repeated on each: the description (the spec's), the
+            # severity and the partition (the event's own fields), the run's distribution and details (said once,
+            # on its last site-day); each keeps its verdict, the run's figure and threshold, the site-days it was
+            # measured over and the offenders seen there.
+            metadata = {k: v for k, v in own.as_metadata().items()
+                        if k not in _EVENT_FIELDS and (k not in run_level or partition == last)}
             # When it was evaluated, shown beside Dagster's own "Timestamp" (when the check's run started).
-            metadata = {**own.as_metadata(), "evaluated_at": MetadataValue.timestamp(time.time())}
+            metadata["evaluated_at"] = MetadataValue.timestamp(time.time())
             yield AssetCheckEvaluation(asset_key=AssetKey(asset), check_name=own.check, passed=own.passed,
                                        metadata=metadata, target_materialization_data=targets.get(partition),
                                        severity=severity, blocking=spec.blocking, partition=partition)
 
 
+# Metadata of a site-day's check evaluation the event already says, or its spec does.
+_EVENT_FIELDS = frozenset({"description", "severity", "partitions"})
+
+
 def checks_table(outcomes: Sequence[CheckOutcome], partition: str):
     """A partition's own check results as one table of its materialization's metadata: Dagster 1.13's partition
     page lists a partition's metadata but not its checks (they are on the asset's Checks tab, per partition),
-    so the site-day's (or cohort's) page shows them here too, as they are recorded right after it."""
+    so the site-day's (or cohort's) page shows them here too, as they are recorded right after it. (The table's
+    schema is repeated in every site-day's event: its columns say what they are by name alone.)"""
     from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
     rows = []
@@ -146,10 +159,9 @@ def checks_table(outcomes: Sequence[CheckOutcome], partition: str):
                                  "threshold": "" if own.threshold is None else f"{own.threshold:g}",
                                  "measured over partitions": int(own.details["run_site_days"])}))
     return MetadataValue.table(records=rows, schema=TableSchema(columns=[
-        TableColumn("check", "string"), TableColumn("severity", "string"),
-        TableColumn("result", "string", description="on this partition"),
-        TableColumn("observed", "float", description="the figure over the partitions it was measured on"),
-        TableColumn("threshold", "string"), TableColumn("measured over partitions", "int")]))
+        TableColumn("check", "string"), TableColumn("severity", "string"), TableColumn("result", "string"),
+        TableColumn("observed", "float"), TableColumn("threshold", "string"),
+        TableColumn("measured over partitions", "int")]))
 
 
 def check_outputs(context, asset: str, outcomes: Sequence[CheckOutcome]) -> Iterator[Output]:

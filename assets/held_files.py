@@ -42,8 +42,8 @@ def held_metadata(files: Sequence[HeldFile], total: int) -> dict:
         records=[TableRecord({"token": f.token, "bytes": f.bytes, "sha256": f.sha256, "reason": f.reason,
                               "step": f.step}) for f in files],
         schema=TableSchema(columns=[
-            TableColumn("token", "string", description="keyed token of the landing file: imaging-quarantine TOKEN "
-                                                       "gives its path (operators, identifiable zone)"),
+            TableColumn("token", "string", description="keyed token of the landing file (imaging-quarantine TOKEN "
+                                                       "gives its path to operators, from the identifiable zone)"),
             TableColumn("bytes", "int"), TableColumn("sha256", "string"),
             TableColumn("reason", "string", description="why it was held back: a fixed phrase"),
             TableColumn("step", "string", description="the step (its quarantine table) that held it")]))

@@ -15,7 +15,7 @@ from assets.clinical_read import SOURCE_RECORD_DATE, extract_eye_rows, read_sour
 from assets.linkage import as_of_join, with_eyes
 from assets.partitions import SETTINGS
 from assets.versions import CLINICAL_SOURCE
-from assets.runner import Body, StepOutput, StepRun, image_asset, merged, tally_of
+from assets.runner import Body, StepOutput, StepRun, held_back, image_asset, merged, tally_of
 from imaging.catalogue import CLINICAL_QUARANTINE, LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX
 from imaging.clinical_source import EYE_REASONS, SOURCE_ORIGIN
 from imaging.records import QUARANTINED, ClinicalExtract, ClinicalRow, schema_of
@@ -112,7 +112,8 @@ def link(run: StepRun) -> StepOutput:
             for p, k in zip(run.partitions, run.keys)}
     source_meta = {CLINICAL_SOURCE: source.metadata()} if source is not None else {}
     return StepOutput(
-        rows={LINKED.name: linked, LINK_QUARANTINE.name: joined.where(QUARANTINED), CLINICAL_QUARANTINE.name: bad},
+        rows={LINKED.name: linked, LINK_QUARANTINE.name: joined.where(QUARANTINED) if held_back(tally) else None,
+              CLINICAL_QUARANTINE.name: bad if held_back(bad_tally) else None},
         tally=merged(tally, bad_tally), read=read,
         given={"images": images, "clinical": records, "own_rows": own_rows, "observations": observations,
                "served": served},

@@ -1,6 +1,7 @@
 """published_cohort: content-addressed research releases, held until approved, published only when approved."""
 
 import dataclasses
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -24,7 +25,8 @@ from assets.versions import EVENTS_LOGGED_BY_STEP, OPTOUT, InputVersion, input_v
 from assets.run_tags import label_run
 from assets.governance import CODE_VERSIONS, DISCLOSURE, LINEAGE, column_lineage, definition_metadata
 from imaging import fs as fsx
-from imaging.catalogue import COHORTS as COHORTS_FOLDER, DEIDENTIFIED, LEDGER, REVIEWS, manifest
+from imaging.catalogue import (COHORTS as COHORTS_FOLDER, DEIDENTIFIED, LEDGER, RELEASE_INDEX, RELEASE_OBJECTS,
+                               REVIEWS, manifest)
 from imaging.driver.platform_files import load_clinical_policy, load_cohorts
 from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH, REJECTED, UNCHANGED, ApprovalError,
                                          ApprovalPolicy, Decision, Outcome, ReleaseKey, ReleasePlan, building_url, carry_out,
@@ -32,25 +34,32 @@ from imaging.governance.approval import (BLOCKED, CONFLICT, EMPTY, HOLD, PUBLISH
 from imaging.pseudonym import DEMO_KEY_FINGERPRINT
 from imaging.quarantine import ensure_token_key
 from imaging.ui import partition_path, review_path, run_path
-from imaging.governance.bundle import content_key_of, parse_manifest
+from imaging.governance.bundle import ManifestEntry, content_key_of
 from imaging.governance.cohort import CohortDefinition
-from imaging.governance.datacard import (BREAKDOWN_COLUMNS, CheckResult, CodeVersion, DataCardInputs, DeidSummary,
-                                         InputPartition, OptOutSection, ReleaseCounts, Selection, breakdown_sql,
-                                         counts_sql)
+from imaging.governance.datacard import (CheckResult, CodeVersion, DataCardInputs, DeidSummary,
+                                         InputPartition, OptOutSection, Selection, counts_sql, release_counts)
 from imaging.governance.disclosure import k_anonymity
 from imaging.governance.lineage import RELEASE, release_columns
-from imaging.governance.release_bundle import CheckedRelease, finish_release
+from imaging.governance.code_version import code_version as files_version, module_files
+from imaging.governance.release_bundle import CheckedRelease, Sharing, finish_release
 from imaging.governance.optout_table import OptOutTable
 from imaging.governance.review_html import Served, SiteDayLink
 from imaging.governance.review_md import CohortState, SiteDayRead, render_markdown
 from imaging.quality.gate import NOT_EVALUATED, PASSED, covering
 from imaging.quality.outcomes import CheckOutcome
 from imaging.quality.rules import ERROR
-from imaging.steps.release import CopyJob, WriteParquet
+from imaging.steps.release import CopyJob, HeaderPlan, WriteParquet
+from imaging.steps.stamp import StampError, StampPlan
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
 from resources.spark import SparkResource, map_batches
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
+
+
+# The code that decides a released image's bytes from its source's (part of every content key): the header
+# rewrite, the stamp, the streamed copy, and pydicom's writer.
+REWRITE_VERSION = files_version(module_files("imaging.steps.release", "imaging.steps.stamp", "imaging.deid.part10"),
+                                policy={"pydicom": __import__("pydicom").__version__})
 
 
 def _single_file(spark_dir: str, target: str, suffix: str) -> None:
@@ -65,13 +74,41 @@ def _single_file(spark_dir: str, target: str, suffix: str) -> None:
     fsx.remove(spark_dir)
 
 
+@dataclass(frozen=True)
+class Placed:
+    """One line of the copy's list (`images.list`, sorted by path): what the copy did with one image."""
+
+    path: str
+    sha256: str
+    written: int  # bytes written: 0 when shared from the object store
+    identity: str | None  # the file's identity as placed
+
+
+def _placed(url: str):
+    """The copy's lines, streamed from its file (`<sha256>  <written>  <identity or ->  <path>`)."""
+    with fsx.open_read(url) as handle:
+        for line in handle:
+            sha, written, identity, path = line.decode().rstrip("\n").split("  ", 3)
+            yield Placed(path, sha, int(written), None if identity == "-" else identity)
+
+
 def _image_entries(url: str):
-    """The images' manifest lines the Spark copy wrote (sorted by path), streamed from its file."""
+    """The images' manifest entries the Spark copy computed (sorted by path), streamed from its file."""
     def read():
-        with fsx.open_read(url) as handle:
-            for line in handle:
-                yield from parse_manifest(line)
+        return (ManifestEntry(p.path, p.sha256) for p in _placed(url))
     return read
+
+
+def _sharing(url: str, seconds: float) -> Sharing:
+    """How the copy placed the images (shared or written, bytes written, identities), from its list."""
+    shared = written = 0
+    identities = {}
+    for p in _placed(url):
+        shared += p.written == 0
+        written += p.written
+        if p.identity is not None:
+            identities[p.path] = p.identity
+    return Sharing(shared, written, identities, round(seconds, 3))
 
 
 def _view(frame, name: str) -> str:
@@ -79,33 +116,71 @@ def _view(frame, name: str) -> str:
     return name
 
 
-def stage_data(selected, building: str, work: str, source_root: str, files_per_task: int, images: int):
-    """Copy the images (each checksum verified, quasi-identifier attributes generalised as the metadata
-    is) and write the metadata; returns the metadata rows' frame.
+@dataclass(frozen=True)
+class Staged:
+    """What staging a release's data made: its metadata rows, the copy's outcome (persisted: one row per image,
+    `ReleaseFile`) and the header plan its images were written under."""
 
-    The copy's (path, sha256) pairs go to one sorted text file in `work` (outside the bundle), so
-    the manifest is written from a stream and no list of every image reaches the driver. The
-    metadata's `sha256` is the released file's (its header generalised), joined from the copy.
+    metadata: object  # DataFrame of the release's metadata rows
+    copied: object  # DataFrame of ReleaseFile rows
+    plan: HeaderPlan
+    seconds: float  # the copy step's
+
+
+def header_plan(cohort: CohortDefinition, rows) -> HeaderPlan:
+    """The cohort's header plan: the quasi-identifier rules, its stamp (columns typed from the release rows'
+    schema) and the rewrite's code version."""
+    stamp = None
+    if cohort.stamp:
+        types = {f.name: str(f.type) for f in to_arrow_schema(rows.schema)}
+        try:
+            stamp = StampPlan.build(cohort.name, cohort.sponsor, cohort.stamp, types)
+        except StampError as error:
+            raise Failure(f"cohort {cohort.name}: {error}") from error
+    return HeaderPlan(DISCLOSURE.header_rules(), stamp, REWRITE_VERSION)
+
+
+def stage_data(selected, cohort: CohortDefinition, building: str, work: str, source_root: str, store: str, index,
+               files_per_task: int, images: int) -> Staged:
+    """Place the images (each checksum verified, quasi-identifier attributes generalised as the metadata is,
+    labels stamped where the cohort asks) and write the metadata.
+
+    Each image's content key (`HeaderPlan.content_key`, in Spark SQL) is joined to the object store's index
+    (`index`): an image whose key is known is placed from its stored object without being read or written
+    again; the others are rewritten into the store, then placed. The copy's (path, sha256) pairs go to one
+    sorted text file in `work` (outside the bundle), and its (identity, path) pairs to another, so the manifest
+    is written from a stream, the release verified without hashing what the copy just hashed, and no list of
+    every image reaches the driver. The metadata's `sha256` is the released file's, joined from the copy.
     """
     tasks = max(1, math.ceil(images / files_per_task))
-    to_copy = selected.withColumn("released", F.expr(DISCLOSURE.released_json_sql()))
-    job = CopyJob(source_root, building, DISCLOSURE.header_rules())
-    # Read twice (the checksum list, the metadata's sha256): kept, so each file is written once.
+    columns = release_columns(list(LINEAGE), DISCLOSURE)
+    names = [c.name for c in columns]
+    rows = selected.selectExpr(*[c.sql for c in columns], "output_path AS _output_path")
+    plan = header_plan(cohort, rows.select(*names))
+    to_copy = (rows.select(F.col("_output_path").alias("output_path"), "sha256", "patient_pseudonym",
+                           "study_instance_uid", "sop_instance_uid", F.expr(plan.values_sql()).alias("released"))
+               .withColumn("content_key", F.expr(plan.key_sql()))
+               .join(index, "content_key", "left"))
+    job = CopyJob(source_root, building, plan.rules, plan.stamp, plan.code, store)
+    # Read twice (the copy's list, the metadata's sha256): kept, so each file is placed once. Writing the list
+    # is the copy itself: every image placed.
     copied = map_batches(to_copy.repartition(tasks), job.step()).persist()
-    (copied.orderBy("path").select(F.concat_ws("  ", "sha256", "path")).coalesce(1)
-     .write.text(f"{work}/_sums"))
-    _single_file(f"{work}/_sums", f"{work}/images.sha256", ".txt")
+    started = time.monotonic()
+    line = F.concat_ws("  ", "sha256", F.col("written").cast("string"), F.coalesce("identity", F.lit("-")), "path")
+    # One sorted file without a range sort's sampling pass (a job of its own): the rows are one per image.
+    copied.select("path", line.alias("line")).repartition(1).sortWithinPartitions("path").select("line") \
+        .write.text(f"{work}/_list")
+    seconds = time.monotonic() - started
+    _single_file(f"{work}/_list", f"{work}/images.list", ".txt")
 
-    columns = [c.sql for c in release_columns(list(LINEAGE), DISCLOSURE)]
-    names = [c.name for c in release_columns(list(LINEAGE), DISCLOSURE)]
     released = copied.select(F.col("path").alias("_file"), F.col("sha256").alias("_sha256"))
-    metadata = (selected.selectExpr(*columns).join(released, F.col("file") == F.col("_file"))
-                .withColumn("sha256", F.col("_sha256")).select(*names).orderBy("file").coalesce(1))
-    writer = WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema))
+    # Kept: written (Parquet and CSV, one pass), then counted and broken down.
+    metadata = (rows.drop("_output_path").join(released, F.col("file") == F.col("_file"))
+                .withColumn("sha256", F.col("_sha256")).select(*names).repartition(1).sortWithinPartitions("file")
+                ).persist()
+    writer = WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema), f"{building}/metadata.csv")
     metadata.mapInArrow(writer, "rows long").collect()  # one row: the count written
-    metadata.write.option("header", True).csv(f"{work}/_csv")
-    _single_file(f"{work}/_csv", f"{building}/metadata.csv", ".csv")
-    return metadata, copied
+    return Staged(metadata, copied, plan, seconds)
 
 
 @dataclass(frozen=True)
@@ -118,6 +193,7 @@ class ReleaseInputs:
 
     partitions: tuple[InputPartition, ...]
     site_day: dict[str, str]  # batch token -> date|site
+    images: dict[str, int]  # batch token -> images the release took from it
 
 
 def input_partitions(selected, ledger) -> ReleaseInputs:
@@ -127,14 +203,14 @@ def input_partitions(selected, ledger) -> ReleaseInputs:
     """
     versions = selected.groupBy("batch").agg(
         F.substring(F.sha2(F.concat_ws(",", F.array_sort(F.collect_list("sha256"))), 256), 1, 16)
-        .alias("data_version"))
+        .alias("data_version"), F.count("*").alias("images"))
     runs = ledger.groupBy("batch").agg(F.max("run_id").alias("run_id"), F.max("run_started_at").alias("started"),
                                        F.max(q.partition_key()).alias("site_day"))
     rows = versions.join(runs, "batch", "left").orderBy("batch").collect()
     return ReleaseInputs(
         tuple(InputPartition("anonymized_images", r["batch"], r["data_version"], r["run_id"] or "unknown",
                              r["started"] or "unknown") for r in rows),
-        {r["batch"]: r["site_day"] for r in rows if r["site_day"]})
+        {r["batch"]: r["site_day"] for r in rows if r["site_day"]}, {r["batch"]: r["images"] for r in rows})
 
 
 def upstream_checks(facts: RecordedFacts, inputs: ReleaseInputs) -> tuple[CheckResult, ...]:
@@ -165,10 +241,21 @@ def _text_policy(deid: Deidentifier) -> dict[str, str]:
     return {name: settings.on_text_for(name) for name in (*IMAGE_TYPES, DEFAULT_TYPE)}
 
 
+@dataclass(frozen=True)
+class CohortBuild:
+    """One cohort's build: the release and its checks, the copy's rows (persisted until the store's index is
+    staged) and the partitions it read."""
+
+    release: CheckedRelease
+    copied: object  # DataFrame of ReleaseFile rows
+    inputs: ReleaseInputs
+
+
 def build_release(session, cohort: CohortDefinition, selected, ledger, images: int, building: str, work: str,
                   source_root: str, files_per_task: int, deid: Deidentifier,
                   facts: RecordedFacts | None = None, optout_section: OptOutSection | None = None,
-                  optout_check: CheckResult | None = None) -> CheckedRelease:
+                  optout_check: CheckResult | None = None, store: str | None = None, index=None
+                  ) -> "CohortBuild":
     """Stage one cohort's release bundle in `building`; returns what `finish_release` made and what it checked.
 
     With what the Dagster instance recorded (`facts`), the data card lists the latest result of every
@@ -180,12 +267,11 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     """
     sizes = [r["size"] for r in session.sql(DISCLOSURE.class_sizes_sql(_view(selected, "cohort_selected"))).collect()]
     k = k_anonymity(sizes, DISCLOSURE)
-    metadata, copied_frame = stage_data(selected, building, work, source_root, files_per_task, images)
+    staged = stage_data(selected, cohort, building, work, source_root, store, index, files_per_task, images)
+    metadata, copied_frame = staged.metadata, staged.copied
     rows = _view(metadata, "cohort_release")
-    totals = session.sql(counts_sql(rows)).first()
-    breakdowns = {c: {r["value"]: r["images"] for r in session.sql(breakdown_sql(rows, c)).collect()}
-                  for c in BREAKDOWN_COLUMNS}
-    copied = sum(1 for _ in _image_entries(f"{work}/images.sha256")())
+    counts = release_counts(session.sql(counts_sql(rows)).collect())
+    copied = sum(1 for _ in _image_entries(f"{work}/images.list")())
     read = input_partitions(selected, ledger)
     checks = (
         *(upstream_checks(facts, read) if facts is not None else ()),
@@ -193,33 +279,92 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
                     description=f"every equivalence class has at least {k.min_k} patients"),
         CheckResult("published_cohort", "images_copied_and_verified", copied == images,
                     description="every selected image copied, its manifest checksum verified"),
-        CheckResult("published_cohort", "metadata_row_per_image", totals["images"] == images,
+        CheckResult("published_cohort", "metadata_row_per_image", counts.images == images,
                     description="one metadata row per released image"),
         *((optout_check,) if optout_check is not None else ()),
     )
     card = DataCardInputs(
         selection=Selection.from_cohort(cohort),
-        counts=ReleaseCounts(totals["images"], totals["patients"], totals["studies"], totals["series"], breakdowns),
+        counts=counts,
         deid=DeidSummary.from_options(deid.options), checks=checks,
         inputs=with_landing_versions(facts, read) if facts is not None else read.partitions,
         code_versions=tuple(CodeVersion(a, v) for a, v in sorted(CODE_VERSIONS.items())),
         disclosure=k, lineage=LINEAGE, data_digest="", suppress_below=DISCLOSURE.suppress_below,
         key_fingerprint=deid.key_fingerprint, optouts=optout_section, text_policy=_text_policy(deid),
+        stamp=staged.plan.stamp.describe() if staged.plan.stamp else None,
         clinical_sources=facts.clinical_sources(read.site_day.values()) if facts is not None else ())
-    built = finish_release(building, card, images=_image_entries(f"{work}/images.sha256"))
-    copied_frame.unpersist()
+    built = finish_release(building, card, images=_image_entries(f"{work}/images.list"))
     # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.
     own = [c for c in checks if c.asset == "published_cohort" and c.name != "k_anonymity"]
-    return CheckedRelease(built=built, k=k, verified=all(c.passed for c in own))
+    placed = _sharing(f"{work}/images.list", staged.seconds)
+    metadata.unpersist()
+    return CohortBuild(CheckedRelease(built=built, k=k, verified=all(c.passed for c in own), sharing=placed),
+                       copied_frame, read)
 
 
-def site_days_read(selected, ledger) -> list[SiteDayRead]:
+def site_days_read(inputs: ReleaseInputs) -> list[SiteDayRead]:
     """The site-days a release read: each batch's partition key (from the identifiable ledger) and the images
-    it gave the release. One row per site-day reaches the driver. Shown in the UI, never in the release."""
-    images = selected.groupBy("batch").count()
-    keys = ledger.select("batch", q.partition_key().alias("site_day")).distinct()
-    rows = images.join(keys, "batch", "left").orderBy("batch").collect()
-    return [SiteDayRead(r["site_day"] or "unknown", r["batch"], r["count"]) for r in rows]
+    it gave the release (`input_partitions`' one row per site-day). Shown in the UI, never in the release."""
+    return [SiteDayRead(inputs.site_day.get(batch, "unknown"), batch, count)
+            for batch, count in sorted(inputs.images.items())]
+
+
+def stored_objects(session, warehouse: Warehouse):
+    """The object store's index, one row per content key (any cohort's latest kept build): what a build joins
+    its images' content keys to, to share their bytes instead of writing them again."""
+    return (warehouse.read(session, RELEASE_INDEX).select("content_key", "object_sha256", "object_identity")
+            .dropDuplicates(["content_key"]))
+
+
+def index_rows(cohort: str, copied, action: str, placed: Sharing):
+    """The cohort's rows of the object store's index (its build's content keys, objects and their identities once
+    hashed) when the build is kept (held, published, or the same content as a kept one) and wrote something, else
+    None. A build that shared every image adds nothing the index does not hold (rows it no longer lists stay as
+    hints: an object gone is written anew)."""
+    if action in (HOLD, PUBLISH, UNCHANGED) and placed.written_bytes:
+        return (copied.where(F.col("object_identity").isNotNull())
+                .select(F.lit(cohort).alias("cohort"), "content_key", F.col("sha256").alias("object_sha256"),
+                        "object_identity").dropDuplicates(["content_key"]))
+    return None
+
+
+def stage_index(warehouse: Warehouse, commit, rows: dict, copied: list) -> None:
+    """Stage every cohort's index rows of the run (`rows`: cohort -> rows) in one write, as one table's staging
+    holds one write (a write per cohort kept only the last cohort's), then release the copies' rows."""
+    if rows:
+        union = functools.reduce(lambda a, b: a.unionByName(b), rows.values())
+        warehouse.stage(commit, union, RELEASE_INDEX, [(cohort,) for cohort in sorted(rows)])
+    for frame in copied:
+        frame.unpersist()
+
+
+def end_versions(context, warehouse: Warehouse, cohorts, flagged) -> list:
+    """The run's cohorts' published versions that end now (imaging.governance.retention.due): a version holding
+    patients who opted out since, once a newer one is published, and any superseded for its `retention_days`;
+    ended in one commit, logged, and their bytes that no current version holds removed from the object store."""
+    import datetime as dt
+
+    from imaging.governance.retention import due, end
+
+    opted = {(f.cohort, f.version): f.patients for f in flagged}
+    endings = due(warehouse.root, cohorts, dt.datetime.now(dt.timezone.utc), opted)
+    done = end(warehouse.root, endings, commit=warehouse.begin("retention")) if endings else []
+    for ended in done:
+        context.log.info(f"cohort {ended.ending.cohort} v{ended.ending.version}: {ended.ending.event} "
+                         f"({ended.ending.reason}); {ended.reclaimed.objects} images' bytes reclaimed")
+    return done
+
+
+def sharing_metadata(placed: Sharing | None, ended: list) -> dict:
+    """What the cohort's materialization says of its images' bytes: shared from earlier builds or written, and
+    the versions that ended in this run."""
+    out = {}
+    if placed is not None:
+        out.update({"images_shared": placed.shared, "image_bytes_written": placed.written_bytes,
+                    "copy_seconds": placed.seconds})
+    if ended:
+        out["versions_ended"] = {f"v{e.ending.version}": f"{e.ending.event}: {e.ending.reason}" for e in ended}
+    return out
 
 
 COHORT = AssetKey("published_cohort")
@@ -297,8 +442,12 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     flagged = optouts.flag_published(warehouse.root)
     rows = warehouse.read(session, manifest(load_clinical_policy()))
     ledger = warehouse.read(session, LEDGER)
+    index = stored_objects(session, warehouse)
     commit = warehouse.begin("published_cohort")
     root = warehouse.root
+    sharing: dict[str, Sharing] = {}
+    indexed: dict = {}  # cohort -> its rows of the object store's index, staged together after the builds
+    copies: list = []  # each build's copy rows (persisted), released once the index is staged
     plans: dict[str, ReleasePlan] = {}
     smallest: dict[str, int | None] = {}
     read: dict[str, list[SiteDayRead]] = {}
@@ -320,11 +469,14 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         building = building_url(commit, root, cohort.name)
         # Spark writes the checksum list and the CSV: on a tables root it can write (not gs:// files).
         work = warehouse.scratch(commit, cohort.name)
-        release = build_release(session, cohort, selected, ledger, images, building, work,
-                                warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts,
-                                optout_section=optouts.section(optout), optout_check=optouts.check(optout))
-        read[cohort.name] = site_days_read(selected, ledger)
+        made = build_release(session, cohort, selected, ledger, images, building, work,
+                             warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts,
+                             optout_section=optouts.section(optout), optout_check=optouts.check(optout),
+                             store=warehouse.url(RELEASE_OBJECTS), index=index)
+        release, copied = made.release, made.copied
+        read[cohort.name] = site_days_read(made.inputs)
         selected.unpersist()
+        sharing[cohort.name] = release.sharing
         built, k = release.built, release.k
         smallest[cohort.name] = k.smallest
         own += [_outcome(K_CHECK, k.passed, k.smallest, k.min_k, cohort.name,
@@ -341,25 +493,35 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
                           held=list_held(root, cohort.name, cohort.version, approvers),
                           standing=load_standing(root, built.release_id, approvers, demo), k_passed=k.passed,
                           k_reason=k.reason())
-        plans[cohort.name] = ReleasePlan(cohort=cohort, decision=decision, building=building, images=images)
+        plans[cohort.name] = ReleasePlan(cohort=cohort, decision=decision, building=building, images=images,
+                                         trusted=release.sharing.identities)
+        kept = index_rows(cohort.name, copied, decision.action, release.sharing)
+        if kept is not None:
+            indexed[cohort.name] = kept
+        copies.append(copied)
         log = context.log.warning if decision.action in (BLOCKED, CONFLICT, REJECTED) else context.log.info
         log(f"cohort {cohort.name} {cohort.release}: {decision.action} (release {decision.release_id}, "
-            f"{images} images): {decision.reason}")
+            f"{images} images, {release.sharing.shared} shared with earlier builds, "
+            f"{release.sharing.written_bytes} image bytes written): {decision.reason}")
 
+    stage_index(warehouse, commit, indexed, copies)
     try:  # a conflict refuses the run before anything is staged: releases go out together or not at all
         outcomes = carry_out(list(plans.values()), commit, root, approvers, run_id=context.run.run_id)
     except ApprovalError as error:
         raise Failure(str(error)) from error
 
-    # Every release now in place (held or published) verifies against its SHA256SUMS (data-quality check).
+    ended = end_versions(context, warehouse, [p.cohort for p in plans.values()], flagged)
+    # Every release now in place (held or published) verifies against its SHA256SUMS (data-quality check); a file
+    # the copy placed is trusted while its identity is the one it had then (a changed file is hashed again).
     ctx = quality_context(deid)
+    trusted = {name: placed.identities for name, placed in sharing.items() if placed is not None}
     for name in sorted(plans):
         path = outcomes[name].path if outcomes[name].path else (
             warehouse.url(COHORTS_FOLDER, name, plans[name].cohort.release)
             if plans[name].decision.action == UNCHANGED else None)
-        own.append(covering(q.release_checksums({name: path} if path else {}, ctx), [name]))
+        own.append(covering(q.release_checksums({name: path} if path else {}, ctx, trusted), [name]))
     seconds = round(time.monotonic() - started, 3)
-    reviews = review_releases(warehouse, plans, outcomes)
+    reviews = review_releases(warehouse, plans, outcomes, trusted)
     tables = {name: optout_table(plans[name], applied[name], optouts, flagged, reviews.get(name)) for name in plans}
     served = write_reviews(warehouse, plans, outcomes, reviews, tables, read)
     opted = optouts.metadata(flagged, applied)
@@ -373,6 +535,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         mine = [f for f in flagged if f.cohort == name]
         yield materialization.with_metadata({
             **materialization.metadata,
+            **sharing_metadata(sharing.get(name), [e for e in ended if e.ending.cohort == name]),
             "checks": checks_table([o for o in own if o.partitions == (name,)], name),
             "optout_list_versions": opted["optout_list_versions"],
             "optout_list_received": opted["optout_list_received"],
@@ -472,9 +635,13 @@ def _partition_link(asset: str, partition: str) -> str:
     return partition_path(UI.path_prefix, asset, partition)
 
 
-def review_releases(warehouse: Warehouse, plans: dict[str, ReleasePlan], outcomes: dict) -> dict:
+def review_releases(warehouse: Warehouse, plans: dict[str, ReleasePlan], outcomes: dict,
+                    trusted: dict[str, dict[str, str]] | None = None) -> dict:
     """Each held, published or unchanged release reviewed as `imaging-review` does (every checksum verified, the
-    identifiable zone read), for its Markdown, its opt-out table and its HTML."""
+    identifiable zone read), for its Markdown, its opt-out table and its HTML. A file this run's copy placed is
+    trusted while its identity is unchanged (`trusted`), and what the cohort's last review computed from files
+    unchanged since is kept (`EvidenceCache`)."""
+    from imaging.governance.evidence import EvidenceCache
     from imaging.governance.review import review
 
     found = {}
@@ -482,8 +649,12 @@ def review_releases(warehouse: Warehouse, plans: dict[str, ReleasePlan], outcome
         plan = plans[name]
         path = warehouse.url(COHORTS_FOLDER, name, plan.cohort.release) if plan.decision.action == UNCHANGED \
             else outcome.path
-        if path is not None and plan.decision.action in (HOLD, PUBLISH, UNCHANGED):
-            found[name] = review(path, warehouse.root)
+        if path is None or plan.decision.action not in (HOLD, PUBLISH, UNCHANGED):
+            continue
+        cache_url = warehouse.url(REVIEWS, "_cache", f"{name}.json")
+        cache = EvidenceCache.load(cache_url)
+        found[name] = review(path, warehouse.root, trusted=(trusted or {}).get(name), cache=cache)
+        cache.save(cache_url)
     return found
 
 

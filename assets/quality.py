@@ -739,14 +739,19 @@ def pseudonym_bijection(ledger: DataFrame, index: DataFrame, manifest: DataFrame
              .select("_issuer", F.coalesce("patient_id", F.lit("")).alias("patient_id"), "patient_pseudonym")
              .distinct().persist())
     try:
+        # Both distributions in one pass over the pairs; offenders only when a check fails.
+        found = key_distributions(pairs, [KeySet("patient", ("_issuer", "patient_id")),
+                                          KeySet("pseudonym", ("patient_pseudonym",))], ctx)
         rule = ctx.rule(ANONYMIZED, "pseudonyms_per_patient")
-        per_patient = count_per_key(pairs, ["_issuer", "patient_id"], ctx, maximum=rule.maximum)
+        per_patient = count_per_key(pairs, ["_issuer", "patient_id"], ctx, maximum=rule.maximum,
+                                    distribution=found["patient"])
         offenders = [patient_offender(ctx.pseudonymizer, r["_issuer"], r["patient_id"], r["n"], ctx.default_issuer)
                      for r in per_patient.top]
         first = evaluate_max(rule, per_patient.distribution.maximum, distribution=per_patient.distribution,
                              offenders=offenders)
         rule = ctx.rule(ANONYMIZED, "patients_per_pseudonym")
-        per_pseudonym = count_per_key(pairs, ["patient_pseudonym"], ctx, maximum=rule.maximum)
+        per_pseudonym = count_per_key(pairs, ["patient_pseudonym"], ctx, maximum=rule.maximum,
+                                      distribution=found["pseudonym"])
         second = evaluate_max(rule, per_pseudonym.distribution.maximum, distribution=per_pseudonym.distribution,
                               offenders=[Offender(r["patient_pseudonym"], r["n"]) for r in per_pseudonym.top])
         return [first, second]
@@ -756,10 +761,12 @@ def pseudonym_bijection(ledger: DataFrame, index: DataFrame, manifest: DataFrame
 
 # --- published_cohort --------------------------------------------------------------------------------
 
-def release_checksums(releases: Mapping[str, str], ctx: QualityContext) -> CheckOutcome:
-    """Each release folder (cohort name -> folder) verifies against its SHA256SUMS."""
+def release_checksums(releases: Mapping[str, str], ctx: QualityContext,
+                      trusted: Mapping[str, Mapping[str, str]] | None = None) -> CheckOutcome:
+    """Each release folder (cohort name -> folder) verifies against its SHA256SUMS (`trusted`: per cohort, the
+    files the run's copy placed and hashed, not read again while their identity is unchanged)."""
     rule = ctx.rule(PUBLISHED, "release_checksums")
-    problems = {name: len(verify_release(root)) for name, root in sorted(releases.items())}
+    problems = {name: len(verify_release(root, (trusted or {}).get(name))) for name, root in sorted(releases.items())}
     return evaluate_max(rule, sum(problems.values()),
                         details={f"problems_{name}": n for name, n in problems.items()} | {"releases": len(releases)})
 

@@ -7,7 +7,7 @@ from pyspark.sql import Column, DataFrame, Window, functions as F
 
 from assets import quality as q
 from assets.partitions import SETTINGS
-from assets.runner import Body, StepOutput, StepRun, tally_of, image_asset
+from assets.runner import Body, StepOutput, StepRun, held_back, tally_of, image_asset
 from imaging import fs as fsx
 from imaging.catalogue import INDEX_QUARANTINE, RAW_IMAGE_INDEX
 from imaging.driver.run_summary import Footprint
@@ -49,7 +49,8 @@ def index(run: StepRun) -> StepOutput:
         # Read every header exactly once (the tables below are written from the persisted rows), tallied on the way.
         tally, _ = tally_of(outcomes)
     return StepOutput(
-        rows={RAW_IMAGE_INDEX.name: outcomes.where(~F.expr(QUARANTINED)), INDEX_QUARANTINE.name: outcomes.where(QUARANTINED)},
+        rows={RAW_IMAGE_INDEX.name: outcomes.where(~F.expr(QUARANTINED)),
+              INDEX_QUARANTINE.name: outcomes.where(QUARANTINED) if held_back(tally) else None},
         tally=tally, read=read, given={"listed": listed_by_partition},
         metadata={"run/spark_tasks": tasks}, release=[listing, outcomes])
 

@@ -20,7 +20,8 @@ Spark figure of each declared check (`FIGURES`). The runner owns the rest, the s
    run was known to have data;
 5. the `StepSummary`, then one materialization per site-day, each with its own counts, its quarantine and
    its checks as tables, its own data version and the versions of its own inputs (`assets/versions.py`), and
-   the part's totals and times under `run/`; then each check's evaluation on each site-day, after it.
+   (on the part's last site-day, once) the part's totals and times under `run/`; then each check's evaluation
+   on each site-day, after it.
 
 A run over many site-days does 2-5 in parts of about `files_per_commit` landed files (`platform/ui.yaml`; a
 site-day never split): each part committed, materialized and checked before the next, in the same process and
@@ -150,7 +151,10 @@ class StepRun:
 class StepOutput:
     """What a step's body hands the runner: its rows, what to tally, and what its check figures read."""
 
-    rows: Mapping[str, DataFrame]            # table name -> rows to write over the run's partitions
+    # table name -> rows to write over the run's partitions: a DataFrame (written by Spark), a list of records made
+    # on the driver (written without Spark), or None when the body's tally shows the table empty for the run
+    # (staged empty, without Spark: a clean run's quarantine tables cost no query)
+    rows: Mapping[str, DataFrame | list | None]
     tally: Mapping[str, Mapping[str | None, int]]  # partition key -> rows by reason (None: ok), `tally_of`
     read: Mapping[str, Footprint]            # partition key -> files and bytes read for it
     given: Mapping[str, object] = field(default_factory=dict)  # named inputs of the Spark figures
@@ -274,7 +278,13 @@ def _run(run: StepRun, body: Body, figures: Mapping[str | tuple[str, ...], Figur
         for folder in step.folders:
             warehouse.stage_folders(commit, folder, run.partitions_of(folder))
         for table in step.tables(run.policy):
-            warehouse.stage(commit, out.rows[table.name], table, run.partitions_of(table))
+            rows, partitions = out.rows[table.name], run.partitions_of(table)
+            if rows is None:
+                warehouse.stage_empty(commit, table, partitions)
+            elif isinstance(rows, list):
+                warehouse.stage_records(commit, rows, table, partitions)
+            else:
+                warehouse.stage(commit, rows, table, partitions)
         commit.build().apply()
 
     # The body tallied its outcome in the action that computed it (`tally_of`): no query of its own here.
@@ -323,6 +333,11 @@ def tally_of(frame: DataFrame, *sums: str) -> tuple[dict[str, dict[str | None, i
         if row["reason"] is None:
             totals[key] = {c: int(row[f"_s{i}"] or 0) for i, c in enumerate(sums)}
     return tally, totals
+
+
+def held_back(*tallies: Mapping[str, Mapping[str | None, int]]) -> bool:
+    """Whether any tally counts a row held back (a reason): only then has a quarantine table rows."""
+    return any(reason is not None and n for tally in tallies for counts in tally.values() for reason, n in counts.items())
 
 
 def merged(*tallies: Mapping[str, Mapping[str | None, int]]) -> dict[str, dict[str | None, int]]:
@@ -384,27 +399,32 @@ def _outputs(run: StepRun) -> dict[str, str]:
 
 def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Counts], metadata: dict,
             own: Mapping[str, Mapping[str, object]], listed: Mapping[str, Sequence[HeldFile]] | None = None):
-    """One materialization per site-day (its own counts, its quarantine as one table, data version and inputs'
-    versions; the part's totals and times under `run/`), then each check's result on each site-day, after the
-    materialization it checks."""
+    """One materialization per site-day (its own counts and `own` metadata, its quarantine and checks as tables, its
+    quarantined files (`listed`), data version and inputs' versions), then each check's result on each site-day,
+    after the materialization it checks. What is the part's, not the site-day's (its totals and times under `run/`,
+    the outputs' paths, the run's settings and check summary, the summary table), goes once, on the part's last
+    site-day: the latest materialization, which the asset's page shows; a year of site-days in one run does not
+    repeat it 365 times (benchmarks/bookkeeping.py)."""
     context, asset = run.context, run.step.asset
     wall = run.clock.finish()
     run.context.log.info(run.clock.breakdown() + f" (step {wall:.1f} s)")
     summary_ = StepSummary(by_partition=by_partition, stage_seconds=dict(run.clock.seconds),
                            known_reasons=run.step.known_reasons, outputs=_outputs(run))
-    shared = {**metadata, **summary(checks),
-              # Which key keyed the pseudonyms, batch tokens and offenders: its fingerprint, never the key.
-              **run.deid.run_metadata()}
+    # Which key keyed the pseudonyms, batch tokens and offenders: its fingerprint, never the key.
+    shared = {**metadata, **summary(checks), **run.deid.run_metadata()}
     versions = partition_versions(context.instance, run.partitions, code_version(context, asset), run.step.deps,
                                   observed=frozenset({LANDING, OPTOUT, CLINICAL_SOURCE}),
                                   whole={OPTOUT: SETTINGS.sites, CLINICAL_SOURCE: [None]})
+    last = run.partitions[-1]
     for partition in run.partitions:
-        yield materialization(asset, versions[partition], {
-            **summary_.values(partition), **own.get(partition, {}),
-            "quarantine": quarantine_table(summary_.quarantine(partition)),
-            **held_metadata((listed or {}).get(partition, ()), by_partition[partition].quarantined_total),
-            "checks": checks_table(checks, partition), **shared,
-            "summary": MetadataValue.md(summary_.markdown(asset, partition))})
+        mine = {**summary_.partition_numbers(partition), **own.get(partition, {}),
+                "quarantine": quarantine_table(summary_.quarantine(partition)),
+                **held_metadata((listed or {}).get(partition, ()), by_partition[partition].quarantined_total),
+                "checks": checks_table(checks, partition), "table_unchanged": metadata["table_unchanged"]}
+        if partition == last:
+            mine |= {**summary_.values(partition), **shared,
+                     "summary": MetadataValue.md(summary_.markdown(asset, partition))}
+        yield materialization(asset, versions[partition], mine)
     yield from partition_check_events(context, checks, run.partitions, asset, context.log)
 
 

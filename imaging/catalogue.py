@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from imaging.provenance import RUN_COLUMNS
 from imaging.records import (IndexedImage, LinkedImage, OptOutApplied, PacsOutcome, PublishedImage, Quarantined,
-                             fields_of)
+                             StoredObject, fields_of)
 
 IDENTIFIABLE = "identifiable"
 DEIDENTIFIED = "deidentified"
@@ -151,6 +151,14 @@ PACS_INSTANCES = Table(
 # back to its site here, to re-read exactly the files that were in force for that site when the release was built.
 OPTOUT_SITES = Folder(IDENTIFIABLE, "optout_sites", "<token>: the site a data card's opt-out list token stands for "
                                                     "(written once by published_cohort)")
+# Each distinct released image once, named by its sha256: versions hard-link (or, on an object store, copy
+# server-side) their images from here instead of writing them again (imaging/steps/objects.py).
+RELEASE_OBJECTS = Folder(DEIDENTIFIED, "release_objects",
+                         "each distinct released image once, <ab>/<sha256>.dcm, read-only; versions share them")
+RELEASE_INDEX = Table(
+    DEIDENTIFIED, "release_objects/_index", StoredObject, ("cohort",), ("content_key",),
+    "the object store's index: per content key (what decides a released image's bytes) the object holding them "
+    "and its identity when last hashed, as each cohort's latest kept build listed them")
 REVIEWS = Folder(IDENTIFIABLE, "reviews", "review reports of releases (imaging-review's HTML), <cohort>-<release id>.html")
 # The key of the landing files' tokens (imaging/quarantine.py): derived from the pseudonym key, written by the runs,
 # read by whoever may read this zone (imaging-quarantine, imaging-review) to name a landing file without its path.
@@ -259,6 +267,12 @@ COLUMN_DESCRIPTIONS = {
     "list_version": "keyed digest of the opt-out list's patients (never the ids)",
     "list_received": "the date of the newest opt-out list file applied (the day it was received)",
     "list_patients": "patients on that opt-out list",
+    "cohort": "the cohort definition's name",
+    "content_key": "sha256 of what decides a released image's bytes: its source's sha256, its header values, the "
+                   "header plan and the rewrite's code version",
+    "object_sha256": "sha256 of the released image's bytes: its name in the release object store",
+    "object_identity": "the object's identity when it was last hashed (device, inode, size, modification time; or "
+                       "size and generation on an object store)",
 }
 
 

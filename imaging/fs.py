@@ -6,6 +6,7 @@ nothing after the first; callers still take one per partition, never one per rec
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -24,8 +25,19 @@ if os.environ.get("STORAGE_EMULATOR_HOST"):
 
 
 def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem for `url` and the path within it."""
+    """The filesystem for `url` and the path within it (a plain local path without fsspec's URL parsing: it is
+    asked for several times a file)."""
+    if "://" not in url and not url.startswith(("file:", "local:")):
+        fs = _local()
+        return fs, fs._strip_protocol(url)
     return url_to_fs(url)
+
+
+@functools.lru_cache(maxsize=1)
+def _local() -> fsspec.AbstractFileSystem:
+    from fsspec.implementations.local import LocalFileSystem
+
+    return LocalFileSystem()
 
 
 def qualify(fs: fsspec.AbstractFileSystem, path: str) -> str:
@@ -131,7 +143,7 @@ def open_read(url: str):
     header over the GCS emulator."""
     fs, path = filesystem(url)
     if _is_local(fs):
-        return fs.open(path, "rb")
+        return open(path, "rb")  # the file itself: every read of a header would go through fsspec's wrapper
     return fs.open(path, "rb", cache_type="readahead")
 
 
@@ -292,7 +304,13 @@ class HashingWriter:
 
 def open_write_under(root: str, relative: str):
     """`root/relative` open for writing (binary), refusing any `relative` that could leave `root` (see `under`)."""
-    url = under(root, relative)
+    return open_write(under(root, relative))
+
+
+def open_write(url: str):
+    """`url` open for writing (binary), its folder made if missing (a URL `under` has checked)."""
     fs, path = filesystem(url)
     fs.makedirs(fs._parent(path), exist_ok=True)
+    if _is_local(fs):
+        return open(path, "wb")
     return fs.open(path, "wb")

@@ -8,6 +8,7 @@ under its own label, so a patient pseudonym can never collide with a UID or a da
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import hmac
 from dataclasses import dataclass
@@ -85,6 +86,12 @@ class DateTimeShift:
         return dt.timedelta(days=self.days, seconds=self.seconds)
 
 
+@functools.lru_cache(maxsize=8)
+def _keyed(key: bytes):
+    """HMAC-SHA256 with `key` and nothing hashed yet: `Pseudonymizer.digest` copies it per message."""
+    return hmac.new(key, b"", hashlib.sha256)
+
+
 class Pseudonymizer:
     """Maps identifiers to stable pseudonyms under one secret key."""
 
@@ -99,7 +106,9 @@ class Pseudonymizer:
     def digest(self, label: str, *parts: str) -> bytes:
         """HMAC-SHA256 of the label and parts, unambiguously joined."""
         message = "\x1f".join([label, *(p or "" for p in parts)]).encode()
-        return hmac.new(self._key, message, hashlib.sha256).digest()
+        mac = _keyed(self._key).copy()  # the key's pads hashed once (HMAC's own copy), not for every value
+        mac.update(message)
+        return mac.digest()
 
     def patient_id(self, issuer: str, patient_id: str) -> str:
         """Pseudonymous patient id, stable for the same issuer and id across dates and sites."""

@@ -329,10 +329,26 @@ class OptOutApplied:
 
 @dataclass(frozen=True)
 class ReleaseFile:
-    """A file copied into a release, with the checksum it was verified against."""
+    """A file copied into a release, with the checksum it was verified against (imaging/steps/release.py)."""
 
     path: str
     sha256: str
+    content_key: str | None = None  # what decided its bytes (imaging.steps.release.HeaderPlan.content_key)
+    written: int = 0  # bytes written for it: 0 when its bytes were shared from the object store
+    object_identity: str | None = None  # the stored object's identity once hashed (the store's index keeps it)
+    identity: str | None = None  # the release file's identity as placed (what the release's verification trusts)
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One row of the release object store's index (imaging/steps/objects.py): the object holding a content
+    key's released bytes, and its identity when it was last hashed. Partitioned by the cohort whose latest
+    build listed it."""
+
+    cohort: str
+    content_key: str
+    object_sha256: str
+    object_identity: str
 
 
 @dataclass(frozen=True)

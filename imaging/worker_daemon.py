@@ -46,9 +46,10 @@ import tempfile
 
 # Where a launcher finds the prepared process: set in the workers' environment by the driver.
 PREPARED_ENV = "IMAGING_WORKER_DAEMON_PREPARED"
-# Set at the interpreter's start, so the prepared process must have the workers' own (Spark gives them
-# PYTHONHASHSEED=0 unless the driver sets one): a daemon with another would hash strings unlike its peers.
-FIXED_AT_START = ("PYTHONHASHSEED",)
+# Read at the interpreter's start or at import, so the prepared process must have the workers' own (Spark gives
+# them PYTHONHASHSEED=0 unless the driver sets one): a daemon with another would hash strings unlike its peers, or
+# allocate Arrow's memory with another allocator (platform/spark.yaml).
+FIXED_AT_START = ("PYTHONHASHSEED", "ARROW_DEFAULT_MEMORY_POOL")
 _MESSAGE = 1 << 20  # bytes read at a time from a launcher (its environment, folder, arguments and path)
 
 

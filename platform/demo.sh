@@ -90,6 +90,25 @@ echo "== What was made"
 release="$(ls -d "$IMAGING_WAREHOUSE"/deidentified/cohorts/*/v* | head -1)"
 echo "== The opt-out list as the data card of $release states it (counts below 10 shown as <10)"
 sed -n '/^## Opt-outs/,/^## Released columns/p' "$release/datacard.md" | sed '$d'
+stamped="$IMAGING_WAREHOUSE/deidentified/cohorts/amd-oct/v1"
+if [ -f "$stamped/metadata.parquet" ]; then
+  echo "== Clinical labels stamped into each image of $stamped (platform/cohorts/amd_oct.yaml, stamp:)"
+  sed -n '/^## Labels in the images/,/^## Released columns/p' "$stamped/datacard.md" | sed '$d' | sed -n '1,20p'
+  echo "-- pydicom.dcmread of its first image:"
+  .venv/bin/python - "$stamped" <<'PY'
+import sys, pydicom, pyarrow.parquet as pq
+root = sys.argv[1]
+row = pq.read_table(f"{root}/metadata.parquet").to_pylist()[0]
+ds = pydicom.dcmread(f"{root}/{row['file']}", stop_before_pixels=True)
+labels = ds.private_block(0x0013, "IMAGING RELEASE LABELS")
+print(f"ClinicalTrialProtocolID {ds.ClinicalTrialProtocolID}, SubjectID {ds.ClinicalTrialSubjectID}, "
+      f"TimePointID {ds.ClinicalTrialTimePointID}, PatientSex {ds.get('PatientSex', '')!r}")
+for offset in range(1, 256):
+    if offset not in labels:
+        break
+    print(f"{labels.get_tag(offset)} {labels[offset].VR} {labels[offset].value!r}")
+PY
+fi
 echo "== The lineage of one published release, as a governance reviewer sees it (IMAGING_WAREHOUSE set)"
 .venv/bin/imaging-review "$release" | grep -v '^    \|^  images/'
 echo "== The whole review of each release, written by the run that built it (the UI links each from its cohort):"

@@ -354,6 +354,12 @@ class SparkResource(PySparkResource):
         return self._spark_session
 
 
+def executor_env(config: Mapping[str, str]) -> dict[str, str]:
+    """The environment `config` gives the executors' Python workers (its `spark.executorEnv.*` settings)."""
+    prefix = "spark.executorEnv."
+    return {key[len(prefix):]: value for key, value in config.items() if key.startswith(prefix)}
+
+
 def prepare_daemon(config: Mapping[str, str]) -> dict[str, str]:
     """`config`, with the platform's worker daemon prepared alongside the JVM when this call starts a local
     SparkContext (imaging/worker_daemon.py: its imports, about 4 s, then no longer wait for the first
@@ -362,7 +368,8 @@ def prepare_daemon(config: Mapping[str, str]) -> dict[str, str]:
 
     config = dict(config)
     if config.get(DAEMON_CONF) == "imaging.worker_daemon" and SparkContext._active_spark_context is None:
-        process, path = worker_daemon.prepare()
+        # The executors' environment from its start: what is read at import (Arrow's allocator) must be the workers'.
+        process, path = worker_daemon.prepare({**os.environ, **executor_env(config)})
         _PREPARED[:] = [process]  # a previous one, never used, ends as it is dropped
         config[f"spark.executorEnv.{worker_daemon.PREPARED_ENV}"] = path
     return config

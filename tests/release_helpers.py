@@ -19,7 +19,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from imaging.catalogue import ZONES, manifest as manifest_table
-from imaging.catalogue import LEDGER
+from imaging.catalogue import LEDGER, RELEASE_OBJECTS
 from imaging.deid import RESEARCH_DEFAULT
 from imaging.deid.pixel_text import load_pixel_text_settings
 from imaging.driver.commit import CommitBuilder
@@ -30,7 +30,7 @@ from imaging.governance.cohort import CohortDefinition
 from imaging.governance.datacard import (MISSING, CheckResult, CodeVersion, DataCardInputs, DeidSummary, InputPartition,
                                          ReleaseCounts, Selection)
 from imaging.governance.disclosure import DisclosurePolicy, class_sizes, k_anonymity
-from imaging.governance.lineage import column_lineage, release_row
+from imaging.governance.lineage import column_lineage, release_column_types, release_row
 from imaging.governance.release_bundle import BuiltRelease, finish_release
 from imaging.issuers import IssuerPolicy
 from imaging.provenance import ProvenanceRecord, write_ledger
@@ -38,7 +38,8 @@ from imaging.pseudonym import key_fingerprint
 from imaging.records import IndexedImage, LinkedImage, ListedFile
 from imaging.steps.anonymize import AnonymizeJob
 from imaging.steps.clinical import ClinicalPolicy
-from imaging.steps.release import CopyJob, ReleaseSource
+from imaging.steps.release import CopyJob, HeaderPlan, ReleaseSource
+from imaging.steps.stamp import StampPlan
 from imaging.steps.index import index_file
 from synth import generate_hospital
 
@@ -62,6 +63,14 @@ class Hospital:
     manifest: list[dict] = field(default_factory=list)
     ledger: list[ProvenanceRecord] = field(default_factory=list)
     code_versions: tuple[CodeVersion, ...] = ()
+    # The release object store's index as the asset keeps it (content key -> (object sha256, identity)), and what
+    # the last `build_release` copy did (one ReleaseFile per image).
+    index: dict = field(default_factory=dict)
+    last_copy: list = field(default_factory=list)
+
+    @property
+    def store(self) -> str:
+        return str(self.warehouse / RELEASE_OBJECTS.path)
 
 
 def make_hospital(root: Path, patients: int = 4, min_k: int = 1) -> Hospital:
@@ -111,21 +120,38 @@ def begin_commit(warehouse: Path) -> CommitBuilder:
 
 def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | None = None,
                   checks: tuple[CheckResult, ...] | None = None, run_ids: dict | None = None,
-                  key: str = KEY) -> BuiltRelease:
+                  key: str = KEY, shared: bool = False, rows_of=None) -> BuiltRelease:
     """A release of `cohort` (default: every image) written into `target` as the asset would; its data card
-    records `key`'s fingerprint (the images are always pseudonymised under KEY)."""
+    records `key`'s fingerprint (the images are always pseudonymised under KEY). Its images are stamped with the
+    cohort's `stamp:` columns. `shared`: placed through the release object store, as the asset places them (an
+    image whose content key the hospital's index knows is linked, not written). `rows_of`: each manifest row
+    through this function first (a changed row, or None: left out, as an opt-out leaves a patient out)."""
     cohort = cohort or SMALL_TEST
     rows = [r for r in hospital.manifest if not cohort.modalities or r["modality"] in cohort.modalities]
+    rows = [r for r in (rows_of(dict(r)) if rows_of else r for r in rows) if r is not None]
     lineage = column_lineage(hospital.policy, RESEARCH_DEFAULT, hospital.disclosure)
-    # The asset's copy: each file's quasi-identifier attributes generalised as the metadata is.
-    copy = CopyJob(str(hospital.warehouse / "deidentified"), str(target), hospital.disclosure.header_rules()).copy
-    known = {}
-    for row in rows:
-        out = copy(ReleaseSource(row["output_path"], row["sha256"], row["patient_pseudonym"],
-                                 row["study_instance_uid"], row["sop_instance_uid"],
-                                 hospital.disclosure.released_json(row)))
-        known[out.path] = out.sha256
     released = sorted(({**release_row(r, lineage, hospital.disclosure)} for r in rows), key=lambda r: r["file"])
+    by_file = {r["file"]: r for r in released}
+    # The declared types, as the asset has them from its Spark schema (a column all null here is still typed).
+    types = release_column_types(hospital.policy, RESEARCH_DEFAULT, hospital.disclosure)
+    stamp = StampPlan.build(cohort.name, cohort.sponsor, cohort.stamp, types) if cohort.stamp else None
+    plan = HeaderPlan(hospital.disclosure.header_rules(), stamp, "release-helpers")
+    # The asset's copy: each file's quasi-identifier attributes generalised as the metadata is, its labels stamped.
+    job = CopyJob(str(hospital.warehouse / "deidentified"), str(target), plan.rules, plan.stamp, plan.code,
+                  hospital.store if shared else None)
+    known, hospital.last_copy = {}, []
+    for row in rows:
+        path = f"images/{row['patient_pseudonym']}/{row['study_instance_uid']}/{row['sop_instance_uid']}.dcm"
+        values = plan.values_json(by_file[path])
+        content = plan.content_key(row["sha256"], values)
+        stored = hospital.index.get(content) if shared else None
+        out = job.copy(ReleaseSource(row["output_path"], row["sha256"], row["patient_pseudonym"],
+                                     row["study_instance_uid"], row["sop_instance_uid"], values, content,
+                                     *(stored or (None, None))))
+        if shared:
+            hospital.index[content] = (out.sha256, out.object_identity)
+        known[out.path] = out.sha256
+        hospital.last_copy.append(out)
     for r in released:
         r["sha256"] = known[r["file"]]
     table = pa.Table.from_pylist(released)
@@ -163,7 +189,8 @@ def build_release(hospital: Hospital, target: Path, cohort: CohortDefinition | N
         selection=Selection.from_cohort(cohort), counts=counts, deid=DeidSummary.from_options(RESEARCH_DEFAULT),
         checks=checks, inputs=inputs, code_versions=hospital.code_versions,
         disclosure=k_anonymity(class_sizes(rows, hospital.disclosure), hospital.disclosure),
-        lineage=tuple(lineage), data_digest="", key_fingerprint=key_fingerprint(key))
+        lineage=tuple(lineage), data_digest="", key_fingerprint=key_fingerprint(key),
+        stamp=stamp.describe() if stamp else None)
     entries = sorted((ManifestEntry(p, h) for p, h in known.items()), key=lambda e: e.path.encode())
     return finish_release(str(target), card, images=lambda: iter(entries))
 

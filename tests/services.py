@@ -480,7 +480,11 @@ def postgres_server(database: str = "dagster", timeout: float = 60,
     server = PostgresServer(host=LOOPBACK, port=port, user=user, password=password, database=database,
                             bin_dir=bin_dir, log=log, process=proc)
     try:
-        wait_until(lambda: port_open(port), "PostgreSQL", timeout, [log], alive=lambda: proc.poll() is None)
+        # An open port is not a server ready for connections ("the database system is starting up"): pg_isready
+        # answers 0 only once it accepts them.
+        ready = [str(bin_dir / "pg_isready"), "-q", "-h", LOOPBACK, "-p", str(port), "-U", user]
+        wait_until(lambda: port_open(port) and subprocess.run(ready, timeout=10).returncode == 0, "PostgreSQL",
+                   timeout, [log], alive=lambda: proc.poll() is None)
         created = subprocess.run([str(bin_dir / "createdb"), "-h", LOOPBACK, "-p", str(port), "-U", user, database],
                                  env={**os.environ, "PGPASSWORD": password}, capture_output=True, text=True,
                                  timeout=60)

@@ -27,7 +27,7 @@ import pytest
 
 from conftest import DATES, ROOT, SITES, rooted, run_assets
 from crash import SimulatedCrash, stopping_at
-from imaging.catalogue import ANONYMIZED_FILES, AUDIT, DEIDENTIFIED, LEDGER, REVIEWS, manifest
+from imaging.catalogue import ANONYMIZED_FILES, AUDIT, DEIDENTIFIED, LEDGER, RELEASE_INDEX, REVIEWS, manifest
 from imaging.driver.commit import recover
 from imaging.driver.platform_files import load_clinical_policy
 
@@ -80,7 +80,11 @@ def snapshot(root: Path) -> dict:
             out[rel] = path.read_bytes()
             continue
         table = pq.read_table(path)
-        out[rel] = table.drop_columns(RUN_FACTS if rel.startswith(LEDGER.path + "/") else []).to_pylist()
+        # The ledger names the run that wrote a row, the release object store's index each object's identity (its
+        # inode and time on this disk): not what was written.
+        facts = RUN_FACTS if rel.startswith(LEDGER.path + "/") else ["object_identity"] if \
+            rel.startswith(RELEASE_INDEX.path + "/") else []
+        out[rel] = table.drop_columns(facts).to_pylist()
     return out
 
 

@@ -90,7 +90,7 @@ def test_empty_site_day_starts_no_spark_and_reports_every_check(defs, sessions_m
     expected = {(asset, spec.name) for asset in ASSETS for spec in check_specs(asset)}
     assert set(checks) == expected
     assert all(ev.passed for ev in checks.values())
-    assert all(ev.metadata["partitions"].value == [KEY] for ev in checks.values())
+    assert all(ev.partition == KEY for ev in checks.values())
     accounted = {k: v.value for k, v in checks[("raw_image_index", "files_accounted")].metadata.items()}
     assert (accounted["files_listed"], accounted["instances_indexed"], accounted["files_quarantined"],
             accounted["observed"]) == (0, 0, 0, 0)

@@ -11,7 +11,6 @@ DICOM elements, Parquet and CSV cells, paths.
 import collections
 import datetime as dt
 import io
-import os
 import re
 import shutil
 
@@ -22,7 +21,7 @@ import pydicom
 import pytest
 from fuzz_corpus import source_files  # pydicom's and pydicom-data's files on disk, never a download
 
-from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, DEIDENTIFIED, INDEX_QUARANTINE, LEDGER, LINK_QUARANTINE,
+from imaging.catalogue import (ANONYMIZE_QUARANTINE, COHORTS, INDEX_QUARANTINE, LINK_QUARANTINE,
                                LINKED, RAW_IMAGE_INDEX, manifest)
 from imaging.driver.platform_files import load_clinical_policy
 
@@ -96,6 +95,9 @@ def test_every_file_is_published_or_quarantined(run):
     assert len(linked) + len(held_at_link) == len(index)
     assert len(published) + len(held) == len(linked) and len(published) > 50
     assert all(r["reason"] for r in held + held_at_link + held_at_index)
+    # No file is held back because a Spark worker could not screen it: pydicom's 1024-1955 px radiographs ran the text
+    # detector out of a worker's address space while Arrow's mimalloc reserved 1.1 GB of it (platform/spark.yaml).
+    assert not [r["reason"] for r in held if r["reason"].startswith("de-identification failed")]
     # The counts by step and reason, for the record (pytest -s).
     print(f"\n{files} files (pydicom's and pydicom-data's, and the planted one): {len(published)} published")
     for step, rows in (("index", held_at_index), ("link", held_at_link), ("de-identification", held)):
@@ -166,5 +168,5 @@ def test_ui_metadata_shows_no_identifier_and_no_absolute_path(run):
     assert any("review" in m for m in METADATA), "published_cohort's materializations carry their review"
     root = str(warehouse.parent)
     assert root not in text and "/landing" not in text and "file:" not in text, "paths are relative to the warehouse root"
-    for planted in ("LEAK", FOLDER, FILE, str(ds.PatientID), str(ds.PatientName), UID_ROOT):
-        assert planted not in text, planted
+    for value in ("LEAK", FOLDER, FILE, str(ds.PatientID), str(ds.PatientName), UID_ROOT):
+        assert value not in text, value

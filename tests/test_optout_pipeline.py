@@ -5,6 +5,7 @@ de-identified zone when it is materialized again; a removed opt-out lets the pat
 a malformed row is quarantined; the reviewer's re-check fails a forged release that carries an opted-out
 patient. The tests build on one another, in file order (one xdist group: this module)."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -106,7 +107,9 @@ def test_a_listed_patient_is_never_de_identified_nor_released_and_only_counted(w
         meta = latest_metadata(world["instance"], "anonymized_images", f"{date}|{SITES[0]}")
         quarantine = {r.data["reason"]: r.data["files"] for r in meta["quarantine"].records}
         assert quarantine.get(OPTED_OUT, 0) == expected
-        assert meta["optout_list_received"] == {SITES[0]: DATES[0]}
+    # The lists applied are the run's (every site's list in force): said once, on the run's last site-day.
+    last = latest_metadata(world["instance"], "anonymized_images", f"{DATES[-1]}|{SITES[-1]}")
+    assert last["optout_list_received"] == {SITES[0]: DATES[0]}
     # Which list applied to each site-day, in the identifiable zone; the malformed rows quarantined with the reason.
     applied = rows(warehouse, OPTOUT_APPLIED)
     assert {(r["date"], r["site"]) for r in applied} == {(d, s) for d in DATES for s in SITES}
@@ -247,3 +250,43 @@ def test_a_removed_opt_out_lets_the_patient_back_in_the_next_version(world):
     # v1 was flagged again with the same count: logged once.
     events = audit.read_events(str(warehouse), manifest_id(str(world["v1"]))).events
     assert [e.event for e in events].count(audit.OPTED_OUT) == 1
+
+
+def test_publishing_the_next_version_withdraws_the_one_holding_an_opted_out_patient_and_their_bytes_go(world):
+    """The held v2 (without B) approved and published: it shares v1's images (the same files: hard links to the
+    release object store), and v1, which holds B, is withdrawn at once (its folder keeps WITHDRAWN.json), the
+    audit log says so and how many images' bytes went. No current version, held or published, reaches B's bytes,
+    and nothing under the de-identified zone's releases holds them any more."""
+    from approvers import approve_all
+    from imaging.catalogue import RELEASE_OBJECTS
+    from imaging.governance import audit
+    from imaging.governance.approval import list_held, manifest_id
+    from imaging.governance.bundle import read_manifest
+    from imaging.governance.retention import ENDED, current_roots, listed_images
+    from imaging.governance.review import review
+
+    warehouse, instance, v1 = world["warehouse"], world["instance"], world["v1"]
+    entries = read_manifest(str(v1)).entries
+    b_bytes = {e.sha256 for e in entries if e.path.startswith(f"images/{pseudonym(world['b'])}/")}
+    kept = {e.path: (v1 / e.path).stat().st_ino for e in entries if e.path.startswith("images/")}
+    rid = manifest_id(str(v1))
+    assert b_bytes
+    building = latest_metadata(instance, "published_cohort", "all-fundus")["release_id"]  # the held v2 without B
+    approve_all(next(h.path for h in list_held(str(warehouse), "all-fundus") if h.release_id == building))
+    run_assets(world["defs"], ["published_cohort"], instance=instance)
+    v2 = published(warehouse)["all-fundus/v2"]
+    assert review(str(v2), str(warehouse)).ok
+    same = [p for p in kept if (v2 / p).exists()]
+    assert same and all((v2 / p).stat().st_ino == kept[p] for p in same)  # shared, not written again
+    assert sorted(p.name for p in v1.iterdir()) == [ENDED]
+    assert json.loads((v1 / ENDED).read_text())["event"] == "withdraw"
+    events = [e.event for e in audit.read_events(str(warehouse), rid).events]
+    assert events[-2:] == ["withdraw", "reclaim"]
+    meta = latest_metadata(instance, "published_cohort", "all-fundus")
+    assert meta["versions_ended"]["v1"].startswith("withdraw: superseded by v2")
+    reachable = set().union(*(listed_images(root) for root in current_roots(str(warehouse))))
+    assert not b_bytes & reachable
+    stored = {p.stem for p in (warehouse / RELEASE_OBJECTS.path).rglob("*.dcm")}
+    assert not b_bytes & stored and reachable <= stored
+    released = {hashlib.sha256(p.read_bytes()).hexdigest() for p in (warehouse / COHORTS.path).rglob("*.dcm")}
+    assert not b_bytes & released

@@ -1,8 +1,10 @@
 """Streamed files (imaging/deid/part10.py) give the bytes, verdicts and hashes of files read whole.
 
-Every input is de-identified twice: read whole (pydicom's full read, `to_bytes`), and streamed (the
-header parsed, the pixel data element located and copied past the new header in chunks). Published
-bytes must be equal and quarantine reasons the same; the streamed reader's sha256 must be the file's.
+Every input is de-identified twice: read whole (pydicom's full read), and streamed (the header read by the
+raw reader, or by pydicom where the raw reader does not read it, the pixel data element located and copied
+past the new header in chunks). Published bytes must be equal and quarantine reasons the same; the streamed
+reader's sha256 must be the file's. (tests/test_deid_differential.py holds the engine equal to the one before
+it; this file holds the two ways of reading a file equal to each other.)
 Inputs: pydicom's and pydicom-data's files, a seeded sample of their mutants (truncated, wrong pixel
 lengths, lying frame counts...) and the synthetic hospital. The frames the text check reads are
 compared too: viewed or decoded one at a time from the file, against pydicom decoding the dataset.
@@ -15,13 +17,13 @@ import io
 
 import numpy as np
 import pytest
-from pydicom import dcmread
-
 from fuzz_corpus import mutants, source_files
 
-from imaging.deid import NotDeidentifiable, deidentify, load_profile, quiet, to_bytes
+from imaging.deid import NotDeidentifiable, load_profile, quiet
+from imaging.deid.engine import deidentify_image
 from imaging.deid.frames import Frames
-from imaging.deid.part10 import SourceImage, read_whole, write_image
+from imaging.deid.part10 import SourceImage, read_whole
+from imaging.deid.writer import write
 from imaging.deid.pixel_text import PixelTextResult, sample_frames
 from imaging.pseudonym import Pseudonymizer
 
@@ -61,13 +63,19 @@ def inputs(tmp_path_factory) -> list[tuple[str, str, bytes]]:
     return found
 
 
+def published(result) -> bytes:
+    target = io.BytesIO()
+    write(target, result.published)
+    return target.getvalue()
+
+
 def whole(data: bytes, profile) -> tuple[str, bytes | str]:
     try:
         with quiet():
             ds = read_whole(data)
-            out = deidentify(ds, pseudonymizer=KEY, namespace="NHS", profile=profile, extra_identifiers=EXTRA,
-                             pixel_text=NoText())
-            return "published", to_bytes(out)
+            out = deidentify_image(ds, pseudonymizer=KEY, namespace="NHS", profile=profile, extra_identifiers=EXTRA,
+                                   pixel_text=NoText())
+            return "published", published(out)
     except NotDeidentifiable as q:
         return "quarantined", str(q)
     except Exception as e:  # noqa: BLE001 - unreadable whole: the streamed path must not publish it either
@@ -83,11 +91,9 @@ def streamed(path: str, profile) -> tuple[tuple[str, bytes | str], bool, str]:
                 if not image.streamed:
                     outcome = whole(image.read_all(), profile)
                     return outcome, False, image.sha256()
-                out = deidentify(image.header, pseudonymizer=KEY, namespace="NHS", profile=profile,
-                                 extra_identifiers=EXTRA, pixel_text=NoText(), streamed=image)
-                target = io.BytesIO()
-                write_image(out, image, target)
-                return ("published", target.getvalue()), True, image.sha256()
+                out = deidentify_image(None, pseudonymizer=KEY, namespace="NHS", profile=profile,
+                                       extra_identifiers=EXTRA, pixel_text=NoText(), streamed=image)
+                return ("published", published(out)), True, image.sha256()
             except NotDeidentifiable as q:
                 return ("quarantined", str(q)), was_streamed, image.sha256()
     except NotDeidentifiable as q:
@@ -97,7 +103,7 @@ def streamed(path: str, profile) -> tuple[tuple[str, bytes | str], bool, str]:
 
 
 def test_streamed_outputs_are_those_of_files_read_whole(inputs):
-    """One profile: which elements a profile keeps is the walk's business (tests/test_deid_passthrough.py holds it
+    """One profile: which elements a profile keeps is the walk's business (tests/test_deid_differential.py holds it
     under three); what is compared here is how the file is read and written around them."""
     profile = load_profile()
     compared = published = was_streamed = 0
@@ -138,7 +144,7 @@ def test_frames_read_from_the_file_are_those_pydicom_decodes(inputs):
             with SourceImage(path) as image:
                 if not image.streamed:
                     continue
-                frames = image.frames()
+                frames = image.frames_now()
                 for index in indexes:
                     try:
                         want = get_decoder(syntax).as_array(ds, index=index, as_rgb=True)[0]
@@ -183,7 +189,7 @@ def test_a_frame_is_read_alone(tmp_path):
             return out
 
     with SourceImage(str(path)) as image:
-        frames = image.frames()
+        frames = image.frames_now()
         frames.source = Counting(path.read_bytes())
         assert np.array_equal(frames.frame(42), volume[42])
     assert Counting.read_bytes == 64 * 64

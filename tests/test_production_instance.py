@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from compare import assert_same_outputs
-from conftest import DATES, ROOT, SITES
+from conftest import DATES, SITES
 from services import gcs, postgres  # noqa: F401 - pytest fixtures
 
 REPO = Path(__file__).resolve().parents[1]

@@ -265,7 +265,8 @@ def test_images_not_read_say_so(redacting):
 def test_a_streamed_redaction_writes_the_bytes_of_one_read_whole(redacting, tmp_path, syntax):
     """The streamed path (header parsed, pixel data left in the file, frames redacted into a spool, the rest
     copied) writes exactly what the file read whole gives."""
-    from imaging.deid.part10 import SourceImage, read_whole, write_image
+    from imaging.deid.part10 import SourceImage, read_whole
+    from imaging.deid.writer import write
 
     data = fundus_with_text(1).data
     data = _encoded(data, syntax) if syntax is not None else data
@@ -281,7 +282,7 @@ def test_a_streamed_redaction_writes_the_bytes_of_one_read_whole(redacting, tmp_
                                       pixel_text=redacting, streamed=image)
             buffer = io.BytesIO()
             try:
-                write_image(result.dataset, image, buffer, redaction=result.redaction)
+                write(buffer, result.published)
             finally:
                 result.close()
     assert whole.pixel_text == result.pixel_text == REDACTED

@@ -3,10 +3,11 @@
 from collections import Counter
 
 import pytest
+from pyspark.sql import functions as F
 
 from imaging.deid import RESEARCH_DEFAULT
 from imaging.driver.config import read_yaml
-from imaging.governance.datacard import BREAKDOWN_COLUMNS, MISSING, breakdown_sql, counts_sql
+from imaging.governance.datacard import BREAKDOWN_COLUMNS, MISSING, counts_sql, release_counts
 from imaging.governance.disclosure import DisclosurePolicy, class_sizes
 from imaging.governance.lineage import column_lineage, release_columns, release_row
 from imaging.steps.clinical import ClinicalPolicy
@@ -51,20 +52,34 @@ def test_class_sizes_and_counts_in_sql_match_python(spark, selection):
     rows, _, disclosure = selection
     sizes = [r["size"] for r in spark.sql(disclosure.class_sizes_sql("release_sql_selection")).collect()]
     assert sorted(sizes) == sorted(class_sizes(rows, disclosure))
-    counts = spark.sql(counts_sql("release_sql_selection")).collect()[0].asDict()
-    assert counts == {"images": 14, "patients": 11, "studies": 5, "series": 14}
+    counts = release_counts(spark.sql(counts_sql("release_sql_selection")).collect())
+    assert (counts.images, counts.patients, counts.studies, counts.series) == (14, 11, 5, 14)
     for column in BREAKDOWN_COLUMNS:
-        got = {r["value"]: r["images"] for r in spark.sql(breakdown_sql("release_sql_selection", column)).collect()}
-        assert got == dict(Counter(MISSING if r[column] is None else r[column] for r in rows)), column
+        assert counts.breakdowns[column] == dict(Counter(MISSING if r[column] is None else r[column] for r in rows))
 
 
-def test_released_values_for_the_headers_in_sql_match_python(spark, selection):
-    """The copy step writes each file's quasi-identifier headers from this JSON: Spark's equals Python's."""
+def test_header_values_and_content_keys_in_sql_match_python(spark, selection):
+    """The copy writes each file's header from one JSON object of its release row (quasi-identifiers, stamped
+    labels, subject, time point), and the build joins the store's index on the content key Spark computes: the
+    JSON is the release row's, and Spark's key hashes exactly the bytes the copy's own key does (it refuses a row
+    whose key differs)."""
     import json
 
-    rows, _, disclosure = selection
-    got = [json.loads(r[0]) for r in spark.table("release_sql_selection")
-           .selectExpr(disclosure.released_json_sql()).collect()]
-    expected = [json.loads(disclosure.released_json(r)) for r in rows]
-    columns = [q.released_as for q in disclosure.quasi_identifiers]
-    assert [{c: g.get(c) for c in columns} for g in got] == expected  # Spark leaves out a null field
+    from imaging.steps.release import HeaderPlan
+    from imaging.steps.stamp import StampPlan
+
+    rows, lineage, disclosure = selection
+    columns = release_columns(lineage, disclosure)
+    frame = spark.table("release_sql_selection").selectExpr(*[c.sql for c in columns])
+    types = {"age_band": "string", "sex": "string", "diagnosis_code": "string", "visual_acuity_logmar": "double"}
+    stamp = StampPlan.build("cohort", None, list(types), types)
+    for plan in (HeaderPlan(disclosure.header_rules(), None, "code"), HeaderPlan(disclosure.header_rules(), stamp, "c")):
+        got = (frame.withColumn("sha256", frame["sop_instance_uid"])
+               .select("sha256", F.expr(plan.values_sql()).alias("released"))
+               .withColumn("key", F.expr(plan.key_sql())).collect())
+        expected = [release_row(r, lineage, disclosure) for r in rows]
+        for row, want in zip(got, expected):
+            assert {c: json.loads(row["released"]).get(c) for c in plan.value_columns} == {
+                c: want.get(c) for c in plan.value_columns}  # Spark leaves out a null field
+            assert row["key"] == plan.content_key(row["sha256"], row["released"])
+        assert len({r["key"] for r in got}) == len(got)

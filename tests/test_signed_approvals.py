@@ -338,6 +338,18 @@ def test_spark_built_releases_carry_generalised_headers_and_review_verified(ware
         assert not any(a.attribute == "PatientAge" and a.kept for a in result.attributes)
         assert {e.path: e.sha256 for e in read_manifest(str(release)).entries if e.path.startswith("images/")} == \
             dict((r["file"], r["sha256"]) for r in pq.read_table(release / "metadata.parquet").to_pylist())
+    # The demo's amd-oct cohort stamps its labels (platform/cohorts/amd_oct.yaml): pydicom shows them, the data
+    # card says where, and the review held every stamped value to the metadata's.
+    stamped = warehouse / COHORTS.path / "amd-oct" / "v1"
+    row = pq.read_table(stamped / "metadata.parquet").to_pylist()[0]
+    ds = pydicom.dcmread(stamped / row["file"])
+    labels = ds.private_block(0x0013, "IMAGING RELEASE LABELS")
+    # amd-oct stamps age_band, sex (PatientSex), then eye, eye_diagnosis_codes, ...: the private block's 1st, 2nd, 3rd.
+    assert labels[0x01].value == row["age_band"] and labels[0x02].value == row["eye"] in ("R", "L")
+    assert (labels[0x03].value or None) == row["eye_diagnosis_codes"]
+    assert ds.ClinicalTrialSubjectID == row["patient_pseudonym"] and ds.ClinicalTrialProtocolID == "amd-oct"
+    assert "## Labels in the images" in (stamped / "datacard.md").read_text()
+    assert "age_band (0013,1001)" in review(str(stamped), str(warehouse)).k.quasi_identifiers
 
 
 # --- Flags, help, diff ---------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from imaging.deid.pixel_text import TEXT_FOUND
 from imaging.deid.text_regions import TextRegions, boxes, loaded
 from imaging.driver.config import read_yaml
 from imaging.pseudonym import Pseudonymizer
-from synth.burned_text import HELD_OUT, font_faces, photograph, report_screen, text_mask, volume
+from synth.burned_text import FONT_ROOT, HELD_OUT, font_faces, photograph, report_screen, text_mask, volume
 
 FREEFONT = ("FreeSans", "FreeSerif", "FreeMono")  # held out (benchmarks/text_screening.py), one small package
 KEY = "text-detector-test-key-" + "d" * 20
@@ -61,6 +61,30 @@ def test_db_post_processing_boxes_lines_and_drops_blobs():
     assert score > 0.8
     assert (top, left) == (int(20 - grow), int(20 - grow))
     assert height == int(np.ceil(31 + grow)) - int(20 - grow) and width == int(np.ceil(121 + grow)) - int(20 - grow)
+
+
+def test_a_frame_larger_than_a_tile_is_read_in_tiles_with_the_same_lines(monkeypatch):
+    """A frame over TILE x TILE is read tile by tile (the network's memory bounded whatever the frame's size): a line
+    across a tile's cut is found as it is when the frame is read whole, and nothing more."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    from imaging.deid import text_regions
+
+    image = Image.new("L", (640, 480), 0)
+    font = ImageFont.truetype(str(FONT_ROOT / font_faces(FREEFONT)[0].path), 22)
+    ImageDraw.Draw(image).text((150, 210), "DOE^JANE  MRN H100004  1954-05-14", fill=230, font=font)
+    frame = np.asarray(image)
+    whole = TextRegions(max_side=640).find(frame)
+    calls = []
+    run = text_regions.TextRegions._run
+    monkeypatch.setattr(text_regions, "TILE", 256)
+    monkeypatch.setattr(text_regions.TextRegions, "_run", lambda self, tile: calls.append(tile.shape) or run(self, tile))
+    tiled = TextRegions(max_side=640).find(frame)
+    assert max(max(c) for c in calls) <= 256 and len(calls) > 4
+    assert len(whole) == 1 and len(tiled) >= 1
+    (w,) = whole
+    assert all(abs(t.top - w.top) < 8 and t.height < w.height + 16 for t in tiled)
+    assert min(t.left for t in tiled) < w.left + 8 and max(t.left + t.width for t in tiled) > w.left + w.width - 8
 
 
 def test_the_model_loads_once_per_process_and_opencv_is_never_imported(detector):

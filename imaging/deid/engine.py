@@ -1,31 +1,40 @@
-"""The walk: every element of every dataset, at every depth, goes through exactly one rule."""
+"""The engine: a file's checks, its text check, then its elements walked and the published ones handed to the writer.
+
+    result = deidentify_image(ds, pseudonymizer=p, namespace="NHS", profile=profile, pixel_text=detector,
+                              streamed=image)      # image: imaging.deid.part10.SourceImage (or None: `ds` whole)
+    writer.write(target, result.published)          # imaging.deid.writer: the one writer
+
+Top-down, per file: the quarantine checks on the header (identity, burned-in flags, pixel lengths), the
+burned-in text check (imaging.deid.pixel_text, and a redaction when the image type says so), then the walk
+(imaging.deid.walk: every element, at every depth, by Table E.1-1 and its options), then what every output
+carries (the patient's pseudonym, the declarations, a redaction's pixel attributes, the file meta). Elements
+kept as they were are published as their own bytes; only what the profile changes is decoded and encoded.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
-from pydicom.datadict import keyword_for_tag
-from pydicom.dataelem import DataElement
 from pydicom.dataset import Dataset
 
 from imaging.pseudonym import Pseudonymizer
 
 from .burned_in import check as check_burned_in
-from .meta import build as build_meta, transfer_syntax
-from .passthrough import ready_to_write, source_element
-from .pixels import check_length
-from .private import creator_of, safe_element
-from .rules import graphic, not_in_table, table_action
 from .declare import declare, screened
+from .element import Header, Items
 from .errors import NotDeidentifiable
-from .part10 import SourceImage
+from .meta import transfer_syntax
 from .pixel_text import TEXT_FOUND, PixelTextDetector, image_type, sample_frames, shared_detector
-from .profile import REMOVE, DeidProfile, load_profile
+from .pixels import check_length
+from .profile import DeidProfile, load_profile
 from .quiet import quiet
 from .rules import Context
-from .scrub import Scrubber, collect_terms
+from .scrub import Scrubber, element_terms
+from .walk import walk, walk_items
+from .writer import PIXELS, Encoder, Published, file_meta
 
 MEDIA_DIRECTORY = "1.2.840.10008.1.3.10"  # DICOMDIR: byte offsets and patient records, not an image
 
@@ -35,13 +44,23 @@ NOT_READ, CLEAN, REDACTED = "not read", "clean", "redacted"
 
 @dataclass
 class Deidentified:
-    """A de-identified dataset and what its pixels went through: the text check's outcome (`NOT_READ`,
-    `CLEAN`, `REDACTED`) and, when redacted, the redaction (imaging.deid.redact.Redaction: the covered
-    boxes, and for a streamed file the redacted pixel data that `part10.write_image` writes)."""
+    """A de-identified file: what the writer writes (`published`), the same as a pydicom dataset (`dataset`, its
+    values decoded only when read; the pixel data in it when the file was read whole), and what its pixels went
+    through: the text check's outcome (`NOT_READ`, `CLEAN`, `REDACTED`) and, when redacted, the redaction
+    (imaging.deid.redact.Redaction: the covered boxes, and for a streamed file the redacted pixel data)."""
 
-    dataset: Dataset
-    pixel_text: str
+    published: Published
+    pixel_text: str = NOT_READ
     redaction: object | None = None
+
+    @cached_property
+    def dataset(self) -> Dataset:
+        return self.published.dataset()
+
+    @cached_property
+    def values(self):
+        """The published top level's values by keyword, read without pydicom where they can be (`Header`)."""
+        return self.published.header()
 
     def close(self) -> None:
         if self.redaction is not None:
@@ -57,11 +76,11 @@ def deidentify(
     extra_identifiers: Iterable[str] = (),
     pixel_text: PixelTextDetector | None = None,
     issuer_default: str = "NHS",
-    streamed: "SourceImage | None" = None,
+    streamed=None,
 ) -> Dataset:
     """A new, de-identified dataset: `deidentify_image`'s, without what the pixels went through. A redacted
     file read whole carries its redacted pixel data; a streamed file that is redacted is refused here
-    (NotDeidentifiable): its new pixel data is in `deidentify_image`'s result, for `part10.write_image`."""
+    (NotDeidentifiable): its new pixel data is in `deidentify_image`'s result, for the writer."""
     result = deidentify_image(ds, pseudonymizer=pseudonymizer, namespace=namespace, profile=profile,
                               extra_identifiers=extra_identifiers, pixel_text=pixel_text,
                               issuer_default=issuer_default, streamed=streamed)
@@ -80,7 +99,7 @@ def deidentify_image(
     extra_identifiers: Iterable[str] = (),
     pixel_text: PixelTextDetector | None = None,
     issuer_default: str = "NHS",
-    streamed: "SourceImage | None" = None,
+    streamed=None,
 ) -> Deidentified:
     """A new, de-identified dataset (with file meta) for `ds`, or NotDeidentifiable.
 
@@ -97,8 +116,8 @@ def deidentify_image(
 
     `streamed`: the file `ds` was read from when its pixel data were left there
     (imaging.deid.part10.SourceImage: `ds` is then its header, the pixel data element located,
-    never loaded). The returned dataset then has no pixel data either: `part10.write_image` writes
-    it around the source's pixel bytes.
+    never loaded). The returned dataset then has no pixel data either: the writer copies the
+    source's pixel bytes into place (`Deidentified.published`).
 
     Burned-in text found in an image whose type says `on_text: redact` (the detector's settings) is covered
     and proven gone (imaging.deid.redact) instead of quarantining the file: a file read whole gets its new
@@ -119,12 +138,26 @@ def deidentify_image(
     raise NotDeidentifiable(f"de-identification failed: {failure}")
 
 
-def _text(ds: Dataset, keyword: str) -> str:
-    return str(ds.get(keyword, "") or "").strip().rstrip("\x00")
+def _text(header, keyword: str) -> str:
+    return str(header.get(keyword, "") or "").strip().rstrip("\x00")
+
+
+def _little(ds: Dataset) -> bool:
+    """Whether the dataset's bytes are little endian (its transfer syntax's, else how it was read)."""
+    try:
+        return transfer_syntax(ds).is_little_endian
+    except NotDeidentifiable:
+        return True  # refused below, by the same check
 
 
 def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pixel_text, streamed) -> Deidentified:
-    sop_class, sop_instance = _text(ds, "SOPClassUID"), _text(ds, "SOPInstanceUID")
+    if streamed is not None:  # the header read by the raw reader: pydicom's view of it made only when needed
+        items, checked = streamed.elements, Header(streamed.elements)
+        header, view = checked, lambda: streamed.header
+    else:
+        items = Items.of_dataset(ds, _little(ds))
+        header, checked, view = Header(items), ds, lambda: ds
+    sop_class, sop_instance = _text(header, "SOPClassUID"), _text(header, "SOPInstanceUID")
     reason = None
     if not sop_class:
         reason = "missing SOPClassUID"
@@ -132,16 +165,17 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
         reason = "missing SOPInstanceUID"
     elif sop_class == MEDIA_DIRECTORY:
         reason = "media directory (DICOMDIR)"
-    elif not _text(ds, "PatientID"):
+    elif not _text(header, "PatientID"):
         reason = "missing PatientID"
     if reason:
         raise NotDeidentifiable(reason)
     located = streamed.pixels if streamed is not None else None
-    read_pixels = check_burned_in(ds, sop_class, has_pixels=True if located is not None else None)
-    syntax = transfer_syntax(ds)
-    check_length(ds, syntax, located)
+    read_pixels = check_burned_in(checked, sop_class, has_pixels=True if located is not None else None)
+    syntax = streamed.syntax if streamed is not None else transfer_syntax(ds)
+    check_length(checked, syntax, located)
     redaction, screen = None, None
     if read_pixels:  # before the walk: a file with text costs no more than its OCR
+        ds = view()
         detector = pixel_text if pixel_text is not None else shared_detector()
         frames = streamed.frames() if streamed is not None else None
         settings = getattr(detector, "settings", None)
@@ -154,16 +188,19 @@ def _deidentify(ds, p, profile, namespace, issuer_default, extra_identifiers, pi
             redaction = _redacted(ds, syntax, streamed, detector, result)
         screen = _screen_lines(detector, result)
     try:
-        out = _published(ds, p, profile, namespace, issuer_default, extra_identifiers, syntax, read_pixels,
-                         redaction, streamed, screen)
+        out = _published(view, items, header, p, profile, namespace, issuer_default, extra_identifiers, syntax,
+                         read_pixels, redaction, streamed, screen)
     except BaseException:
         if redaction is not None:
             redaction.close()
         raise
+    finally:
+        if streamed is None:
+            items.release()  # the source's own (a streamed file's go with it: SourceImage.close)
     if redaction is not None and streamed is None:
         redaction.close()  # read whole: the pixel data is in `out`
-        return Deidentified(out, REDACTED, redaction)
-    return Deidentified(out, REDACTED if redaction is not None else CLEAN if read_pixels else NOT_READ, redaction)
+    out.pixel_text = REDACTED if redaction is not None else CLEAN if read_pixels else NOT_READ
+    return out
 
 
 def _redacted(ds, syntax, streamed, detector, result):
@@ -185,121 +222,134 @@ def _screen_lines(detector, result) -> list[str] | None:
     return screened(list(result.method), result.frames, result.read, result.overlay)
 
 
-def _published(ds, p, profile, namespace, issuer_default, extra_identifiers, syntax, read_pixels, redaction,
-               streamed, screen=None) -> Dataset:
-
-    patient_id = _text(ds, "PatientID")
-    issuer = namespace.strip() if namespace and namespace.strip() else _text(ds, "IssuerOfPatientID") or issuer_default
+def _published(view, items, header, p, profile, namespace, issuer_default, extra_identifiers, syntax, read_pixels,
+               redaction, streamed, screen=None) -> Deidentified:
+    patient_id = _text(header, "PatientID")
+    issuer = namespace.strip() if namespace and namespace.strip() else _text(header, "IssuerOfPatientID") or issuer_default
     pseudonym = p.patient_id(issuer, patient_id)
-    ctx = Context(
-        profile=profile,
-        p=p,
-        shift=p.datetime_shift(issuer, patient_id),
-        scrubber=Scrubber(collect_terms(ds, extra_identifiers)),
-        little_endian=syntax.is_little_endian,
-        walk_items=None,
-        syntax=syntax,
-    )
-    ctx.walk_items = lambda items, dummy: [_walk(item, ctx, dummy) for item in items]
+    output = redaction.syntax if redaction is not None else syntax
+    encoder = Encoder(output, ["iso8859"], top=view)
+    ctx = Context(profile=profile, p=p, shift=p.datetime_shift(issuer, patient_id),
+                  scrubber=Scrubber(element_terms(items, extra_identifiers)), encoder=encoder, walk_items=walk_items,
+                  syntax=syntax)
 
-    out = _walk(ds, ctx, dummy=False)
+    top = {out[0]: out for out in walk(items, ctx, dummy=False)}
+    encoder.encodings = _charset_of(top, encoder)  # the output's own character set writes what is added
     # Replaces the table's Z/D: one stable pseudonym per patient. New elements with the dictionary's
     # VR: the walk keeps a source's VR, and a file may say PatientName is FD.
-    out.add(DataElement(0x00100020, "LO", pseudonym))
-    out.add(DataElement(0x00100010, "PN", pseudonym))
-    _check_identity(out)
-    if read_pixels:
-        out.BurnedInAnnotation = "NO"  # checked by OCR (and, if redacted, read again clean), not taken from the device
-    declare(out, profile, pixels_read=read_pixels, redacted=redaction.method_lines() if redaction else None,
-            screen=screen)
+    top[0x00100020] = encoder.text(0x00100020, "LO", [pseudonym])
+    top[0x00100010] = encoder.text(0x00100010, "PN", [pseudonym])
+    uids = _check_identity(top)
+    top.update((out[0], out) for out in _declarations(encoder, profile, read_pixels,
+                                                      redaction.method_lines() if redaction else None, screen))
     if redaction is not None:
-        redaction.apply_header(out)
-        syntax = redaction.syntax
-        if streamed is None:  # read whole: the redacted pixel data goes into the dataset
-            from .redact import pixel_vr, value_bytes
+        _redacted_header(top, redaction, encoder)
+    if streamed is not None and streamed.pixels is not None:
+        top[PIXEL_DATA] = (PIXEL_DATA, PIXELS, _pixel_copier(streamed, redaction))
+    elif redaction is not None:  # read whole: the redacted pixel data goes into the file
+        from .redact import pixel_vr, value_bytes
 
-            value = value_bytes(redaction, redaction.source)
-            vr = pixel_vr(redaction, out["PixelData"].VR if "PixelData" in out else None) or "OB"
-            out.add_new(0x7FE00010, vr, value)
-    out.file_meta = build_meta(out, syntax)
-    ready_to_write(out, syntax)
-    return out
+        source_vr = top[PIXEL_DATA][1] if PIXEL_DATA in top and top[PIXEL_DATA][1] != PIXELS else None
+        vr = pixel_vr(redaction, source_vr) or "OB"
+        top[PIXEL_DATA] = encoder.value(PIXEL_DATA, vr, value_bytes(redaction, redaction.source))
+    if PIXEL_DATA in top and top[PIXEL_DATA][1] not in (None, PIXELS) and output.is_compressed:
+        top[PIXEL_DATA] = encoder.undefined(top[PIXEL_DATA])  # encapsulated: undefined length, as written
+    meta = file_meta(uids["SOPClassUID"], uids["SOPInstanceUID"], output)
+    return Deidentified(Published(meta, encoder, list(top.values()), deflated=output.is_deflated), NOT_READ, redaction)
 
 
-def _check_identity(out: Dataset) -> None:
+_DECLARED: dict[tuple, list[tuple]] = {}
+
+
+def _declarations(encoder: Encoder, profile: DeidProfile, pixels_read: bool, redacted: list[str] | None,
+                  screen: list[str] | None = None) -> list:
+    """What every output says of its de-identification (imaging.deid.declare), encoded; BurnedInAnnotation NO
+    when the pixels were read (checked by OCR, and if redacted read again clean, not taken from the device), and
+    the screen that read them (`screen`: imaging.deid.declare.screened). The same for every file of a profile,
+    text check outcome and screen: encoded once per process."""
+    key = (profile.options, profile.dates, pixels_read, tuple(redacted or ()), tuple(screen or ()),
+           encoder.implicit, encoder.little, tuple(encoder.encodings))
+    found = _DECLARED.get(key)
+    if found is None:
+        added = Dataset()
+        if pixels_read:
+            added.BurnedInAnnotation = "NO"
+        declare(added, profile, pixels_read=pixels_read, redacted=redacted, screen=screen)
+        found = encoder.outs(added)
+        if len(_DECLARED) < 64:
+            _DECLARED[key] = found
+    return found
+
+
+PIXEL_DATA = 0x7FE00010
+_IDENTITY = {"SOPClassUID": 0x00080016, "SOPInstanceUID": 0x00080018, "StudyInstanceUID": 0x0020000D,
+             "SeriesInstanceUID": 0x0020000E}
+
+
+def _check_identity(top: dict) -> dict[str, str]:
     """The de-identified instance is addressable: its SOP Class and Instance UIDs (and its Study and
     Series UIDs, when present) are each one UID, digits and dots, at most 64 characters. A
     source whose element of one of these had another VR (the walk then writes a dummy, "0") or
     several values is quarantined, so nothing is published under a name that is not a UID.
+    Returns the four (those present).
     """
-    for keyword in ("SOPClassUID", "SOPInstanceUID", "StudyInstanceUID", "SeriesInstanceUID"):
-        elem = out[keyword] if keyword in out else None
-        if elem is None and keyword in ("StudyInstanceUID", "SeriesInstanceUID"):
+    found = {}
+    for keyword, tag in _IDENTITY.items():
+        out = top.get(tag)
+        if out is None and keyword in ("StudyInstanceUID", "SeriesInstanceUID"):
             continue  # absent in the source (the index quarantines that; the engine does not require it)
-        value = elem.value if elem is not None and elem.VR == "UI" else None
+        value = None
+        if out is not None and out[1] is None:
+            value = out[3].value if out[3].VR == "UI" else None
+        elif out is not None and out[1] == "UI":
+            value = out[2].decode("latin-1").rstrip("\0 ")
+            value = None if "\\" in value else value
         if not isinstance(value, str) or len(value) > 64 or not _UID.fullmatch(value):
             raise NotDeidentifiable(f"unreadable {keyword}")
+        found[keyword] = str(value)
+    return found
 
 
 _UID = re.compile(r"[0-9]+(\.[0-9]+)+")  # digits and dots (as the index requires); at most 64 characters
 
 
-def _walk(src: Dataset, ctx: Context, dummy: bool) -> Dataset:
-    """The de-identified copy of one dataset (the top level or a sequence item)."""
+def _charset_of(top: dict, encoder: Encoder):
+    """The encodings of the published Specific Character Set (pydicom's default without one)."""
+    from .walk import CHARSET, _charset
+
+    return _charset(top[CHARSET]) if CHARSET in top else ["iso8859"]
+
+
+def _redacted_header(top: dict, redaction, encoder: Encoder) -> None:
+    """The output's pixel attributes as the redacted pixel data needs them (`Redaction.apply_header`)."""
+    header = encoder.view([out for out in top.values() if out[1] != PIXELS])
+    redaction.apply_header(header)
+    for keyword in redaction.header:
+        tag = _tag_of(keyword)
+        if keyword in header:
+            elem = header[keyword]
+            top[tag] = encoder.outs(_one(header, keyword))[0] if elem.VR != "SQ" else encoder.element(elem)
+        else:
+            top.pop(tag, None)
+
+
+def _one(ds: Dataset, keyword: str) -> Dataset:
     out = Dataset()
-    outer, ctx.dataset = ctx.dataset, src  # a date's paired time is looked up in its own dataset
-    try:
-        _walk_elements(src, out, ctx, dummy)
-    finally:
-        ctx.dataset = outer
+    out.add(ds[keyword])
     return out
 
 
-def _walk_elements(src: Dataset, out: Dataset, ctx: Context, dummy: bool) -> None:
-    blocks: dict[int, str] = {}  # private creator tag -> creator, for blocks that kept an element
-    for tag in sorted(src.keys()):
-        group, element = tag >> 16, tag & 0xFFFF
-        if element == 0 or group in (0x0000, 0x0002):
-            continue  # group lengths (recomputed if needed), command and file meta groups
-        if group % 2 and element <= 0x0FFF:
-            continue  # private creators (added back below if needed) and reserved elements
-        try:
-            new = _element(src, source_element(src, tag, ctx.syntax), ctx, dummy)
-            failed = False
-        except NotDeidentifiable:
-            raise
-        except Exception:  # noqa: BLE001 - a value that cannot be read or rebuilt is dropped, never kept
-            new, failed = None, True
-        if failed and tag in ctx.profile.allowlist:  # e.g. the image itself: do not publish half a file
-            _raise_unreadable(tag)
-        if new is not None:
-            out.add(new)
-            if group % 2:
-                blocks[(group << 16) | (element >> 8)] = creator_of(src, group, element)
-    for tag, creator in blocks.items():
-        out.add(DataElement(tag, "LO", creator))
+def _tag_of(keyword: str) -> int:
+    from pydicom.datadict import tag_for_keyword
+
+    return tag_for_keyword(keyword)
 
 
-def _raise_unreadable(tag: int) -> None:
-    raise NotDeidentifiable(f"unreadable {keyword_for_tag(tag) or 'attribute'}")
+def _pixel_copier(streamed, redaction):
+    """What writes the pixel data element: the source's bytes copied, or the redacted frames."""
+    if redaction is None:
+        return streamed.copy_pixels
+    from .redact import write_element
 
-
-def _element(src: Dataset, elem: DataElement, ctx: Context, dummy: bool) -> DataElement | None:
-    """Route one element to its rule."""
-    profile = ctx.profile
-    tag = int(elem.tag)
-    group, element = tag >> 16, tag & 0xFFFF
-    if group % 2:
-        return safe_element(src, elem, profile, ctx.little_endian)
-    if 0x5000 <= group <= 0x50FF:  # curves: the whole group follows (50xx,xxxx)
-        return None if profile.curves == REMOVE else graphic(elem, ctx)
-    if 0x6000 <= group <= 0x60FF:  # overlays: without Clean Graphics the whole group goes
-        if profile.overlay_data == REMOVE:
-            return None
-        if element == 0x4000:
-            return table_action(elem, profile.overlay_comments, ctx, dummy)
-        return graphic(elem, ctx)
-    action = profile.actions.get(tag)
-    if action is not None:
-        return table_action(elem, action, ctx, dummy)
-    return not_in_table(elem, ctx, dummy)
+    vr = streamed.pixels.vr
+    return lambda target: write_element(redaction, redaction.source, target, vr)

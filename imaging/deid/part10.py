@@ -1,28 +1,29 @@
-"""Part 10 files streamed: the header parsed and rewritten, the pixel data element copied as bytes.
+"""Part 10 files opened for de-identification: read once, hashed on the way, the pixel data located, never loaded.
 
 A de-identified or released image differs from its source in its header only; its pixel data pass
-through unchanged. So the pixel data element is *located*, never loaded: the header is parsed up to
-it, the elements after it (rare: trailing padding, signatures, a private group) are parsed from the
-bytes after its end, and a writer puts the new header, then the source's pixel data element copied in
-chunks, then the rewritten trailing elements. The text check reads its sampled frames one at a time
-from the same file (`frames`). The input's sha256 is computed as its bytes are read for the copy and
-the output's as they are written: each byte is read once for the copy, and no step holds more than a
-chunk and a frame, whatever the file's size.
+through unchanged. So the pixel data element is *located*, never loaded: the header is read up to
+it, the elements after it (rare: trailing padding, signatures, a private group) are read from the
+bytes after its end, and the writer (imaging.deid.writer) puts the new header, then the source's pixel
+data element copied in chunks, then the rewritten trailing elements. The text check reads its sampled
+frames one at a time from the same file (`frames`). The input's sha256 is computed as its bytes are
+read, each byte once, and no step holds more than a chunk and a frame, whatever the file's size.
 
-    with SourceImage(url) as image:          # header parsed, pixel data located (image.pixels)
+    with SourceImage(url) as image:          # header read, pixel data located (image.pixels)
         if image.streamed:
-            out = deidentify(image.header, ..., streamed=image)     # the header only
-            with HashingWriter(open(...)) as target:
-                write_image(out, image, target)                      # header + pixel bytes + trailing
-            image.sha256()                                           # every input byte read once
-        else:                                                        # read whole (the few files that
-            ds = read_whole(image.read_all())                        # cannot be streamed, size-capped)
+            result = deidentify_image(image.header, ..., streamed=image)   # walks image.elements
+            writer.write(target, result.published)                        # header + pixel bytes + trailing
+            image.sha256()                                                # every input byte read once
+        else:                                                             # read whole (the few files that
+            ds = read_whole(image.read_all())                             # cannot be streamed, size-capped)
 
-What is streamed: little-endian files (implicit or explicit VR, not deflated) whose top-level Pixel
-Data (7FE0,0010) is native with a defined length or encapsulated with an undefined one, as OB or OW.
-Deflated and big-endian files, float pixel data and malformed length forms are read whole as
-before, up to `MAX_WHOLE` bytes; larger ones are quarantined with the reason (a worker's memory
-is the bound, not the file).
+How a file is read: its first `CHUNK` bytes (a 1 MB volume: all of it) in one read, then the raw reader
+(imaging.deid.reader) takes the explicit VR little endian files of canonical form (the landing zone's
+common case): `elements` are then the reader's, `header` a pydicom view of the top level made from them.
+Any other file is read by pydicom as before: little-endian files (implicit or explicit VR, not deflated)
+whose top-level Pixel Data (7FE0,0010) is native with a defined length or encapsulated with an undefined
+one, as OB or OW, are streamed from pydicom's header; deflated and big-endian files, float pixel data and
+malformed length forms are read whole, up to `MAX_WHOLE` bytes; larger ones are quarantined with the
+reason (a worker's memory is the bound, not the file).
 """
 
 from __future__ import annotations
@@ -33,16 +34,18 @@ import warnings
 from dataclasses import dataclass
 
 import pydicom
-from pydicom.dataset import Dataset
+from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.uid import UID
 
 from imaging import fs as fsx
 
+from . import reader
+from .element import Header, Items
 from .meta import transfer_syntax
 from .errors import NotDeidentifiable
 from .frames import Frames, pixel_options
 
-PIXEL_DATA = 0x7FE00010
+PIXEL_DATA = reader.PIXEL_DATA
 ITEM, DELIMITER = 0xFFFEE000, 0xFFFEE0DD
 UNDEFINED = 0xFFFFFFFF
 CHUNK = 4 << 20  # bytes copied at a time
@@ -84,11 +87,14 @@ class SourceImage:
         self._random = None
         self.reader = fsx.HashingReader(self._main)
         self.size = size if size is not None else _size(self._main)
-        self.header: Dataset | None = None
+        self._header: Dataset | None = None
+        self._meta: list | None = None  # the file meta as the raw reader read it
+        self.elements: Items | None = None  # the dataset as the walk reads it (streamed files)
         self.pixels: PixelElement | None = None
         self.syntax: UID | None = None
         self.streamed = False
         self._trailing = trailing
+        self._head = b""  # the file's first bytes, read at once (the raw reader's)
         try:
             self._open()
         except BaseException:
@@ -106,10 +112,17 @@ class SourceImage:
             if handle is not None:
                 handle.close()
         self._main = self._random = None
+        if self.elements is not None:
+            self.elements.release()
+            self.elements = None
 
     # ------------------------------------------------------------------------------------------ reading
 
     def _open(self) -> None:
+        if self._trailing and self._read_raw():
+            return
+        self._head = b""
+        self.reader.seek(0)
         with warnings.catch_warnings(record=True) as caught:  # inside quiet(): recorded, never shown
             warnings.simplefilter("always")
             try:
@@ -136,7 +149,72 @@ class SourceImage:
         if self._trailing and element.end < self.size and not self._parse_trailing(header, element):
             return
         self.header, self.pixels, self.syntax = header, element, syntax
+        self.elements = Items.of_dataset(header)
         self.streamed = True
+
+    def _read_raw(self) -> bool:
+        """The file read by the raw reader (False: not a form it reads; pydicom reads it instead)."""
+        head = self._head = self.reader.read(min(self.size, CHUNK))
+        try:
+            top = reader.top(head)
+            element = None
+            if top.pixels is None:
+                if len(head) < self.size:
+                    return False  # a dataset longer than the first chunk: pydicom reads it
+            else:
+                element = self._raw_pixels(head, top.pixels, top.syntax)
+                if element is None:
+                    return False
+                if element.end < self.size:
+                    trailing = self._trailing_bytes(element)
+                    if trailing is None:
+                        return False
+                    reader.dataset(trailing, 0, len(trailing), top.elements, after=PIXEL_DATA)
+        except reader.Refused:
+            return False
+        self.elements, self._meta = top.elements, top.meta
+        self.pixels, self.syntax = element, top.syntax
+        self.streamed = True
+        return True
+
+    @property
+    def header(self) -> Dataset | None:
+        """The header as pydicom reads it (a file the raw reader read: a view of its elements, made on first use)."""
+        if self._header is None and self._meta is not None:
+            header = self.elements.view()
+            header.file_meta = FileMetaDataset(Items.of_nodes(self._meta).view())
+            self._header = header
+        return self._header
+
+    @header.setter
+    def header(self, value: Dataset | None) -> None:
+        self._header = value
+
+    def _raw_pixels(self, head: bytes, at: int, syntax: UID) -> PixelElement | None:
+        """The pixel data element whose tag is at `at` (as `_locate`, from the bytes read)."""
+        vr, length, value_offset = reader.pixel_header(head, at)
+        if syntax.is_compressed != (length == UNDEFINED):
+            return None
+        if length != UNDEFINED:
+            end = value_offset + length
+            return PixelElement(at, value_offset, end, end, vr, encapsulated=False) if end <= self.size else None
+        walked = self._walk_items(value_offset)
+        if walked is None:
+            return None
+        value_end, items = walked
+        return PixelElement(at, value_offset, value_end, value_end + 8, vr, encapsulated=True, items=items)
+
+    def _trailing_bytes(self, element: PixelElement) -> bytes | None:
+        """The bytes after the pixel data element (at most `MAX_TRAILING`)."""
+        count = self.size - element.end
+        if count > MAX_TRAILING:
+            return None
+        if self.size <= len(self._head):
+            return self._head[element.end:]
+        handle = self.random()
+        handle.seek(element.end)
+        data = handle.read(count)
+        return data if len(data) == count else None
 
     def _locate(self, at: int, implicit: bool, syntax: UID) -> PixelElement | None:
         """The pixel data element at `at`, or None when its form is one only a whole read handles: an
@@ -212,15 +290,25 @@ class SourceImage:
             header[tag] = trailing.get_item(tag)
         return True
 
+    @property
+    def values(self):
+        """The header's values by keyword (imaging.deid.element.Header), read from its elements."""
+        return Header(self.elements)
+
     def random(self):
         """A second handle for reads out of order (fragment headers, frames, trailing elements), so the
-        hashing reader sees the file once, in order."""
+        hashing reader sees the file once, in order (the bytes already read when they are the whole file)."""
         if self._random is None:
-            self._random = fsx.open_read(self.url)
+            whole = self._head and len(self._head) == self.size
+            self._random = io.BytesIO(self._head) if whole else fsx.open_read(self.url)
         return self._random
 
-    def frames(self) -> Frames:
-        """The pixel data's frames, each read alone from the file when asked for."""
+    def frames(self) -> "FramesOnDemand":
+        """The pixel data's frames, each read alone from the file when asked for; what decoding needs is read
+        from the header at the first frame asked for (a text check that reads none costs nothing)."""
+        return FramesOnDemand(self)
+
+    def frames_now(self) -> Frames:
         try:
             options = pixel_options(self.header)
         except Exception:  # noqa: BLE001 - a header the decoder cannot describe: nothing can be read
@@ -253,8 +341,13 @@ class SourceImage:
             head += element.vr.encode("latin-1") + b"\0\0"
         head += struct.pack("<L", UNDEFINED if element.encapsulated else length + native_pad)
         target.write(head)
-        self.reader.seek(element.value_offset)
-        remaining = length
+        at, remaining = element.value_offset, length
+        if at < len(self._head):  # the bytes already read first
+            held = memoryview(self._head)[at:at + remaining]
+            target.write(held)
+            at, remaining = at + len(held), remaining - len(held)
+        if remaining:
+            self.reader.seek(at)
         while remaining:
             chunk = self.reader.read(min(CHUNK, remaining))
             if not chunk:
@@ -271,6 +364,26 @@ class SourceImage:
         self.reader.seek(self.pixels.offset)
         while chunk := self.reader.read(CHUNK):
             target.write(chunk)
+
+
+class FramesOnDemand:
+    """A streamed file's `Frames`, made at the first frame read (NotDeidentifiable, "could not be checked", then
+    when the header cannot describe them, as the check reading it would say)."""
+
+    def __init__(self, image: SourceImage):
+        self._image, self._frames = image, None
+
+    def _made(self) -> Frames:
+        if self._frames is None:
+            self._frames = self._image.frames_now()
+        return self._frames
+
+    @property
+    def count(self) -> int:
+        return self._made().count
+
+    def frame(self, index: int):
+        return self._made().frame(index)
 
 
 def _size(handle) -> int:
@@ -335,39 +448,3 @@ def read_trailing(data: bytes, header: Dataset) -> Dataset:
     if ran_off or source.partial or source.short > 1:
         raise NotDeidentifiable(TRUNCATED)
     return trailing
-
-
-def write_image(out: Dataset, image: SourceImage, target, redaction=None) -> None:
-    """A de-identified header `out` (no pixel data in it) written around the source's pixel data.
-
-    The bytes are those pydicom's writer gives for `out` with the source's pixel data element put back
-    (tests/test_part10.py holds the two equal): zero preamble, the file meta, the elements before the
-    pixel data, the pixel data element, the elements after it. `redaction` (imaging.deid.redact.Redaction):
-    the pixel data element written with its redacted frames, the other frames' bytes copied from the source."""
-    from pydicom.filebase import DicomBytesIO
-    from pydicom.filewriter import write_dataset
-
-    from .output import to_bytes
-
-    trailing = Dataset()
-    for tag in [t for t in out.keys() if t > PIXEL_DATA]:
-        trailing[tag] = out.get_item(tag)
-        del out[tag]
-    target.write(to_bytes(out))
-    if redaction is None:
-        image.copy_pixels(target)
-    else:
-        from .redact import write_element
-
-        write_element(redaction, redaction.source, target, image.pixels.vr)
-    if len(trailing):
-        syntax = redaction.syntax if redaction is not None else image.syntax
-        implicit, little = syntax.is_implicit_VR, True
-        trailing.set_original_encoding(implicit, little, out._character_set)
-        buffer = DicomBytesIO()
-        buffer.is_implicit_VR, buffer.is_little_endian = implicit, little
-        try:
-            write_dataset(buffer, trailing, out._character_set)
-        except Exception as exc:  # noqa: BLE001 - the message may echo values; the type only
-            raise NotDeidentifiable(f"encoding failed: {type(exc).__name__}") from None
-        target.write(buffer.getvalue())

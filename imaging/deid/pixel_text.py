@@ -842,7 +842,6 @@ def candidate_layout(grey: np.ndarray, candidates: list[Candidate], stroke_max: 
     whatever the count of boxes (a call per box was tried: as many misses, several times the calls).
     """
     from PIL import Image
-    from scipy import ndimage as ndi
 
     k = stroke_max | 1
     crops, origins = [], []

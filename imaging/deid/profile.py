@@ -7,7 +7,7 @@ picklable object that Spark ships to executors.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from pydicom.datadict import keyword_for_tag
@@ -83,6 +83,8 @@ class DeidProfile:
     private: str  # X (remove all) or C (keep the reviewed safe list)
     allowlist: dict[int, str]  # tag -> scrub mode ("terms" or "descriptor")
     safe_private: dict[tuple[int, str, int], str]  # (group, creator, offset) -> VR
+    # (tag, VR, in a dummied sequence) -> the rule the walk applies (imaging.deid.rules.decide), filled as met
+    plans: dict = field(default_factory=dict, compare=False, repr=False)
 
     def has(self, option: str) -> bool:
         return option in self.options

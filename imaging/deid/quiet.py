@@ -19,12 +19,25 @@ _LOGGER = logging.getLogger("pydicom")
 _CHILDREN = ("pydicom.pixels", "pydicom.pixels.decoders", "pydicom.pixels.decoders.base")
 
 
+_FOUND: dict[int, list[logging.Logger]] = {}  # the pydicom loggers, by how many loggers the process has
+
+
+def _loggers() -> list[logging.Logger]:
+    """pydicom's loggers (looked for again only when a logger was added: once a file it cost a scan of all)."""
+    known = logging.root.manager.loggerDict
+    found = _FOUND.get(len(known))
+    if found is None:
+        found = [_LOGGER, *(logging.getLogger(name) for name in _CHILDREN)]
+        found += [logging.getLogger(name) for name in list(known) if name.startswith("pydicom.") and name not in _CHILDREN]
+        _FOUND.clear()
+        _FOUND[len(known)] = found
+    return found
+
+
 @contextmanager
 def quiet() -> Iterator[None]:
     """Suppress pydicom's warnings and log records for the duration (not thread-safe: per process)."""
-    loggers = [_LOGGER, *(logging.getLogger(name) for name in _CHILDREN)]
-    loggers += [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
-                if name.startswith("pydicom.") and name not in _CHILDREN]
+    loggers = _loggers()
     previous = [logger.disabled for logger in loggers]
     for logger in loggers:
         logger.disabled = True

@@ -101,6 +101,33 @@ def collect_terms(ds: Dataset, extra: Iterable[str] = ()) -> set[str]:
                 continue
 
     visit(ds)
+    return _with_extra(terms, extra)
+
+
+def element_terms(items, extra: Iterable[str] = ()) -> set[str]:
+    """`collect_terms` over a dataset as the walk reads it (imaging.deid.element.Items): the same terms, from
+    the same elements (PN, the id attributes, sequences), only those decoded."""
+    terms: set[str] = set()
+
+    def visit(dataset) -> None:
+        for el in dataset:
+            try:
+                if el.vr == "SQ":
+                    for item in el.items():
+                        visit(item)
+                elif el.vr == "PN":
+                    for v in el.values():
+                        terms.update(_name_terms(v))
+                elif el.tag in _ID_TAGS:
+                    terms.update(_id_terms(el.values()))
+            except Exception:  # noqa: BLE001 - an unreadable value is dropped by the engine anyway
+                continue
+
+    visit(items)
+    return _with_extra(terms, extra)
+
+
+def _with_extra(terms: set[str], extra: Iterable[str]) -> set[str]:
     for item in extra or ():
         text = str(item or "").strip()
         if len(text) >= _MIN_NAME:
@@ -132,10 +159,22 @@ class Scrubber:
     """Removes a fixed set of terms (and, for descriptors, identifying shapes) from text.
 
     The patterns are compiled on first use: a file whose kept text is all numbers, dates and UIDs
-    (or has none) never pays for the alternation of its patient's terms."""
+    (or has none) never pays for the alternation of its patient's terms. With ASCII terms, ASCII text that
+    holds none of them (case aside) is returned at once: a match needs the term in the text, and between
+    ASCII characters case-insensitive matching is ASCII case (so codes and labels never reach the patterns)."""
 
     def __init__(self, terms: Iterable[str]):
         self._ordered = sorted({t for t in terms if t}, key=lambda t: (-len(t), t))  # longest first
+        ascii_terms = all(t.isascii() for t in self._ordered)
+        self._lower = [t.lower() for t in self._ordered] if ascii_terms else None
+        self._lower_code = [t for t in self._lower if len(t) >= 4] if ascii_terms else None
+
+    @staticmethod
+    def _absent(text: str, lowered: list[str] | None) -> bool:
+        """True when no term of `lowered` can match `text` (checked without a regular expression)."""
+        if lowered is None or not text.isascii():
+            return False
+        return not any(map(text.lower().__contains__, lowered))
 
     @cached_property
     def _terms(self) -> re.Pattern | None:
@@ -147,13 +186,18 @@ class Scrubber:
         # or "OP". Only terms of 4+ characters are removed from them.
         return _alternation([t for t in self._ordered if len(t) >= 4])
 
+    def holds_none(self, text: str, code: bool = False) -> bool:
+        """True when `text` holds none of the terms (`code`: of those removed from codes), as `terms` and `code`
+        would find: any of their values then comes back unchanged."""
+        return self._absent(text, self._lower_code if code else self._lower)
+
     def terms(self, text: str) -> str:
-        if not text or self._terms is None:
+        if not text or self._absent(text, self._lower) or self._terms is None:
             return text
         return _tidy(self._terms.sub(" ", text), text)
 
     def code(self, text: str) -> str:
-        if not text or self._code_terms is None:
+        if not text or self._absent(text, self._lower_code) or self._code_terms is None:
             return text
         return _tidy(self._code_terms.sub(" ", text), text)
 

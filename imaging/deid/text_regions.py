@@ -33,6 +33,11 @@ MODEL_FILE = "models/ch_PP-OCRv4_det_infer.onnx"
 MODEL_NAME = "PP-OCRv4 det"
 MULTIPLE = 32  # the network's input sides are multiples of this
 MIRROR = 16  # pixels of the frame mirrored out at each edge before the network reads it (`TextRegions.find`)
+# A larger input is read in tiles of at most TILE x TILE, each with OVERLAP pixels of context either side of the part
+# it answers for: the network's working memory grows with its input (a 1955 x 1841 frame read whole ran a Spark
+# worker out of its 2 GB address space), so a tile bounds it whatever the frame's size.
+TILE = 1024
+OVERLAP = 64
 
 
 @dataclass(frozen=True)
@@ -115,14 +120,34 @@ class TextRegions:
             from PIL import Image
 
             image = np.asarray(Image.fromarray(np.ascontiguousarray(image)).resize((width, height), Image.BILINEAR))
+        return self._tiled(image), rows / height, cols / width
+
+    def _tiled(self, image: np.ndarray) -> np.ndarray:
+        """The probability map of `image` (sides multiples of MULTIPLE), read whole when it fits a tile, else tile by
+        tile: each tile's answer kept only for its core, away from the tile's cut edges."""
+        height, width = image.shape[:2]
+        if height <= TILE and width <= TILE:
+            return self._run(image)
+        out = np.empty((height, width), np.float32)
+        core = TILE - 2 * OVERLAP  # a multiple of MULTIPLE, as every tile's origin and size are
+        for top in range(0, height, core):
+            for left in range(0, width, core):
+                t0, l0 = max(0, top - OVERLAP), max(0, left - OVERLAP)
+                t1, l1 = min(height, t0 + TILE), min(width, l0 + TILE)
+                b, r = min(height, top + core), min(width, left + core)
+                out[top:b, left:r] = self._run(image[t0:t1, l0:l1])[top - t0:b - t0, left - l0:r - l0]
+        return out
+
+    def _run(self, image: np.ndarray) -> np.ndarray:
+        """The network on one input (8-bit grey or RGB, sides multiples of MULTIPLE): its probability map."""
+        height, width = image.shape[:2]
         if image.ndim == 2:
             tensor = np.broadcast_to(image.astype(np.float32)[None, None], (1, 3, height, width))
         else:  # the network was trained on OpenCV's BGR order
             tensor = image[..., 2::-1].astype(np.float32).transpose(2, 0, 1)[None]
         tensor = np.ascontiguousarray(tensor) / np.float32(127.5) - np.float32(1.0)
         session = self.session
-        output = session.run(None, {session.get_inputs()[0].name: tensor})[0]
-        return output[0, 0], rows / height, cols / width
+        return session.run(None, {session.get_inputs()[0].name: tensor})[0][0, 0]
 
     def find(self, image: np.ndarray, max_side: int | None = None, pad: int = MIRROR) -> list[Region]:
         """The text regions of an 8-bit grey or RGB frame, in its pixels (empty: no text seen). The frame is first

@@ -70,9 +70,28 @@ def shift_paired_date(date_value: str, time_value: str, shift: DateTimeShift) ->
     return format_date(moved[0]) if moved else None
 
 
+# YYYYMMDDHHMMSS[.F][&ZZXX], the form devices write: moved without the general parser (the same result).
+_FULL_DT = re.compile(r"(\d{4})(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})(\.\d{1,6})?([+-]\d{4})?")
+
+
 def shift_datetime(value: str, shift: DateTimeShift) -> str | None:
     """A DT moved as one date-time; a DT with only a date moves like a DA. Suffix (&ZZXX) kept."""
-    parsed = dicom_datetime(value)
+    text = str(value).strip()
+    full = _FULL_DT.fullmatch(text)
+    if full is not None:  # as dicom_datetime reads it: a leap second (or more) counts as :59
+        year, month, day_text, hh, mm, ss, fraction, suffix = full.groups()
+        hour, minute = int(hh), int(mm)
+        if hour > 23 or minute > 59:
+            return None
+        try:
+            day = dt.date(int(year), int(month), int(day_text))
+        except ValueError:
+            return None
+        moved = _add(day, hour * 3600 + minute * 60 + min(int(ss), 59), shift)
+        if moved is None:
+            return None
+        return format_date(moved[0]) + format_time(moved[1], 3, fraction or "") + (suffix or "")
+    parsed = dicom_datetime(text)
     if parsed is None:
         return None
     time = parsed.time

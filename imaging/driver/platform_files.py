@@ -97,6 +97,23 @@ def quality_suites_exist(files: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
                                        f"{', '.join(suites) or 'none'}")
 
 
+def stamps_are_release_columns(files: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """A cohort's `stamp:` names columns its release holds, no finer than the quasi-identifiers allow."""
+    from imaging.governance.disclosure import DisclosurePolicy
+    from imaging.governance.lineage import release_column_types, stamp_problems
+
+    policy, platform = files.get("clinical_policy.yaml"), files.get("platform.yaml")
+    stamped = {n: c for n, c in files.items() if isinstance(c, CohortFile) and c.stamp}
+    if policy is None or platform is None or not stamped:
+        return
+    disclosure = DisclosurePolicy.from_model(policy)
+    types = release_column_types(ClinicalPolicy.from_model(policy), platform.deid_options, disclosure)
+    for name, cohort in stamped.items():
+        for problem in stamp_problems(cohort.stamp, types, disclosure):
+            yield name, f"stamp: {problem}"
+
+
+
 def cohort_eye_fields_released(files: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     """A cohort selects on eye fields the clinical policy releases per eye (`eye: true`, not dropped)."""
     policy = files.get("clinical_policy.yaml")
@@ -115,7 +132,8 @@ def cohort_eye_fields_released(files: Mapping[str, Any]) -> Iterator[tuple[str, 
                              "(diagnosis_code with `eye: true`)")
 
 
-CHECKS = (unique_cohort_names, suites_named_as_files, quality_suites_exist, cohort_eye_fields_released)
+CHECKS = (unique_cohort_names, suites_named_as_files, quality_suites_exist, cohort_eye_fields_released,
+          stamps_are_release_columns)
 
 
 # --- every file ----------------------------------------------------------------------------------------------

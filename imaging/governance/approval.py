@@ -41,6 +41,7 @@ from imaging.governance.cohort import CohortDefinition
 from imaging.governance.signing import (AllowedSigners, SignatureError, is_demo_key, load_allowed_signers,
                                         verify_signature)
 from imaging.steps.clinical import ClinicalPolicyFile
+from imaging.steps.objects import link_tree
 
 HOLD, PUBLISH, UNCHANGED, CONFLICT, BLOCKED, REJECTED = (
     "held", "publish", "unchanged", "conflict", "blocked", "rejected")
@@ -251,6 +252,9 @@ def decide(built: ReleaseKey, *, published: ReleaseKey | None, held: Sequence[He
     per content: an identical-content release already held stays the one to review.
     """
     if published is not None:
+        if published.release_id is None:
+            return Decision(CONFLICT, "this version was withdrawn or expired (its folder keeps WITHDRAWN.json); "
+                                      "raise `version` in the cohort definition to release anew", built.release_id)
         if published.content_key == built.content_key:
             return Decision(UNCHANGED, "already published with this content", published.release_id)
         return Decision(CONFLICT, "this version is published with other content; releases are immutable: "
@@ -411,6 +415,9 @@ class ReleasePlan:
     decision: Decision
     building: str  # the build staged in the run's commit (`building_url`); "" when nothing was built
     images: int
+    # Each image's identity as the build's copy placed it (path -> identity): publication verifies the bundle
+    # without hashing again a file whose identity is unchanged (imaging.governance.bundle.verify_bundle).
+    trusted: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -491,11 +498,9 @@ def _stage_publication(commit: CommitBuilder, warehouse: str, plan: ReleasePlan,
     if fsx.exists(f"{warehouse}/{COHORTS.path}/{cohort.name}/{cohort.release}"):
         raise ApprovalError("the target version exists: releases are immutable")
     staged = _staged(commit, warehouse, COHORTS, cohort.name, cohort.release)
-    if plan.decision.from_held:  # copied, not moved: the held copy leaves only when the commit succeeds
-        fs, source = fsx.filesystem(f"{warehouse}/{HELD.path}/{cohort.name}/{rid}")
-        _, target = fsx.filesystem(staged)
-        fs.makedirs(fs._parent(target), exist_ok=True)
-        fs.copy(source, target, recursive=True)
+    if plan.decision.from_held:  # copied, not moved: the held copy leaves only when the commit succeeds; its
+        # images are hard links (server-side copies on an object store), never written again
+        link_tree(f"{warehouse}/{HELD.path}/{cohort.name}/{rid}", staged)
     else:
         fsx.move(plan.building, staged)
     decisions = load_decisions(warehouse, rid)
@@ -503,7 +508,7 @@ def _stage_publication(commit: CommitBuilder, warehouse: str, plan: ReleasePlan,
     counted = {(a.text.principal, a.text.signed_at) for a in standing.approvals}
     approvals = [d for d in decisions if _counted(d, counted)]
     fsx.write_bytes(f"{staged}/{APPROVAL}", approval_copy_bytes(rid, approvals))
-    check = verify_bundle(staged)
+    check = verify_bundle(staged, trusted=plan.trusted)
     wrong = [a for a in standing.approvals if (a.text.cohort, a.text.version) != (cohort.name, cohort.version)]
     if not standing.approved or wrong or not check.ok or check.release_id != rid:
         raise ApprovalError(f"cohort {cohort.name}: the bundle to publish does not verify as the approved content "

@@ -1,4 +1,5 @@
-"""The release audit log: every hold, approval, rejection, publication and opt-out flag, append-only, identifiable zone.
+"""The release audit log: every hold, approval, rejection, publication, opt-out flag, withdrawal, expiry and
+reclaim of stored bytes, append-only, identifiable zone.
 
 One write-once JSON file per event in `identifiable/audit/` (object stores cannot append to a file;
 they can refuse to overwrite one), named by UTC time and the event's own hash so a listing is the
@@ -21,11 +22,14 @@ HOLD, APPROVE, REJECT, PUBLISH = "hold", "approve", "reject", "publish"
 # A published release found holding patients who opted out since it was built (the detail says how many,
 # never who): written once per release and count by published_cohort (imaging.governance.optout.log_flags).
 OPTED_OUT = "opted-out"
+# A published version ended (imaging.governance.retention): withdrawn, or expired after its cohort's retention;
+# then its images' bytes that no current version holds any more, removed from the object store.
+WITHDRAW, EXPIRE, RECLAIM = "withdraw", "expire", "reclaim"
 
 
 @dataclass(frozen=True)
 class AuditEvent:
-    event: str  # hold | approve | reject | publish | opted-out
+    event: str  # hold | approve | reject | publish | opted-out | withdraw | expire | reclaim
     release_id: str
     cohort: str
     version: int

@@ -3,6 +3,12 @@
 A definition is data, not code: the fields below are the whole language, so a reviewer can
 read exactly who is in a release. The predicate is built here (pure, testable) and Spark
 evaluates it natively. A definition's file, platform/cohorts/<file>.yaml, is read into `CohortFile`.
+
+Beside the selection, a definition says what its releases carry and how long they stay:
+`stamp` lists released metadata columns written into each image's header (imaging/steps/stamp.py;
+`sponsor` names the Clinical Trial Sponsor), and `retention_days` how long a published version stays
+once a newer version of the cohort is published (none: kept until withdrawn; a version holding
+patients who opted out since goes as soon as the version that leaves them out is published).
 """
 
 from __future__ import annotations
@@ -72,6 +78,18 @@ class CohortFile(StrictModel):
     lateralities: list[Literal[LATERALITIES]] = []  # type: ignore[valid-type]
     age_at_scan: AgeRange | None = None
     eye: EyeSelection | None = None
+    # Released metadata columns stamped into each image (imaging/steps/stamp.py); empty: nothing stamped.
+    stamp: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,62}$")]] = []
+    sponsor: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\\\x00-\x1f]*$")] | None = None
+    retention_days: Annotated[int, Field(ge=0)] | None = None
+
+    @model_validator(mode="after")
+    def _stamped_once(self):
+        if len(set(self.stamp)) != len(self.stamp):
+            raise ValueError("stamp: a column is listed twice")
+        if self.sponsor is not None and not self.stamp:
+            raise ValueError("sponsor: only stamped images carry a sponsor (add `stamp:`)")
+        return self
 
 
 def _quote(value: str) -> str:
@@ -92,6 +110,9 @@ class CohortDefinition:
     eye_diagnosis_code_prefixes: tuple[str, ...] = ()
     eye_fields: tuple[tuple[str, float | None, float | None], ...] = ()  # (field, min, max)
     eye_max_days_before: int | None = None
+    stamp: tuple[str, ...] = ()  # released metadata columns stamped into each image
+    sponsor: str | None = None  # ClinicalTrialSponsorName of stamped images (default: the cohort's name)
+    retention_days: int | None = None  # days a superseded published version stays (None: until withdrawn)
 
     @classmethod
     def from_dict(cls, spec: dict, source: str = "cohort definition") -> "CohortDefinition":
@@ -111,6 +132,7 @@ class CohortDefinition:
             eye_diagnosis_code_prefixes=tuple(eye.diagnosis_code_prefixes) if eye else (),
             eye_fields=tuple((f, r.min, r.max) for f, r in sorted(eye.fields.items())) if eye else (),
             eye_max_days_before=eye.max_days_before if eye else None,
+            stamp=tuple(spec.stamp), sponsor=spec.sponsor, retention_days=spec.retention_days,
         )
 
     @property

@@ -71,17 +71,31 @@ BREAKDOWN_COLUMNS = ("modality", "laterality", "sex")  # released columns with a
 MISSING = "(missing)"
 
 
-def counts_sql(table: str) -> str:
-    """One row of release counts over a selection (a Spark view of release rows): aggregated on executors."""
-    return ("SELECT count(*) AS images, count(DISTINCT patient_pseudonym) AS patients, "
-            "count(DISTINCT study_instance_uid) AS studies, count(DISTINCT series_instance_uid) AS series "
-            f"FROM {table}")
+def counts_sql(table: str, columns=BREAKDOWN_COLUMNS) -> str:
+    """Release counts over a selection (a Spark view of release rows), in one pass on the executors: a row of
+    totals (`grouping` 1) and one row per combination of the low-cardinality released columns (`grouping` 0; a
+    handful of rows reach the driver: their values' product). `release_counts` reads them."""
+    values = ", ".join(f"coalesce(CAST(`{c}` AS STRING), '{MISSING}') AS `{c}`" for c in columns)
+    keys = ", ".join(f"`{c}`" for c in columns)
+    return (f"SELECT {keys}, count(*) AS images, count(DISTINCT patient_pseudonym) AS patients, "
+            "count(DISTINCT study_instance_uid) AS studies, count(DISTINCT series_instance_uid) AS series, "
+            f"grouping_id() AS `grouping` FROM (SELECT {values}, patient_pseudonym, study_instance_uid, "
+            f"series_instance_uid FROM {table}) GROUP BY GROUPING SETS ((), ({keys}))")
 
 
-def breakdown_sql(table: str, column: str) -> str:
-    """Images per value of one low-cardinality released column (a handful of rows reach the driver)."""
-    return (f"SELECT coalesce(CAST(`{column}` AS STRING), '{MISSING}') AS value, count(*) AS images "
-            f"FROM {table} GROUP BY 1")
+def release_counts(rows, columns=BREAKDOWN_COLUMNS) -> ReleaseCounts:
+    """`ReleaseCounts` from `counts_sql`'s rows: the totals, and each column's images per value."""
+    breakdowns: dict[str, dict[str, int]] = {c: {} for c in columns}
+    totals = None
+    for row in rows:
+        if row["grouping"]:
+            totals = row
+            continue
+        for column in columns:
+            breakdowns[column][row[column]] = breakdowns[column].get(row[column], 0) + row["images"]
+    if totals is None:  # no row at all: nothing selected
+        return ReleaseCounts(0, 0, 0, 0, breakdowns)
+    return ReleaseCounts(totals["images"], totals["patients"], totals["studies"], totals["series"], breakdowns)
 
 
 @dataclass(frozen=True)
@@ -244,6 +258,9 @@ class DataCardInputs:
     # What burned-in text found in an image's pixels did, per image type (platform/pixel_text.yaml `on_text`:
     # "quarantine" or "redact"; `imaging.deid.pixel_text.image_type`); empty: not recorded.
     text_policy: Mapping[str, str] = field(default_factory=dict)
+    # Where the clinical labels are in each image's header (imaging.steps.stamp.StampPlan.describe); None:
+    # nothing stamped.
+    stamp: Mapping[str, Any] | None = None
     # The clinical source reads the release's images were linked from; empty: the landing zone's extracts.
     clinical_sources: tuple[ClinicalSourceRead, ...] = ()
 
@@ -345,6 +362,7 @@ def build_datacard(inputs: DataCardInputs) -> DataCard:
         # Which key made the pseudonyms, UIDs and date shifts: a keyed hash of a fixed string, never the key.
         "pseudonym_key": key_section(inputs.key_fingerprint),
         **({"optouts": optout_section(inputs.optouts, below)} if inputs.optouts is not None else {}),
+        **({"labels_in_images": dict(inputs.stamp)} if inputs.stamp is not None else {}),
         **({"clinical_sources": clinical_source_section(inputs.clinical_sources)} if inputs.clinical_sources else {}),
         "columns": columns,
         # Every check of the release and of the upstream assets it read, per partition where the check
@@ -431,6 +449,7 @@ def render_markdown(card: Mapping) -> str:
             "first 16 hex digits: the same key gives the same fingerprint; the key is never recorded)"
             + (f". **{DEMO_KEY_NOTE}**" if key["demo_key"] else "") + ".\n",
             *_optout_markdown(card.get("optouts"), counts["suppressed_below"]),
+            *labels_markdown(card.get("labels_in_images")),
             *_clinical_source_markdown(card.get("clinical_sources")),
             "\n## Released columns\n\nEach column's transforms, from the release back to the identifiable source.\n\n",
             _table(["column", "transforms (release <- manifest)", "from", "how"],
@@ -487,3 +506,32 @@ def _optout_markdown(section: Mapping | None, below: int) -> list[str]:
                    f"{follows['left']} of its patients have since opted out and are left out here; "
                    f"{follows['returned']} patients held back from it whose opt-out was removed are back.\n")
     return out
+
+
+def labels_markdown(labels: Mapping | None) -> list[str]:
+    """Where a release's clinical labels are in each image's header, and how to read them (pydicom)."""
+    if not labels:
+        return []
+    from pydicom.datadict import dictionary_VR, tag_for_keyword
+
+    trial = labels["trial"]
+    group, creator = int(labels["group"], 16), labels["private_creator"]
+    private = [c for c in labels["columns"] if "element" in c]
+    first = private[0]["element"] if private else 1
+    columns = {"ClinicalTrialSubjectID", "ClinicalTrialTimePointID"}
+    tag = lambda k: f"({tag_for_keyword(k) >> 16:04X},{tag_for_keyword(k) & 0xFFFF:04X})"  # noqa: E731
+    rows = [[c["column"], c["tag"], c["vr"], c.get("keyword") or f"private block, element 0x{c['element']:02X}"]
+            for c in labels["columns"]]
+    rows += [[value if keyword in columns else f"(the same in every image: {value})", tag(keyword),
+              dictionary_VR(keyword), keyword] for keyword, value in trial.items()]
+    return ["\n## Labels in the images\n\n",
+            "Each image's DICOM header carries the clinical labels below, the same values as metadata.parquet's row "
+            "of that file: in standard attributes where DICOM has one (the Clinical Trial Subject, Study and Series "
+            f"modules; sex in PatientSex), otherwise in one private block of group ({labels['group']}), private creator "
+            f"\"{creator}\", one element per column (a null is an empty element). The time point is the study date as "
+            "released: the labels are the latest clinical record on or before it. The cohort's version is not "
+            "stamped: an image whose labels did not change is the same file in the next version.\n\n",
+            _table(["column", "tag", "VR", "where"], rows),
+            "\nRead them with pydicom:\n\n```python\nds = pydicom.dcmread(path)\n"
+            f"labels = ds.private_block(0x{group:04X}, \"{creator}\")\n"
+            f"labels[0x{first:02X}].value, ds.ClinicalTrialSubjectID, ds.ClinicalTrialTimePointID\n```\n"]

@@ -115,17 +115,6 @@ class DisclosurePolicy:
     def header_rules(self) -> tuple[HeaderRule, ...]:
         return tuple(r for r in (q.header_rule() for q in self.quasi_identifiers) if r is not None)
 
-    def released_json_sql(self) -> str:
-        """Spark SQL: a JSON object of each quasi-identifier's released value (what the copy writes to headers)."""
-        fields = ", ".join(f"'{q.released_as}', {q.release_sql()}" for q in self.quasi_identifiers)
-        return f"to_json(named_struct({fields}))" if fields else "'{}'"
-
-    def released_json(self, row: Mapping) -> str:
-        """The same in Python, from one manifest row (for small inputs and tests)."""
-        import json
-
-        return json.dumps({q.released_as: q.release_value(row.get(q.column)) for q in self.quasi_identifiers})
-
     def class_sizes_sql(self, table: str, person: str = "patient_pseudonym") -> str:
         """Spark SQL giving one row per equivalence class of `table` (a manifest selection), its size only.
 

@@ -18,14 +18,18 @@ outward-facing data card, which suppresses small numbers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from imaging import fs as fsx
 from imaging.governance.bundle import ManifestEntry, data_digest
 from imaging.governance.disclosure import DisclosurePolicy
+from imaging.steps.objects import identity
+from imaging.steps.stamp import (GROUP, StampPlan, expected_label, label_mismatches, label_tags, read_labels,
+                                 undescribed_elements)
 
 METADATA_PARQUET, METADATA_CSV = "metadata.parquet", "metadata.csv"
 
@@ -42,11 +46,14 @@ class ExactCounts:
 class KFromFiles:
     """k-anonymity recomputed from the released files: sizes only, no values."""
 
-    quasi_identifiers: tuple[str, ...]  # metadata columns, then DICOM keywords
+    quasi_identifiers: tuple[str, ...]  # metadata columns, then DICOM keywords (and stamped quasi-identifiers)
     class_sizes: tuple[int, ...]  # distinct patients per class of (metadata values, header values), ascending
     metadata_sizes: tuple[int, ...]  # the same over the metadata columns alone
     finer_headers: tuple[tuple[str, int], ...]  # (keyword, files whose header holds more than the metadata)
     headers_read: int
+    # (stamped column and its tag, files whose stamped value is not the metadata's): a label the card describes
+    # that the header holds otherwise, or elements of the label block the card does not describe
+    label_mismatches: tuple[tuple[str, int], ...] = ()
 
     @property
     def smallest(self) -> int:
@@ -148,35 +155,84 @@ def _sizes(members: Mapping) -> tuple[int, ...]:
     return tuple(sorted(len(p) for p in members.values()))
 
 
-def k_from_files(root: str, table, disclosure: DisclosurePolicy, files: Iterable[str] | None = None) -> KFromFiles:
+def k_from_files(root: str, table, disclosure: DisclosurePolicy, files: Iterable[str] | None = None,
+                 labels: StampPlan | None = None, cache: "EvidenceCache | None" = None,
+                 sums: Mapping[str, str] | None = None) -> KFromFiles:
     """Classes over (metadata values, header values) per patient, read from the released files.
 
-    `files` limits the headers read (one file under review); every image's otherwise.
+    `files` limits the headers read (one file under review); every image's otherwise. `labels` (the stamp the
+    data card describes): each stamped column is read back from its tag and held to the metadata's value, and a
+    stamped quasi-identifier joins the class as the header holds it, so k counts what the headers hold.
+    `cache` (published_cohort's own review): the header values of a file whose sha256 (`sums`, SHA256SUMS) was
+    read before are not read again.
     """
-    from imaging.steps.release import header_values
-
     rules = disclosure.header_rules()
     columns = [q.released_as for q in disclosure.quasi_identifiers]
     keywords = [r.keyword for r in rules]
+    stamped = list(labels.columns) if labels else []
+    stamped_qis = [c for c in stamped if c.column in columns and c.keyword not in keywords]
     wanted = None if files is None else set(files)
     combined, alone = defaultdict(set), defaultdict(set)
     finer: Counter = Counter()
+    mismatched: Counter = Counter()
     read = 0
-    for row in table.select(["file", "patient_pseudonym", *columns]).to_pylist():
+    for row in table.select(["file", "patient_pseudonym", *columns, *_label_columns(labels, table)]).to_pylist():
         values = tuple(row[c] for c in columns)
         alone[values].add(row["patient_pseudonym"])
         if wanted is not None and row["file"] not in wanted:
             # Not read (one file under review): counted as the release rule writes it.
-            combined[values + tuple(r.header_value(row[r.column]) for r in rules)].add(row["patient_pseudonym"])
+            combined[values + tuple(r.header_value(row[r.column]) for r in rules)
+                     + tuple(expected_label(c, row.get(c.column)) for c in stamped_qis)].add(row["patient_pseudonym"])
             continue
-        with fsx.open_read(f"{root}/{row['file']}") as handle:  # the header only: pydicom stops before the pixels
-            header = header_values(handle, keywords)
+        header = _header(f"{root}/{row['file']}", keywords, labels, cache, (sums or {}).get(row["file"]))
         read += 1
         for rule in rules:
             if header[rule.keyword] != rule.header_value(row[rule.column]):
                 finer[rule.keyword] += 1
-        combined[values + tuple(header[k] for k in keywords)].add(row["patient_pseudonym"])
-    return KFromFiles((*columns, *keywords), _sizes(combined), _sizes(alone), tuple(sorted(finer.items())), read)
+        if labels is not None:
+            for name in label_mismatches(header["labels"], labels, row):
+                mismatched[name] += 1
+            if header["undescribed"]:
+                mismatched[f"({GROUP:04X}) elements the data card does not describe"] += 1
+        combined[values + tuple(header[k] for k in keywords)
+                 + tuple(header["labels"].get(c.column) for c in stamped_qis)].add(row["patient_pseudonym"])
+    return KFromFiles((*columns, *keywords, *(f"{c.column} {c.tag}" for c in stamped_qis)), _sizes(combined),
+                      _sizes(alone), tuple(sorted(finer.items())), read, tuple(sorted(mismatched.items())))
+
+
+def stamp_of(card: Mapping | None) -> StampPlan | None:
+    """The stamp a data card describes ("labels_in_images"), or None when its images carry no labels."""
+    described = (card or {}).get("labels_in_images")
+    return StampPlan.from_description(described) if described else None
+
+
+def _label_columns(labels: StampPlan | None, table) -> list[str]:
+    if labels is None:
+        return []
+    return [c for c in labels.value_columns if c in table.column_names and c not in ("patient_pseudonym",)]
+
+
+def _header(url: str, keywords: Sequence[str], labels: StampPlan | None, cache: "EvidenceCache | None",
+            sha256: str | None) -> dict:
+    """What a released file's header holds of the quasi-identifier keywords and the stamped labels (through the
+    cache when the file's sha256 was read before)."""
+    def read() -> dict:
+        import pydicom
+
+        tags = list(keywords) + (label_tags(labels) if labels else [])
+        with fsx.open_read(url) as handle:  # the header only: pydicom stops before the pixels
+            dataset = pydicom.dcmread(handle, stop_before_pixels=True, specific_tags=tags)
+        out = {}
+        for keyword in keywords:
+            value = dataset[keyword].value if keyword in dataset else None
+            out[keyword] = str(value) if value not in (None, "") else None
+        out["labels"] = read_labels(dataset, labels) if labels else {}
+        out["undescribed"] = undescribed_elements(dataset, labels) if labels else 0
+        return out
+    if cache is None or sha256 is None:
+        return read()
+    variant = json.dumps([list(keywords), labels.describe() if labels else None], sort_keys=True)
+    return cache.header(f"{sha256}:{hashlib.sha256(variant.encode()).hexdigest()[:16]}", read)
 
 
 # --- With the identifiable zone ---------------------------------------------------------------------------
@@ -184,13 +240,17 @@ def k_from_files(root: str, table, disclosure: DisclosurePolicy, files: Iterable
 _DATE_VRS = frozenset({"DA", "DT", "TM"})
 
 
-def _elements(path_or_bytes) -> dict[str, tuple[str, object]]:
-    """Top-level header elements (up to the pixels): name -> (VR, comparable value)."""
+def _elements(source) -> dict[str, tuple[str, object]]:
+    """Top-level header elements (up to the pixels): name -> (VR, comparable value). `source`: a file's bytes,
+    an open binary file, or a URL (opened here: only its header is read, never its pixels)."""
     import io
 
     import pydicom
 
-    source = io.BytesIO(path_or_bytes) if isinstance(path_or_bytes, bytes) else path_or_bytes
+    if isinstance(source, str):
+        with fsx.open_read(source) as handle:
+            return _elements(handle)
+    source = io.BytesIO(source) if isinstance(source, bytes) else source
     dataset = pydicom.dcmread(source, stop_before_pixels=True, force=True)
     out = {}
     for element in dataset:
@@ -202,26 +262,92 @@ def _elements(path_or_bytes) -> dict[str, tuple[str, object]]:
     return out
 
 
-def attribute_evidence(pairs: Iterable[tuple[bytes, bytes]]) -> list[AttributeCount]:
-    """Counts per attribute over (landing file bytes, released file bytes) pairs: never a value."""
+def pair_outcomes(source, released) -> dict[str, str]:
+    """What happened to each attribute between a landing file and its released file (removed, replaced,
+    shifted, kept, added; attributes empty in both are left out): names and outcomes, never a value."""
+    before, after = _elements(source), _elements(released)
+    out = {}
+    for name in set(before) | set(after):
+        old, new = before.get(name, (None, None)), after.get(name, (None, None))
+        if old[1] is None and new[1] is None:
+            continue
+        if new[1] is None:
+            out[name] = "removed"
+        elif old[1] is None:
+            out[name] = "added"
+        elif old[1] == new[1]:
+            out[name] = "kept"
+        elif (new[0] or old[0]) in _DATE_VRS:
+            out[name] = "shifted"
+        else:
+            out[name] = "replaced"
+    return out
+
+
+def attribute_evidence(pairs: Iterable[tuple], cache: "EvidenceCache | None" = None) -> list[AttributeCount]:
+    """Counts per attribute over (landing file, released file) pairs (bytes, or URLs whose headers alone are
+    read): never a value. With a `cache`, pairs are (landing URL, released URL, landing sha256, released
+    sha256) and a pair compared before (the same two contents) is not read again."""
     tally: dict[str, Counter] = defaultdict(Counter)
-    for source, released in pairs:
-        before, after = _elements(source), _elements(released)
-        for name in set(before) | set(after):
-            old, new = before.get(name, (None, None)), after.get(name, (None, None))
-            if old[1] is None and new[1] is None:
-                continue
-            if new[1] is None:
-                tally[name]["removed"] += 1
-            elif old[1] is None:
-                tally[name]["added"] += 1
-            elif old[1] == new[1]:
-                tally[name]["kept"] += 1
-            elif (new[0] or old[0]) in _DATE_VRS:
-                tally[name]["shifted"] += 1
-            else:
-                tally[name]["replaced"] += 1
+    for pair in pairs:
+        outcomes = pair_outcomes(pair[0], pair[1]) if cache is None or len(pair) < 4 else cache.outcomes(*pair)
+        for name, outcome in outcomes.items():
+            tally[name][outcome] += 1
     return [AttributeCount(name, **counts) for name, counts in sorted(tally.items())]
+
+
+class EvidenceCache:
+    """What a review of unchanged files would compute again, kept between published_cohort's own reviews of a
+    cohort (identifiable zone, `reviews/_cache/<cohort>.json`): each landing file's sha256 with its identity when
+    hashed, each (landing, released) pair's per-attribute outcomes and each released file's header values, by
+    the contents' sha256. A landing file is hashed again when its identity changed; the others are functions
+    of the bytes their sha256 names, which the review verifies (SHA256SUMS) or has just hashed. So the run's
+    review of a version that shares most of its images reads only what is new, and says the same as a full one.
+    imaging-review never reads it: a reviewer's review reads every byte."""
+
+    def __init__(self, data: Mapping | None = None):
+        data = data or {}
+        self._landing = dict(data.get("landing", {}))
+        self._pairs = dict(data.get("pairs", {}))
+        self._headers = dict(data.get("headers", {}))
+        self._used: dict[str, set] = {"landing": set(), "pairs": set(), "headers": set()}
+
+    @classmethod
+    def load(cls, url: str) -> "EvidenceCache":
+        try:
+            return cls(json.loads(fsx.read_bytes(url)) if fsx.exists(url) else None)
+        except (ValueError, OSError):  # unreadable: everything is read again
+            return cls()
+
+    def save(self, url: str) -> None:
+        """Keep what this review used (so the cache follows the cohort's latest version, never grows)."""
+        used = {name: {k: v for k, v in getattr(self, f"_{name}").items() if k in self._used[name]}
+                for name in self._used}
+        fsx.write_atomic(url, json.dumps(used, sort_keys=True, separators=(",", ":")).encode())
+
+    def landing_sha256(self, url: str, hashed: Callable[[], str]) -> str:
+        """A landing file's sha256: the cached one while its identity is unchanged, else `hashed()`."""
+        now = identity(url)
+        self._used["landing"].add(url)
+        known = self._landing.get(url)
+        if now is not None and known is not None and known[0] == now:
+            return known[1]
+        sha = hashed()
+        self._landing[url] = [now, sha]
+        return sha
+
+    def outcomes(self, source: str, released: str, source_sha256: str, released_sha256: str) -> dict[str, str]:
+        key = f"{source_sha256}:{released_sha256}"
+        self._used["pairs"].add(key)
+        if key not in self._pairs:
+            self._pairs[key] = pair_outcomes(source, released)
+        return self._pairs[key]
+
+    def header(self, sha256: str, read: Callable[[], dict]) -> dict:
+        self._used["headers"].add(sha256)
+        if sha256 not in self._headers:
+            self._headers[sha256] = read()
+        return self._headers[sha256]
 
 
 def quarantine_summary(warehouse: str, site_days: Iterable[tuple[str, str]]) -> list[QuarantineCount]:

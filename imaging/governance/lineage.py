@@ -271,3 +271,39 @@ def dagster_column_deps(lineage: Iterable[ColumnLineage], table: str) -> dict[st
     """
     return {e.column: [(s.table, s.column) for s in e.sources]
             for e in lineage if e.table == table and e.column is not None}
+
+
+def release_column_types(policy: ClinicalPolicy, options: Iterable[str] | None,
+                         disclosure: DisclosurePolicy) -> dict[str, str]:
+    """Each column of a release's metadata and its type as pyarrow names it (a banded quasi-identifier is a
+    string): what a cohort may stamp into its images (imaging/steps/stamp.py)."""
+    from imaging.catalogue import manifest
+
+    types = {f.name: str(f.type) for f in manifest(policy).schema}
+    banded = {q.released_as for q in disclosure.quasi_identifiers if q.band_years is not None}
+    out = {}
+    for entry in column_lineage(policy, options, disclosure):
+        if entry.table == RELEASE and entry.column:
+            out[entry.column] = "string" if entry.column in banded or entry.column == "file" else \
+                types.get(entry.column, "string")
+    return out
+
+
+def stamp_problems(stamp: Iterable[str], types: Mapping[str, str], disclosure: DisclosurePolicy) -> list[str]:
+    """Why a cohort's `stamp:` list cannot be written (empty when it can): a column the release does not hold,
+    a quasi-identifier's source where the release holds it generalised (finer than the quasi-identifiers
+    allow), a column with no VR."""
+    from imaging.steps.stamp import VRS, UNSTAMPABLE
+
+    coarser = {q.column: q.released_as for q in disclosure.quasi_identifiers if q.released_as != q.column}
+    problems = []
+    for column in stamp:
+        if column in coarser:
+            problems.append(f"{column!r} is released only as {coarser[column]!r} (a quasi-identifier): a stamp "
+                            f"cannot be finer than the quasi-identifiers allow; stamp {coarser[column]!r}")
+        elif column in UNSTAMPABLE or column not in types:
+            problems.append(f"{column!r} is not a column of the release's metadata that can be stamped (columns: "
+                            f"{', '.join(c for c in types if c not in UNSTAMPABLE)})")
+        elif types[column] not in VRS:
+            problems.append(f"{column!r} has type {types[column]}, which has no DICOM VR here")
+    return problems

@@ -13,7 +13,7 @@ import hashlib
 import heapq
 import json
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from imaging import fs as fsx
 from imaging.governance.bundle import SUMS_FILE, ManifestEntry, hash_files, manifest_bytes
@@ -37,6 +37,18 @@ class BuiltRelease:
 
 
 @dataclass(frozen=True)
+class Sharing:
+    """How a build placed its images: how many were shared from the release object store (not read or written
+    again), the bytes written for the others, and each image's identity as placed (path -> identity: what the
+    release's verification trusts instead of hashing again what the copy just hashed)."""
+
+    shared: int
+    written_bytes: int
+    identities: Mapping[str, str]
+    seconds: float = 0.0  # the copy step's (every image placed)
+
+
+@dataclass(frozen=True)
 class CheckedRelease:
     """A built release and what its build checked: k-anonymity decides hold or block; its own checks
     (images copied and verified, one metadata row per image) failing means the bundle itself is wrong."""
@@ -44,6 +56,7 @@ class CheckedRelease:
     built: BuiltRelease
     k: KAnonymity
     verified: bool  # every own check but k-anonymity passed
+    sharing: Sharing | None = None
 
 
 def _json(value) -> bytes:
@@ -100,6 +113,8 @@ def finish_release(root: str, card: DataCardInputs, images: Callable[[], Iterabl
         "files": {"images": "images/<patient>/<study>/<instance>.dcm", "metadata": ["metadata.parquet", "metadata.csv"],
                   "datacard": [DATACARD_MD, DATACARD_JSON], "lineage": EVENTS_FILE,
                   "checksums": f"{SUMS_FILE} (sha256sum -c); the release id is the sha256 of {SUMS_FILE}"},
+        **({"labels_in_images": {"columns": {c["column"]: c["tag"] for c in card.stamp["columns"]},
+                                 "where": f"{DATACARD_MD}, 'Labels in the images'"}} if card.stamp else {}),
     }
     events = release_events(cohort=s.cohort, version=s.version, lineage=card.lineage, inputs=card.inputs,
                             code_versions=card.code_versions, data_digest=digest,

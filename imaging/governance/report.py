@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from imaging.catalogue import ANONYMIZED_FILES, COHORTS, DEIDENTIFIED, HELD, IDENTIFIABLE, TABLES, manifest
+from imaging.catalogue import (ANONYMIZED_FILES, COHORTS, DEIDENTIFIED, HELD, IDENTIFIABLE, RELEASE_OBJECTS, TABLES,
+                               manifest)
 from imaging.driver.config import load_settings
 from imaging.driver.platform_files import load_clinical_policy
 from imaging.governance.approval import DecisionText, approval_copy, list_held, manifest_id
 from imaging.governance.bundle import verify_release
+from imaging.governance.retention import ENDED
 
 
 def rows(path: Path) -> int:
@@ -53,8 +55,18 @@ def main() -> int:
     print(f"    {ANONYMIZED_FILES.name:32s} {len(files):6d} DICOM files")
     table = manifest(load_clinical_policy())
     print(f"    {table.name:32s} {rows(root / table.path):6d} rows")
+    objects = [p for p in (root / RELEASE_OBJECTS.path).glob("*/*.dcm")]
+    print(f"    {RELEASE_OBJECTS.name:32s} {len(objects):6d} released images stored once "
+          f"({sum(p.stat().st_size for p in objects) / 1e6:.1f} MB; versions hold links to them)")
     failed = 0
     for release in sorted((root / COHORTS.path).glob("*/*")):
+        if (release / ENDED).exists():  # withdrawn or expired: its record alone stays
+            import json
+
+            record = json.loads((release / ENDED).read_text())
+            print(f"    {COHORTS.name}/{release.parent.name}/{release.name}: {record.get('event')} at "
+                  f"{record.get('at')} ({record.get('reason')}), release id {record.get('release_id')}")
+            continue
         problems = verify_release(str(release))
         failed += bool(problems)
         images = len(list((release / "images").rglob("*.dcm")))

@@ -50,9 +50,9 @@ from imaging.governance.approval import (APPROVE, REJECT, ApprovalError, Approva
 from imaging.governance.bundle import BundleCheck, find_bundle_root, read_manifest, verify_bundle
 from imaging.governance.datacard import NOT_EVALUATED, NOT_OBSERVED
 from imaging.governance.disclosure import DisclosurePolicy
-from imaging.governance.evidence import (AttributeCount, ExactCounts, KFromFiles, QuarantineCount, arrived_columns,
-                                         attribute_evidence, cross_check, exact_counts, k_from_files,
-                                         quarantine_summary, read_metadata, release_summary)
+from imaging.governance.evidence import (AttributeCount, EvidenceCache, ExactCounts, KFromFiles, QuarantineCount,
+                                         arrived_columns, attribute_evidence, cross_check, exact_counts, k_from_files,
+                                         quarantine_summary, read_metadata, release_summary, stamp_of)
 from imaging.governance.optout import SINCE, Recheck, recheck, released_persons, sites_of_tokens
 from imaging.governance.signing import SignatureError, fingerprint, public_key_of, sign, verify_signature
 from imaging.provenance import ProvenanceRecord
@@ -154,11 +154,13 @@ def _read_json(url: str) -> dict | None:
     return json.loads(fsx.read_bytes(url))
 
 
-def _landing_state(record: ProvenanceRecord) -> str:
+def _landing_state(record: ProvenanceRecord, cache: EvidenceCache | None = None) -> str:
     try:
         if not fsx.exists(record.source_path):
             return "absent"
-        return "verified" if fsx.sha256_url(record.source_path) == record.source_sha256 else "differs"
+        hashed = lambda: fsx.sha256_url(record.source_path)  # noqa: E731
+        sha = hashed() if cache is None else cache.landing_sha256(record.source_path, hashed)
+        return "verified" if sha == record.source_sha256 else "differs"
     except OSError:
         return "absent"
 
@@ -255,14 +257,20 @@ def _decisions(r: Review, carried: list[SignedDecision] | None) -> list[SignedDe
     return decisions
 
 
-def review(path: str, warehouse: str | None = None, policy: ApprovalPolicy | None = None) -> Review:
-    """Verify a release folder or one published file, recompute its evidence and verify its decisions."""
+def review(path: str, warehouse: str | None = None, policy: ApprovalPolicy | None = None,
+           trusted: dict[str, str] | None = None, cache: EvidenceCache | None = None) -> Review:
+    """Verify a release folder or one published file, recompute its evidence and verify its decisions.
+
+    published_cohort's own review of what its run just placed passes `trusted` (files not hashed again while
+    their identity is the one the copy recorded: imaging.governance.bundle.verify_bundle) and `cache` (what its
+    previous review computed from files unchanged since: imaging.governance.evidence.EvidenceCache); the same
+    findings, without reading again what did not change. imaging-review passes neither: it reads every byte."""
     location = find_bundle_root(path)
     root, inner = location.root, location.inner
     state = _state(root)
     if warehouse is None and state == "held":  # a held release lies in the identifiable zone it names
         warehouse = warehouse_of_held(root)
-    check = verify_bundle(root, only=inner)
+    check = verify_bundle(root, only=inner, trusted=trusted)
     result = Review(root, inner, state, check, warehouse=warehouse, tables=_tables(warehouse))
     result.problems += list(check.problems)
     result.card = _read_json(f"{root}/datacard.json")
@@ -277,7 +285,7 @@ def review(path: str, warehouse: str | None = None, policy: ApprovalPolicy | Non
         if result.card.get("pseudonym_key", {}).get("demo_key"):
             result.flags.append("made under the DEMO pseudonym key (imaging/pseudonym.py): not for real data")
     with quiet():  # pydicom's warnings quote header values: never printed from identifiable or released files
-        _evidence(result)
+        _evidence(result, cache)
 
     # Decisions: signatures verified offline against the allowed signers, for exactly this release id.
     policy = policy or ApprovalPolicy.load()
@@ -295,7 +303,7 @@ def review(path: str, warehouse: str | None = None, policy: ApprovalPolicy | Non
                             "ledger, quarantine) was not read; shown is what the release itself proves")
     else:
         with quiet():
-            _identifiable(result)
+            _identifiable(result, cache)
     return result
 
 
@@ -307,7 +315,7 @@ def _parses(decision: SignedDecision) -> bool:
         return False
 
 
-def _evidence(result: Review) -> None:
+def _evidence(result: Review, cache: EvidenceCache | None = None) -> None:
     """Recompute from the files: digest, metadata cross-checks, exact counts, k from metadata and headers."""
     root = result.root
     if result.release_id is None:
@@ -343,7 +351,8 @@ def _evidence(result: Review) -> None:
     from pydicom.errors import InvalidDicomError
 
     try:
-        k = k_from_files(root, present, disclosure, files)
+        k = k_from_files(root, present, disclosure, files, labels=stamp_of(result.card), cache=cache,
+                         sums={e.path: e.sha256 for e in entries})
     except (OSError, ValueError, InvalidDicomError) as error:  # not DICOM any more: fails the review, no crash
         result.problems.append(f"the released headers cannot be read: {type(error).__name__}")
         return
@@ -352,6 +361,9 @@ def _evidence(result: Review) -> None:
     min_k = int(card_k.get("min_k", disclosure.min_k))
     for keyword, files_finer in k.finer_headers:
         result.problems.append(f"{files_finer} released files hold {keyword} finer than the metadata k was computed on")
+    for label, files_differ in k.label_mismatches:
+        result.problems.append(f"{files_differ} released files hold the stamped label {label} otherwise than the "
+                               f"metadata (the data card's 'Labels in the images')")
     if not k.same_as_metadata:
         result.problems.append("k recomputed from the released files differs from k over the metadata alone")
     if k.class_sizes and k.smallest < min_k:
@@ -384,7 +396,7 @@ def _in(table, paths: set[str]):
     return pc.is_in(table.column("file"), value_set=pa.array(sorted(paths), pa.string()))
 
 
-def _identifiable(result: Review) -> None:
+def _identifiable(result: Review, cache: EvidenceCache | None = None) -> None:
     """The provenance ledger, per-attribute evidence, quarantine of the partitions read, audit log."""
     warehouse, root = result.warehouse, result.root
     if not result.release_id:
@@ -400,11 +412,11 @@ def _identifiable(result: Review) -> None:
     for entry in images:
         records = found.get(entry.path.rsplit("/", 1)[-1]) or [(None, False)]
         for record, withdrawn in records:
-            state = _landing_state(record) if record else "not traced"
+            state = _landing_state(record, cache) if record else "not traced"
             token = file_token(token_key, record.source_path) if record and token_key else None
             result.traces.append(Trace(entry.path, entry.sha256, record, state, token, withdrawn))
             if state == "verified":
-                pairs.append((record.source_path, f"{root}/{entry.path}"))
+                pairs.append((record.source_path, f"{root}/{entry.path}", record.source_sha256, entry.sha256))
     untraced = sum(1 for t in result.traces if t.record is None)
     differs = sum(1 for t in result.traces if t.landing == "differs")
     absent = sum(1 for t in result.traces if t.landing == "absent")
@@ -417,7 +429,7 @@ def _identifiable(result: Review) -> None:
     from pydicom.errors import InvalidDicomError
 
     try:
-        result.attributes = attribute_evidence((fsx.read_bytes(a), fsx.read_bytes(b)) for a, b in pairs)
+        result.attributes = attribute_evidence(pairs, cache)  # headers only: the pixels are not compared
     except (OSError, ValueError, InvalidDicomError) as error:
         result.problems.append(f"the per-attribute evidence cannot be read: {type(error).__name__}")
     _optouts(result)
@@ -537,8 +549,9 @@ def evidence_text(r: Review) -> str:
     if r.file:
         lines.append(f"File      {r.file}")
     scope = "every file" if r.file is None else "this file and the release's description files"
-    lines.append(f"Checksums {r.check.checked} of {r.check.listed} listed files recomputed ({scope}); "
-                 f"{'no problems' if not r.check.problems else f'{len(r.check.problems)} problems'}")
+    lines.append(f"Checksums {r.check.checked} of {r.check.listed} listed files recomputed ({scope}"
+                 + (f"; {r.check.trusted} unchanged since the run that placed them hashed them" if r.check.trusted
+                    else "") + f"); {'no problems' if not r.check.problems else f'{len(r.check.problems)} problems'}")
     lines += [f"  problem: {p}" for p in r.problems]
     lines += [f"  FLAG: {f}" for f in r.flags]
     if card:

@@ -17,7 +17,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Annotated, Iterable, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from imaging.config_model import PositiveInt, SiteKey, StrictModel, Text
 from imaging.pacs.connection import (C_GET, C_MOVE, DICOMWEB, DIMSE, DimseAddress, PacsServer, RetryPolicy, Tls,

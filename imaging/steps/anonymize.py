@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from imaging import fs as fsx
 from imaging.catalogue import ANONYMIZED_FILES
-from imaging.deid import NotDeidentifiable, load_profile, to_bytes
+from imaging.deid import NotDeidentifiable, load_profile
 from imaging.deid.engine import deidentify_image
-from imaging.deid.part10 import TRUNCATED, SourceImage, read_whole, write_image  # noqa: F401 - TRUNCATED: its reason
+from imaging.deid.part10 import TRUNCATED, SourceImage, read_whole  # noqa: F401 - TRUNCATED: its reason
+from imaging.deid.writer import write
 from imaging.deid.pixel_text import PixelTextDetector, PixelTextSettings, shared_detector
 from imaging.issuers import IssuerPolicy
 from imaging.provenance import source_uid_hash
@@ -91,6 +92,13 @@ class _Anonymizer:
     pseudonymizer: Pseudonymizer
     profile: object
     detector: PixelTextDetector
+    batches: dict = field(default_factory=dict)  # (date, site) -> batch folder, made once per site-day
+
+    def batch(self, image: LinkedImage) -> str:
+        key = (image.date, image.site)
+        if key not in self.batches:
+            self.batches[key] = batch_name(self.pseudonymizer, image.date, image.site)
+        return self.batches[key]
 
     def __call__(self, image: LinkedImage) -> PublishedImage | Quarantined:
         return self.publish(image)
@@ -109,9 +117,10 @@ class _Anonymizer:
                            sha256=image.sha256, reason=reason)
 
     def _publish(self, image: LinkedImage) -> PublishedImage:
-        """The source is streamed (imaging.deid.part10): its header parsed and de-identified, its pixel
-        data copied past the new header in chunks, each input byte read once and hashed on the way, the
-        output hashed as it is written. Files that cannot be streamed are read whole (size-capped)."""
+        """Top-down: the source opened (imaging.deid.part10: read once, hashed on the way, its pixel data
+        located), the engine (imaging.deid.engine: checks, text check, the walk), then the writer
+        (imaging.deid.writer: the new header, the source's pixel data copied past it in chunks, the output
+        hashed as it is written). Files that cannot be streamed are read whole (size-capped)."""
         with SourceImage(image.source_path) as source:
             try:
                 result, relative, written = self._deidentify(image, source)
@@ -125,14 +134,14 @@ class _Anonymizer:
     def _deidentify(self, image: LinkedImage, source: SourceImage):
         job, pseudonymizer = self.job, self.pseudonymizer
         if source.streamed:
-            ds = source.header
+            ds = None  # the engine reads the header's elements (imaging.deid.part10)
         else:
             data = source.read_all()
             if source.sha256() != image.sha256:
                 raise NotDeidentifiable(CHANGED)
             ds = read_whole(data)
         clinical = image.clinical or {}
-        if column_value(ds, "sop_instance_uid") != image.sop_instance_uid:
+        if column_value(source.values if source.streamed else ds, "sop_instance_uid") != image.sop_instance_uid:
             raise NotDeidentifiable(UNREADABLE_PAST_HEADER)
         known = job.policy.identifying_values({**clinical, "patient_id": image.patient_id or ""})
         # The patient's namespace comes from the site, never from the file's IssuerOfPatientID.
@@ -140,19 +149,14 @@ class _Anonymizer:
         result = deidentify_image(ds, pseudonymizer=pseudonymizer, namespace=namespace, profile=self.profile,
                                   extra_identifiers=known, pixel_text=self.detector,
                                   streamed=source if source.streamed else None)
-        out = result.dataset
+        out = result.values  # the published values, as imaging.header reads them
         try:
-            batch = batch_name(pseudonymizer, image.date, image.site)
-            relative = f"{ANONYMIZED_FILES.name}/{batch}/{output_name(out)}"
-            payload = None if source.streamed else to_bytes(out)
-            url = fsx.under(job.staging, relative)
+            relative = f"{ANONYMIZED_FILES.name}/{self.batch(image)}/{output_name(out)}"
+            url = fsx.under(job.staging, relative)  # checked once: the name is derived, never a value from the file
             try:
-                with fsx.open_write_under(job.staging, relative) as handle:
+                with fsx.open_write(url) as handle:
                     target = fsx.HashingWriter(handle)
-                    if payload is None:
-                        write_image(out, source, target, redaction=result.redaction)
-                    else:
-                        target.write(payload)
+                    write(target, result.published)
                 if source.sha256() != image.sha256:
                     raise NotDeidentifiable(CHANGED)
             except BaseException:
@@ -164,10 +168,10 @@ class _Anonymizer:
 
     def _described(self, image: LinkedImage, result, relative: str, written) -> PublishedImage:
         job, pseudonymizer = self.job, self.pseudonymizer
-        out = result.dataset
+        out = result.values
         clinical = image.clinical or {}
         namespace = job.issuers.resolve(image.site, image.issuer_of_patient_id).namespace
-        batch = batch_name(pseudonymizer, image.date, image.site)
+        batch = self.batch(image)
         shift = pseudonymizer.date_shift_days(namespace, image.patient_id or "")
         scan = dicom_date(image.study_date, lenient=True) or dt.date.fromisoformat(image.date)
         fields = job.policy.apply(clinical, scan_date=scan, shift_days=shift,

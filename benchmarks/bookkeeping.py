@@ -1,0 +1,134 @@
+"""What a run over many site-days costs Dagster's instance: bytes and events per site-day, and seconds per site-day.
+
+    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python benchmarks/bookkeeping.py [--site-days 60,365] [--patients 40]
+                                                                          [--storage sqlite,postgres] [--broken]
+
+For each size, a fresh Dagster home (the shipped platform/dagster.yaml: SQLite storage), warehouse and landing
+zone: one site, `N` consecutive days of a generated hospital (`--patients` patients visiting over the period, a
+few small files a site-day; `--broken` adds the generator's junk files, quarantined, to every site-day), then the
+three image assets over all `N` site-days in one run, launched as an operator does
+(`dagster asset materialize --partition-range`). Measured: the instance's bytes on disk after the run less
+before it (the run's share of Dagster's storage), the run's events by type with their serialized bytes, and the
+run's seconds; each per site-day. `--storage postgres` runs the same on the production instance's storage
+(platform/dagster-production.yaml: PostgreSQL, a local server as tests/services.py starts one) and measures the
+database's size instead of the Dagster home's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ASSETS = "raw_image_index,linked_patient_metadata,anonymized_images"
+SITE = "site-a"
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def events_by_type(home: Path) -> tuple[collections.Counter, collections.Counter, str]:
+    """(events by type, serialized bytes by type, run id) of the instance's one run."""
+    os.environ["DAGSTER_HOME"] = str(home)
+    from dagster import DagsterInstance
+    from dagster_shared.serdes import serialize_value
+
+    count, size = collections.Counter(), collections.Counter()
+    with DagsterInstance.get() as instance:
+        (run,) = instance.get_runs()
+        for entry in instance.all_logs(run.run_id):
+            kind = entry.dagster_event.event_type_value if entry.dagster_event else "log message"
+            count[kind] += 1
+            size[kind] += len(serialize_value(entry))
+    return count, size, run.run_id
+
+
+def measure(days: int, patients: int, broken: bool, work: Path, database=None) -> dict:
+    """One run over `days` site-days; `database` (a tests/services.py PostgresServer) for the production storage."""
+    root = work / f"days-{days}-{'postgres' if database else 'sqlite'}"
+    home, landing, warehouse = root / "dagster_home", root / "landing", root / "warehouse"
+    home.mkdir(parents=True)
+    shutil.copy(REPO / "platform" / "dagster.yaml", home / "dagster.yaml")
+    if database is not None:  # the production storage section, with this server's address
+        with open(home / "dagster.yaml", "a") as config:
+            url = database.url().replace("postgresql://", "postgresql+psycopg2://", 1)  # as the production file says
+            config.write(f"storage:\n  postgres:\n    postgres_url: {url}\n")
+    size = (lambda: folder_bytes(home)) if database is None else \
+        (lambda: database.query("select pg_database_size(current_database())")[0][0])
+    start_day = dt.date(2024, 1, 1)
+    dates = [str(start_day + dt.timedelta(days=i)) for i in range(days)]
+    sys.path.insert(0, str(REPO))
+    from synth import generate_hospital
+
+    summary = generate_hospital(landing, seed=11, sites=(SITE,), dates=tuple(dates), patients_per_site=patients,
+                                oct_shape=(2, 32, 32), fundus_shape=(32, 32), broken_per_partition=broken)
+    files = sum(len(v) for v in summary.dicom_files.values()) + sum(len(v) for v in summary.broken_files.values())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IMAGING_", "DAGSTER_"))}
+    env.update(IMAGING_LANDING=str(landing), IMAGING_WAREHOUSE=str(warehouse), IMAGING_SITES=SITE,
+               IMAGING_START_DATE=dates[0], IMAGING_END_DATE=dates[-1],
+               IMAGING_PSEUDONYM_KEY="benchmark-key-not-secret-" + "b" * 10, IMAGING_SPARK_MASTER="local[2]",
+               SPARK_LOCAL_IP="127.0.0.1", DAGSTER_HOME=str(home), IMAGING_MIN_K="1")
+    # The instance made before the run (its empty storage is not the run's).
+    made = subprocess.run([str(Path(sys.executable).with_name("dagster")), "instance", "migrate"], cwd=REPO, env=env,
+                          capture_output=True, text=True)
+    if made.returncode:
+        raise SystemExit(f"the instance could not be made: {made.stdout[-2000:]}{made.stderr[-2000:]}")
+    before = size()
+    command = [str(Path(sys.executable).with_name("dagster")), "asset", "materialize", "-m", "definitions",
+               "--select", ASSETS, "--partition-range", f"{dates[0]}|{SITE}...{dates[-1]}|{SITE}"]
+    started = time.perf_counter()
+    with open(root / "run.log", "w") as log:
+        code = subprocess.run(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    seconds = time.perf_counter() - started
+    if code:
+        raise SystemExit(f"the run failed; see {root / 'run.log'}")
+    after = size()
+    count, size, _ = events_by_type(home)
+    return {"site_days": days, "files": files, "seconds": seconds, "instance_bytes": after - before,
+            "events": count, "event_bytes": size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--site-days", default="60,365")
+    parser.add_argument("--patients", type=int, default=40)
+    parser.add_argument("--broken", action="store_true")
+    parser.add_argument("--storage", default="sqlite", help="sqlite (platform/dagster.yaml), postgres, or both")
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bookkeeping-"))
+    try:
+        for storage, days in ((s, int(d)) for s in args.storage.split(",") for d in args.site_days.split(",")):
+            if storage == "postgres":
+                sys.path.insert(0, str(REPO / "tests"))
+                from services import postgres_server
+
+                with postgres_server() as server:
+                    r = measure(days, args.patients, args.broken, work, server)
+            else:
+                r = measure(days, args.patients, args.broken, work)
+            n = r["site_days"]
+            print(f"[{storage}] {n} site-days, {r['files']} files, one run: {r['seconds']:.0f} s = {r['seconds'] / n:.2f} s a "
+                  f"site-day; instance {r['instance_bytes'] / 1e6:.1f} MB = {r['instance_bytes'] / n / 1e3:.0f} KB a "
+                  f"site-day; {sum(r['events'].values())} events = {sum(r['events'].values()) / n:.1f} a site-day",
+                  flush=True)
+            for kind, bytes_ in r["event_bytes"].most_common():
+                print(f"    {kind:36s} {r['events'][kind] / n:7.2f} a site-day {bytes_ / n / 1e3:8.1f} KB a site-day")
+    finally:
+        if args.keep:
+            print(f"kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
