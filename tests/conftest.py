@@ -217,7 +217,7 @@ GROUP_SECONDS = {
     "test_codecs": 10,
     "test_dg": 9,
     "test_stream_memory": 8,
-    "test_text_detector": 8,
+    "test_text_detector": 24,
     "test_empty_site_day": 6,
 }
 

@@ -178,6 +178,28 @@ def test_a_line_the_detector_found_is_covered_and_read_again_by_another_reader(d
     assert set(range(90, 90 + 345)) <= rows  # the whole line (drawn at row 90, 345 px long)
 
 
+def test_a_line_up_a_margin_or_8_px_tall_is_boxed_by_the_turned_or_the_enlarged_look(detector):
+    """The looks behind the first two: the frame turned a quarter boxes a line up a margin along the margin; a line
+    8 px tall (FreeSans, mid grey on the black field) that the frame read at its own size shows nothing of, the
+    frame enlarged twice finds, boxed where it is in the frame."""
+    from synth.burned_text import _stamp, fundus
+
+    data, _ = _vertical_photograph()
+    turned = detector._whole_look(_read(data).pixel_array, 1024, turned=True)
+    assert turned and all(b.left + b.width <= 40 for b in turned)
+    assert set(range(95, 430)) <= set().union(*(range(b.top, b.top + b.height) for b in turned))
+    mask, _ = text_mask(["KENDRICK, Ottoline  DOB 14/05/1954  MRN H204117"],
+                        next(f for f in font_faces(("FreeSans",)) if f.style == "regular"), 8)
+    pixels = fundus((512, 512), 45)
+    _stamp(pixels, mask, 470, 150, (90, 90, 90))
+    assert not detector._whole_look(pixels, 1024)  # at its own size: nothing
+    before = detector.stats.zoomed_text
+    found = detector.detect(pixels, pixels.mean(axis=2).astype(np.uint8), detector.settings.for_type("photograph"))
+    assert detector.stats.zoomed_text == before + 1
+    assert found and all(b.top <= 470 + mask.shape[0] and b.top + b.height >= 470 and 150 - 8 <= b.left
+                         and b.left + b.width <= 150 + mask.shape[1] + 8 for b in found)
+
+
 def test_the_method_text_names_the_frames_a_volume_was_screened_on(detector):
     """Sampled frames are named (1-based), the overlay frames too; a single frame says all."""
     ds = _read(volume(100_003, False, FREEFONT).data)
@@ -192,8 +214,8 @@ def test_the_method_text_names_the_frames_a_volume_was_screened_on(detector):
 
 
 def test_a_clean_photograph_costs_one_look_of_the_detector(detector):
-    """A clean frame goes through Tesseract's tiers, then the detector: once whole, and on its candidates only when
-    it has any (a clean photograph has none)."""
+    """A clean frame goes through Tesseract's tiers, then the detector: whole, on its candidates only when it has any
+    (a clean photograph has none), whole turned a quarter and whole enlarged twice (counted as one frame)."""
     before = detector.stats.frames_detector, detector.stats.candidate_pages
     ds = _read(photograph(100_010, False, FREEFONT).data)
     assert not detector.check(ds, ds.file_meta.TransferSyntaxUID).found

@@ -180,6 +180,8 @@ class PixelTextSettings:
     detector_min_side: int = 6  # frame pixels: a region's shorter side at least this
     detector_aspect: float = 2.5  # a region's longer side at least this many times its shorter (a line of text)
     detector_contrast: int = 30  # grey levels of the strokes of vertical candidates (the detector reads them)
+    detector_turned: bool = True  # "frames": also the frame turned a quarter, whole (lines up or down a margin)
+    detector_zoom: float = 2.0  # "frames": also the frame enlarged this many times, whole (small lines; 1: not)
     image_types: tuple[tuple[str, ImageTypeSettings], ...] = ()
 
     @classmethod
@@ -210,7 +212,7 @@ class PixelTextSettings:
                    detector_side=spec.detector_side, detector_threshold=spec.detector_threshold,
                    detector_box_threshold=spec.detector_box_threshold, detector_min_side=spec.detector_min_side,
                    detector_aspect=spec.detector_aspect, detector_contrast=spec.detector_contrast,
-                   image_types=types)
+                   detector_turned=spec.detector_turned, detector_zoom=float(spec.detector_zoom), image_types=types)
 
     def validate(self) -> None:
         """Settings made in code (not from the file) meet the file's rules too."""
@@ -342,6 +344,8 @@ class PixelTextFile(StrictModel):
     detector_min_side: int = Field(_PT.detector_min_side, ge=1)
     detector_aspect: float = Field(_PT.detector_aspect, ge=1)
     detector_contrast: int = Field(_PT.detector_contrast, ge=1, le=254)
+    detector_turned: bool = _PT.detector_turned
+    detector_zoom: float = Field(_PT.detector_zoom, ge=1, le=4)
     image_types: dict[Literal[IMAGE_TYPES], PixelTextTypeFile] = {}  # type: ignore[valid-type]
 
     _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))
@@ -367,6 +371,8 @@ class PixelTextStats:
     frames_detector: int = 0  # frames (whole, or their vertical candidates) the learned detector looked at
     frames_detector_text: int = 0  # ... in which it alone found text (Tesseract had read none)
     candidate_pages: int = 0  # pages of candidates (enlarged, vertical ones turned) the detector read
+    turned_text: int = 0  # frames whose text only the look at the frame turned a quarter found
+    zoomed_text: int = 0  # frames whose text only the look at the frame enlarged found
     still_detector: int = 0  # volumes whose still pixels the detector looked at
     still_detector_text: int = 0  # ... in which it alone found text
     detector_seconds: float = 0.0
@@ -1147,10 +1153,49 @@ class PixelTextDetector:
                      and (r.score >= SURE or self._closer(seen, r))]
             if not boxes:
                 boxes = self._candidate_text(grey, kind)
+            if not boxes and s.detector_turned:
+                boxes = self._whole_look(seen, kind.detector_side, turned=True)
+                self.stats.turned_text += bool(boxes)
+            if not boxes and s.detector_zoom > 1:
+                boxes = self._whole_look(seen, kind.detector_side, zoom=s.detector_zoom)
+                self.stats.zoomed_text += bool(boxes)
             self.stats.frames_detector_text += bool(boxes)
             return boxes
         finally:
             self.stats.detector_seconds += time.perf_counter() - started
+
+    def _whole_look(self, image: np.ndarray, side: int, turned: bool = False, zoom: float = 1.0) -> list[Box]:
+        """The frame (longer side at most `side`) looked at whole again, turned a quarter (`turned`: PP-OCRv4 sees
+        lines running up or down a margin poorly, the same lines running across well) or enlarged `zoom` times (it
+        sees lines 8-11 px tall poorly, the same lines twice as tall well). Regions shaped like a line of text,
+        sure or confirmed by a closer look (`_closer`), as in the first look; frame pixels."""
+        from PIL import Image
+
+        s = self.settings
+        base = image
+        if max(image.shape[:2]) > side:
+            scale = side / max(image.shape[:2])
+            base = np.asarray(Image.fromarray(np.ascontiguousarray(image)).resize(
+                (max(1, round(image.shape[1] * scale)), max(1, round(image.shape[0] * scale))), Image.BILINEAR))
+        picture = base
+        if zoom > 1:
+            picture = np.asarray(Image.fromarray(np.ascontiguousarray(base)).resize(
+                (round(base.shape[1] * zoom), round(base.shape[0] * zoom)), Image.BILINEAR))
+        if turned:
+            picture = np.ascontiguousarray(np.rot90(picture, 1))  # counter-clockwise: a column of `base` is a row
+        fy = image.shape[0] / base.shape[0] / zoom
+        fx = image.shape[1] / base.shape[1] / zoom
+        columns = picture.shape[0]  # of the unturned picture, when turned
+        out = []
+        for r in self.regions.find(picture, max(picture.shape[:2])):
+            if not _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect):
+                continue
+            if r.score < SURE and not self._closer(picture, r):
+                continue
+            top, left, height, width = (r.left, columns - r.top - r.height, r.width, r.height) if turned else \
+                (r.top, r.left, r.height, r.width)
+            out.append(Box(int(top * fy), int(left * fx), math.ceil(height * fy) + 1, math.ceil(width * fx) + 1))
+        return out
 
     def _closer(self, image: np.ndarray, region) -> bool:
         """A weak region (mean probability below `SURE`) looked at again, closer: cropped with a margin as wide as
@@ -1201,29 +1246,45 @@ class PixelTextDetector:
 
     def _still_regions(self, still: np.ndarray, exact: np.ndarray, mean: np.ndarray) -> list[Box]:
         """The learned detector on what a volume's overlay frames share: the still pixels black on white
-        (`still`), as they are and turned a quarter (a label up a margin); regions shaped like a line of text
+        (`still`), as they are, turned a quarter (a label up a margin) and enlarged (`_label_looks`); regions shaped like a line of text
         holding `STILL_PIXELS` exactly still pixels (`exact`) that stand out of the region on the frames' `mean`
         (`_label_pixels`: JPEG's flat dark floor is still too) are the label. Frame pixels."""
         started = time.perf_counter()
         try:
-            s = self.settings
             self.stats.still_detector += 1
-            page = np.where(still, 0, 255).astype(np.uint8)
-            out = []
-            for turned in (False, True):
-                image = np.ascontiguousarray(page.T) if turned else page
-                for r in self.regions.find(image, max(image.shape)):
-                    if not _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect):
-                        continue
-                    box = Box(r.left, r.top, r.width, r.height) if turned else Box(r.top, r.left, r.height, r.width)
-                    if _label_pixels(exact, mean, box) >= STILL_PIXELS:
-                        out.append(box)
-                if out:
-                    break
+            out = self._label_looks(np.where(still, 0, 255).astype(np.uint8), exact, mean)
             self.stats.still_detector_text += bool(out)
             return out
         finally:
             self.stats.detector_seconds += time.perf_counter() - started
+
+    def _label_looks(self, image: np.ndarray, label: np.ndarray, mean: np.ndarray) -> list[Box]:
+        """A volume's label in `image` (its still page, or the mean of its overlay frames): regions shaped like a
+        line of text holding `STILL_PIXELS` pixels of `label` that stand out of the region on `mean`
+        (`_label_pixels`). Looked at as it is, turned a quarter (a label up a margin), then both enlarged
+        `detector_zoom` times (labels 8-11 px tall), until one look finds a line. Frame pixels."""
+        from PIL import Image
+
+        s = self.settings
+        for zoom in (1.0, s.detector_zoom) if s.detector_zoom > 1 else (1.0,):
+            picture = image
+            if zoom > 1:
+                picture = np.asarray(Image.fromarray(np.ascontiguousarray(image)).resize(
+                    (round(image.shape[1] * zoom), round(image.shape[0] * zoom)), Image.BILINEAR))
+            for turned in (False, True):
+                seen = np.ascontiguousarray(picture.T) if turned else picture
+                out = []
+                for r in self.regions.find(seen, max(seen.shape)):
+                    if not _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect):
+                        continue
+                    top, left, height, width = (r.left, r.top, r.width, r.height) if turned else \
+                        (r.top, r.left, r.height, r.width)
+                    box = Box(int(top / zoom), int(left / zoom), math.ceil(height / zoom), math.ceil(width / zoom))
+                    if _label_pixels(label, mean, box) >= STILL_PIXELS:
+                        out.append(box)
+                if out:
+                    return out
+        return []
 
     def _overlay_text(self, greys: list[np.ndarray], kind: TypeSettings,
                       lossy: bool = False) -> tuple[str, list[Box]]:
@@ -1286,19 +1347,8 @@ class PixelTextDetector:
             return "tesseract", []
         started = time.perf_counter()
         try:
-            s = self.settings
             self.stats.still_detector += 1
-            out = []
-            for turned in (False, True):
-                image = np.ascontiguousarray(mean.T) if turned else mean
-                for r in self.regions.find(image, max(image.shape)):
-                    if not _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect):
-                        continue
-                    box = Box(r.left, r.top, r.width, r.height) if turned else Box(r.top, r.left, r.height, r.width)
-                    if _label_pixels(loose, mean, box) >= STILL_PIXELS:
-                        out.append(box)
-                if out:
-                    break
+            out = self._label_looks(mean, loose, mean)
             self.stats.still_detector_text += bool(out)
             return ("detector", out) if out else ("tesseract", [])
         finally:
