@@ -161,6 +161,37 @@ def spark(warehouse):
     return SparkSession.builder.getOrCreate()
 
 
+@pytest.fixture(scope="session")
+def hostile_and_fuzzed(tmp_path_factory, defs):
+    """One landing zone and warehouse, materialized in one run and its cohorts published, for two modules that
+    each built a world of their own for it: test_hostile's files in the first site's first two days, and
+    test_fuzz_pipeline's mutants in the second site's (each module asserts on its own site's files). Their tests
+    share one xdist group. (test_leak_free's world cannot join them: its copies of pydicom's files and the mutants
+    share SOP Instance UIDs, and the index would quarantine one site's as indexed in another site-day.)"""
+    from types import SimpleNamespace
+
+    from test_fuzz_pipeline import land_mutants
+    from test_hostile import land_hostile
+
+    root = tmp_path_factory.mktemp("hostile-and-fuzzed")
+    hostile, fuzzed = land_hostile(root / "landing"), land_mutants(root / "landing")
+    before = {str(p) for p in root.parent.rglob("*")}  # test_hostile: nothing written outside the warehouse
+    scoped = rooted(defs, root / "landing", root / "warehouse", checks=False)
+    run_assets(scoped, ["raw_image_index", "linked_patient_metadata", "anonymized_images"],
+               (f"{DATES[0]}|{SITES[0]}", f"{DATES[1]}|{SITES[1]}"))  # asserts the run succeeded
+    publish_cohorts(scoped, root / "warehouse")
+    return SimpleNamespace(root=root, before=before, hostile=hostile, fuzzed=fuzzed)
+
+
+@pytest.fixture(scope="session")
+def pydicom_deidentified(tmp_path_factory):
+    """pydicom's and pydicom-data's files de-identified once a profile (tests/pydicom_sweep.py), for the sweeps
+    that check the outputs (test_deid_sweep, test_deid_dciodvfy: one xdist group)."""
+    from pydicom_sweep import Deidentified
+
+    return Deidentified(tmp_path_factory.mktemp("pydicom-deidentified"))
+
+
 # --- Parallel runs (pytest-xdist) -----------------------------------------------------------------
 #
 # platform/test.sh runs the suite on two workers with `--dist loadgroup`: the tests of one xdist_group

@@ -3,7 +3,9 @@
 Real archives hold files like these most days. Each must be quarantined with its reason by the step
 that reads the value (or, for a legal value such as a PatientID spelled like a path, published
 under a pseudonym), the rest of the site-day published, the counts adding up, and nothing written
-anywhere but the warehouse. Runs over a landing zone and warehouse of their own.
+anywhere but the warehouse. Runs over a landing zone and warehouse of their own, shared with
+test_fuzz_pipeline's mutants in the other site's days (one run for both: the conftest fixture `hostile_and_fuzzed`);
+every assertion here is on this module's site.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pydicom
 import pytest
 from pydicom import config as dicom_config
 
-from conftest import DATES, SITES, publish_cohorts, rooted, run_assets
+from conftest import DATES, SITES
 from imaging import fs as fsx
 from imaging.catalogue import (ANONYMIZE_QUARANTINE, ANONYMIZED_FILES, CLINICAL_QUARANTINE, INDEX_QUARANTINE, LEDGER,
                                LINK_QUARANTINE, LINKED, RAW_IMAGE_INDEX, manifest)
@@ -37,6 +39,8 @@ from imaging.steps.index import (ELSEWHERE, MALFORMED_UID, PLACEHOLDER_PATIENT_I
 from synth import generate_hospital
 
 SITE, DAY, NEXT_DAY = SITES[0], DATES[0], DATES[1]
+# One world with test_hostile and test_fuzz_pipeline (the conftest fixture `hostile_and_fuzzed`): one worker.
+pytestmark = pytest.mark.xdist_group("hostile-and-fuzzed")
 TRAVERSAL = "1.2.840.10008.5.1.4.1.1.77.1.5.1/../../../x"
 # file name -> (attribute -> hostile value, the reason expected; None: published)
 CASES = {
@@ -79,10 +83,10 @@ def _rewrite(source: Path, target: Path, number: int, values: dict) -> None:
     save_anything(ds, target)
 
 
-@pytest.fixture(scope="module")
-def hostile(tmp_path_factory, defs):
-    root = tmp_path_factory.mktemp("hostile")
-    landing = root / "landing"
+def land_hostile(landing: Path):
+    """The hostile files, a resend and the hostile clinical rows, in SITE's first two days under `landing`; the
+    generated hospital's summary. Materialized with test_fuzz_pipeline's mutants in another site's days (the
+    conftest fixture `hostile_and_fuzzed`: one world, one run, for both modules)."""
     summary = generate_hospital(landing, seed=5, sites=(SITE,), dates=(DAY, NEXT_DAY), patients_per_site=3,
                                 oct_shape=(2, 16, 16), fundus_shape=(16, 16), broken_per_partition=False)
     base = sorted(landing / rel for rel in summary.dicom_files[(DAY, SITE)])
@@ -101,13 +105,13 @@ def hostile(tmp_path_factory, defs):
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows + [{c: row.get(c, "") for c in rows[0]} for row in extra])
+    return summary
 
-    before = _tree(root.parent)
-    scoped = rooted(defs, landing, root / "warehouse", checks=False)
-    run_assets(scoped, ["raw_image_index", "linked_patient_metadata", "anonymized_images"],
-               (f"{DAY}|{SITE}", f"{NEXT_DAY}|{SITE}"))
-    publish_cohorts(scoped, root / "warehouse")
-    return root, before, summary
+
+@pytest.fixture(scope="module")
+def hostile(hostile_and_fuzzed):
+    """(the world's root, its folder tree before the run, the hospital's summary)."""
+    return hostile_and_fuzzed.root, hostile_and_fuzzed.before, hostile_and_fuzzed.hostile
 
 
 def _tree(top: Path) -> set[str]:
@@ -119,23 +123,33 @@ def _table(warehouse: Path, table) -> list[dict]:
     return pads.dataset(path, format="parquet", partitioning="hive").to_table().to_pylist() if path.exists() else []
 
 
+def _site(warehouse: Path, table, site: str = SITE) -> list[dict]:
+    return [r for r in _table(warehouse, table) if r["site"] == site]
+
+
+def published_of(warehouse: Path, site: str) -> list[dict]:
+    """The manifest's rows of `site`'s files (the manifest is de-identified: its site is its ledger's)."""
+    outputs = {r["output_path"] for r in _site(warehouse, LEDGER, site)}
+    return [r for r in _table(warehouse, manifest(load_clinical_policy())) if r["output_path"] in outputs]
+
+
 def test_hostile_files_are_quarantined_with_their_reasons(hostile):
     root, _, _ = hostile
-    held = {Path(r["source_path"]).stem: r["reason"] for r in _table(root / "warehouse", INDEX_QUARANTINE)}
+    held = {Path(r["source_path"]).stem: r["reason"] for r in _site(root / "warehouse", INDEX_QUARANTINE)}
     for name, (_, reason) in CASES.items():
         if reason is not None:
             assert held.get(name) == reason, name
     assert held["resent"] == ELSEWHERE.reason
-    linked_held = {Path(r["source_path"]).stem: r["reason"] for r in _table(root / "warehouse", LINK_QUARANTINE)}
+    linked_held = {Path(r["source_path"]).stem: r["reason"] for r in _site(root / "warehouse", LINK_QUARANTINE)}
     assert linked_held == {"born-after-study": STUDY_BEFORE_BIRTH}
-    rows = _table(root / "warehouse", CLINICAL_QUARANTINE)
+    rows = _site(root / "warehouse", CLINICAL_QUARANTINE)
     assert sorted(r["reason"] for r in rows) == [PLACEHOLDER_ROW] * 2 and {r["date"] for r in rows} == {DAY}
 
 
 def test_a_patient_id_spelled_like_a_path_is_published_under_a_pseudonym(hostile):
     root, _, _ = hostile
     warehouse = root / "warehouse"
-    ledger = {Path(r["source_path"]).stem: r for r in _table(warehouse, LEDGER)}
+    ledger = {Path(r["source_path"]).stem: r for r in _site(warehouse, LEDGER)}
     row = ledger["patient-id-like-a-path"]
     published = {r["output_path"]: r for r in _table(warehouse, manifest(load_clinical_policy()))}[row["output_path"]]
     assert re.fullmatch(r"P[0-9A-F]{24}", published["patient_pseudonym"])
@@ -146,10 +160,11 @@ def test_a_patient_id_spelled_like_a_path_is_published_under_a_pseudonym(hostile
 def test_every_file_is_accounted_for_and_the_rest_published(hostile):
     root, _, summary = hostile
     warehouse = root / "warehouse"
-    listed = sum(1 for p in (root / "landing" / "images").rglob("*") if p.is_file())
-    index, index_held = _table(warehouse, RAW_IMAGE_INDEX), _table(warehouse, INDEX_QUARANTINE)
-    linked, link_held = _table(warehouse, LINKED), _table(warehouse, LINK_QUARANTINE)
-    published, held = _table(warehouse, manifest(load_clinical_policy())), _table(warehouse, ANONYMIZE_QUARANTINE)
+    # SITE's files (test_fuzz_pipeline's mutants are another site's, in the same warehouse).
+    listed = sum(1 for p in (root / "landing" / "images" / SITE).rglob("*") if p.is_file())
+    index, index_held = _site(warehouse, RAW_IMAGE_INDEX), _site(warehouse, INDEX_QUARANTINE)
+    linked, link_held = _site(warehouse, LINKED), _site(warehouse, LINK_QUARANTINE)
+    published, held = published_of(warehouse, SITE), _site(warehouse, ANONYMIZE_QUARANTINE)
     assert listed == len(index) + len(index_held)
     assert len(index) == len(linked) + len(link_held)
     assert len(linked) == len(published) + len(held)
