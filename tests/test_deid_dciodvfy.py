@@ -14,9 +14,9 @@ import subprocess
 
 import pytest
 from pydicom import dcmread
-from fuzz_corpus import source_files  # pydicom's and pydicom-data's files on disk, never a download
+from pydicom_sweep import GROUP
 
-from imaging.deid import NotDeidentifiable, deidentify, load_profile, quiet, to_bytes
+from imaging.deid import deidentify, load_profile, quiet, to_bytes
 from imaging.pseudonym import Pseudonymizer
 
 DCIODVFY = shutil.which("dciodvfy")
@@ -25,6 +25,8 @@ if DCIODVFY is None:
         pytest.fail("dciodvfy is required in CI (Debian package dicom3tools)", pytrace=False)
     pytest.skip("dciodvfy not installed (apt-get install dicom3tools)", allow_module_level=True)
 
+# pydicom's files are de-identified once a profile for this module and test_deid_sweep (tests/pydicom_sweep.py).
+pytestmark = pytest.mark.xdist_group(GROUP)
 KEY = Pseudonymizer("dciodvfy-key")
 # New errors we accept, each for a documented reason: file name -> error substrings.
 EXPECTED = {
@@ -67,23 +69,16 @@ def new_errors(source_path, data: bytes, tmp_path, name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("options", [None, []], ids=["default", "basic"])
-def test_pydicom_files_stay_valid(options, tmp_path):
-    profile, checked, problems = load_profile(options), 0, {}
-    for path in (s.path for s in source_files()):
-        if not os.path.isfile(path):
-            continue
-        try:
-            with quiet():
-                ds = dcmread(path)
-            data = to_bytes(deidentify(ds, pseudonymizer=KEY, profile=profile))
-        except NotDeidentifiable:
-            continue
-        except Exception:  # noqa: BLE001 - unreadable by pydicom: covered by the sweep
+def test_pydicom_files_stay_valid(options, pydicom_deidentified, tmp_path):
+    checked, problems = 0, {}
+    for outcome in pydicom_deidentified(options):
+        if outcome.output is None:  # quarantined, or unreadable by pydicom: covered by the sweep
             continue
         checked += 1
-        new = new_errors(path, data, tmp_path, os.path.basename(path))
+        name = os.path.basename(outcome.source)
+        new = new_errors(outcome.source, outcome.output.read_bytes(), tmp_path, name)
         if new:
-            problems[os.path.basename(path)] = new
+            problems[name] = new
     assert checked >= 100
     assert problems == {}
 

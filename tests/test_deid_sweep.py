@@ -1,4 +1,8 @@
-"""Every file pydicom ships: de-identified cleanly or quarantined with a reason, nothing else."""
+"""Every file pydicom ships: de-identified cleanly or quarantined with a reason, nothing else.
+
+The de-identification (the shipped profile and the basic one, the burned-in text screen included) is made once for
+this module and test_deid_dciodvfy: the conftest fixture `pydicom_deidentified` (tests/pydicom_sweep.py).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +14,12 @@ from collections import Counter
 import pytest
 from pydicom import dcmread
 
-from fuzz_corpus import source_files  # pydicom's and pydicom-data's files on disk, never a download
+from pydicom_sweep import GROUP
 
-from imaging.deid import NotDeidentifiable, deidentify, load_profile, quiet, to_bytes
-from imaging.pseudonym import Pseudonymizer
+from imaging.deid import quiet
+
+# Every file de-identified once a profile for this module and test_deid_dciodvfy (tests/pydicom_sweep.py): one worker.
+pytestmark = pytest.mark.xdist_group(GROUP)
 
 IDENTIFYING_UIDS = ("SOPInstanceUID", "StudyInstanceUID", "SeriesInstanceUID", "FrameOfReferenceUID")
 
@@ -45,36 +51,33 @@ def identifiers(ds) -> set[bytes]:
     return found
 
 
-def sweep(profile):
-    p = Pseudonymizer("sweep-key")
+def sweep(outcomes):
     counts, reasons, problems = Counter(), Counter(), []
-    for path in (s.path for s in source_files()):
-        ds = read(path)
-        if ds is None:
+    for outcome in outcomes:
+        if not outcome.readable:
             counts["unreadable"] += 1
             continue
-        leaks = identifiers(ds)
+        leaks = identifiers(read(outcome.source))
         counts["identifiers checked"] += len(leaks)
-        try:
-            data = to_bytes(deidentify(ds, pseudonymizer=p, profile=profile))
-        except NotDeidentifiable as q:
-            assert q.reason and len(q.reason) < 80
+        if outcome.output is None:
+            assert outcome.reason and len(outcome.reason) < 80
             counts["quarantined"] += 1
-            reasons[q.reason] += 1
+            reasons[outcome.reason] += 1
             continue
         counts["published"] += 1
+        data = outcome.output.read_bytes()
         with quiet():
             out = dcmread(io.BytesIO(data))
         assert out.PatientIdentityRemoved == "YES"
         for value in leaks:  # as a whole token: a name part "LUT" inside "MLUT_18" or "VOI LUT" is no leak
             if re.search(rb"(?<![A-Za-z0-9])" + re.escape(value) + rb"(?![A-Za-z0-9])", data):
-                problems.append((os.path.basename(path), value))
+                problems.append((os.path.basename(outcome.source), value))
     return counts, reasons, problems
 
 
 @pytest.mark.parametrize("options", [None, []], ids=["default", "basic"])
-def test_every_pydicom_file_is_published_clean_or_quarantined(options):
-    counts, reasons, problems = sweep(load_profile(options))
+def test_every_pydicom_file_is_published_clean_or_quarantined(options, pydicom_deidentified):
+    counts, reasons, problems = sweep(pydicom_deidentified(options))
     print(f"\nsweep ({'default' if options is None else 'basic'}): {dict(counts)}; quarantine reasons: {dict(reasons)}")
     assert problems == []
     assert counts["published"] >= 100  # most of pydicom's files are publishable

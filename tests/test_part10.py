@@ -63,6 +63,14 @@ def inputs(tmp_path_factory) -> list[tuple[str, str, bytes]]:
     return found
 
 
+@pytest.fixture(scope="module")
+def wholes(inputs) -> list[tuple[str, bytes | str]]:
+    """Each input's outcome read whole under the shipped profile (`whole`), in the order of `inputs`: what the
+    streamed path and the release copy are compared with, made once for both."""
+    profile = load_profile()
+    return [whole(data, profile) for _, _, data in inputs]
+
+
 def published(result) -> bytes:
     target = io.BytesIO()
     write(target, result.published)
@@ -102,13 +110,12 @@ def streamed(path: str, profile) -> tuple[tuple[str, bytes | str], bool, str]:
         return ("unreadable", type(e).__name__), False, ""
 
 
-def test_streamed_outputs_are_those_of_files_read_whole(inputs):
+def test_streamed_outputs_are_those_of_files_read_whole(inputs, wholes):
     """One profile: which elements a profile keeps is the walk's business (tests/test_deid_differential.py holds it
     under three); what is compared here is how the file is read and written around them."""
     profile = load_profile()
     compared = published = was_streamed = 0
-    for label, path, data in inputs:
-        expected = whole(data, profile)
+    for (label, path, data), expected in zip(inputs, wholes, strict=True):
         got, streamed_here, digest = streamed(path, profile)
         if expected[0] == "unreadable":
             assert got[0] != "published", label
@@ -195,7 +202,7 @@ def test_a_frame_is_read_alone(tmp_path):
     assert Counting.read_bytes == 64 * 64
 
 
-def test_a_release_copy_streams_the_header_rewrite_of_a_read_whole(inputs, tmp_path):
+def test_a_release_copy_streams_the_header_rewrite_of_a_read_whole(inputs, wholes, tmp_path):
     """CopyJob's streamed copy (header rewritten, bytes from the pixel data on copied) gives the bytes of
     the rewrite of the file read whole, verifies the source's sha256 and names the copy's."""
     from imaging.steps.release import CopyJob, HeaderRule, ReleaseSource, generalise_header
@@ -203,8 +210,7 @@ def test_a_release_copy_streams_the_header_rewrite_of_a_read_whole(inputs, tmp_p
     rules = (HeaderRule("PatientAge", "age_band", remove=True), HeaderRule("PatientSex", "sex", remove=False))
     source_root = tmp_path / "published"
     copied = 0
-    for i, (label, path, data) in enumerate(inputs):
-        outcome = whole(data, load_profile())
+    for i, ((label, path, data), outcome) in enumerate(zip(inputs, wholes, strict=True)):
         if outcome[0] != "published":
             continue
         published = outcome[1]
