@@ -208,46 +208,49 @@ SESSION_WORLD = "session-world"
 # Fixtures of this file whose tests share a worker: the session world's, and the UI tests' `dagster dev`.
 WORLD_FIXTURES = {"hospital": SESSION_WORLD, "warehouse": SESSION_WORLD, "instance": SESSION_WORLD,
                   "spark": SESSION_WORLD, "dagster_ui": "dagster-ui"}
-# Seconds each group took in a quiet run of the whole suite on this 2-core machine (the other worker busy;
-# 2026-11-26, --durations): heaviest first, so the few long groups start at once and the many short ones
-# fill in at the end, where the two workers should finish together.
+# Seconds each group took in a run of the whole suite on this 2-core machine (--durations=0, summed by group):
+# heaviest first, so the few long groups start at once and the many short ones fill in at the end, where the two
+# workers should finish together. Measured 2026-11-27 (issue: the suite over 10 minutes) at a load of 8-11 from
+# other jobs, and divided by 1.94: what the tests of untouched groups took there against the last quiet-ish run
+# (load ~4), so the figures read as seconds of a quiet run. Groups under 4 s are left out (they come last, in file
+# order). In that run the two workers' test seconds summed to 1,635 and 1,648.
 GROUP_SECONDS = {
-    # Issue 47 added a read-only webserver (started alongside dagster dev), the reviewer's whole review and refusals,
-    # and the operator's step (a failing run, a no-change run, a preview): about +50 s, estimated from a run under
-    # a load of 10 (the module took 476 s there); to be measured again in a quiet run of the whole suite.
-    "dagster-ui": 215,
-    "test_crash_safety": 134,
-    # Issue 45 (not from a quiet whole-suite run: measured alone, on this machine under load 8-10, then halved):
-    # a PostgreSQL and a MariaDB, four preset reads, one CLI run of the pipeline with TZ=Europe/London.
-    "test_clinical_database": 90,
-    SESSION_WORLD: 89,
-    "deployments-standalone": 85,
-    "test_ui_automation": 66,
-    "test_optout_pipeline": 66,
-    "deployments-connect": 54,
-    "test_pacs_dimse": 51,
-    "test_quality_checks": 43,
-    "deployments-gcs": 43,
-    "test_quality_gate": 41,
-    "test_pacs": 39,
-    "pydicom-sweeps": 60,
-    "hostile-and-fuzzed": 45,
-    "test_leak_free": 62,
-    "test_cli": 24,
-    "test_worker_daemon": 20,
-    "test_deid_differential": 20,
-    "test_part10": 18,
-    "test_signed_approvals": 13,
-    "test_progress_spark": 12,
-    "test_pixel_text": 12,
-    "test_review": 11,
-    "test_release_sharing": 12,
-    "test_redact": 10,
-    "test_codecs": 10,
-    "test_dg": 9,
+    "dagster-ui": 205,
+    "test_crash_safety": 155,
+    SESSION_WORLD: 150,
+    "pydicom-sweeps": 116,  # test_deid_sweep and test_deid_dciodvfy: pydicom's files de-identified once a profile
+    "test_leak_free": 111,
+    "deployments-standalone": 109,
+    "test_clinical_database": 76,
+    "test_ui_automation": 72,
+    "test_optout_pipeline": 69,
+    "deployments-connect": 50,
+    "deployments-gcs": 46,
+    "test_quality_gate": 44,
+    "test_pacs_dimse": 43,
+    "test_pacs": 40,
+    "test_quality_checks": 35,
+    "test_worker_daemon": 34,
+    "test_redact": 32,
+    "hostile-and-fuzzed": 31,  # test_hostile and test_fuzz_pipeline: one world
+    "test_cli": 29,
+    "test_fuzz_files": 25,
+    "test_part10": 22,
+    "test_pixel_text": 21,
+    "test_signed_approvals": 20,
+    "test_text_detector": 20,
+    "test_deid_differential": 18,
+    "test_text_screening": 14,
+    "test_progress_spark": 13,
+    "test_review": 13,
+    "test_dg": 12,
+    "test_codecs": 11,
     "test_stream_memory": 8,
-    "test_text_detector": 24,
     "test_empty_site_day": 6,
+    "test_deid_synthetic": 5,
+    "test_key_protection": 4,
+    "test_contact_sheet": 4,
+    "test_review_browser": 4,
 }
 
 
