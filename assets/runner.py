@@ -399,8 +399,8 @@ def _outputs(run: StepRun) -> dict[str, str]:
 
 def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Counts], metadata: dict,
             own: Mapping[str, Mapping[str, object]], listed: Mapping[str, Sequence[HeldFile]] | None = None):
-    """One materialization per site-day (its own counts and `own` metadata, its quarantine and checks as tables, its
-    quarantined files (`listed`), data version and inputs' versions), then each check's result on each site-day,
+    """One materialization per site-day (its own counts and `own` metadata, its quarantine (where any) and checks as
+    tables, its quarantined files (`listed`), data version and inputs' versions), then each check's result on each site-day,
     after the materialization it checks. What is the part's, not the site-day's (its totals and times under `run/`,
     the outputs' paths, the run's settings and check summary, the summary table), goes once, on the part's last
     site-day: the latest materialization, which the asset's page shows; a year of site-days in one run does not
@@ -417,9 +417,12 @@ def _result(run: StepRun, checks: list[CheckOutcome], by_partition: dict[str, Co
                                   whole={OPTOUT: SETTINGS.sites, CLINICAL_SOURCE: [None]})
     last = run.partitions[-1]
     for partition in run.partitions:
+        held = by_partition[partition].quarantined_total
+        # The reasons as a table where any file was held back (every known reason then, 0 where absent); on a clean
+        # site-day `quarantined` 0 says it all, and a year of clean site-days does not repeat a table of zeros.
         mine = {**summary_.partition_numbers(partition), **own.get(partition, {}),
-                "quarantine": quarantine_table(summary_.quarantine(partition)),
-                **held_metadata((listed or {}).get(partition, ()), by_partition[partition].quarantined_total),
+                **({"quarantine": quarantine_table(summary_.quarantine(partition))} if held else {}),
+                **held_metadata((listed or {}).get(partition, ()), held),
                 "checks": checks_table(checks, partition), "table_unchanged": metadata["table_unchanged"]}
         if partition == last:
             mine |= {**summary_.values(partition), **shared,

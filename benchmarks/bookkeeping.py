@@ -8,8 +8,9 @@ zone: one site, `N` consecutive days of a generated hospital (`--patients` patie
 few small files a site-day; `--broken` adds the generator's junk files, quarantined, to every site-day), then the
 three image assets over all `N` site-days in one run, launched as an operator does
 (`dagster asset materialize --partition-range`). Measured: the instance's bytes on disk after the run less
-before it (the run's share of Dagster's storage), the run's events by type with their serialized bytes, and the
-run's seconds; each per site-day. `--storage postgres` runs the same on the production instance's storage
+before it (the run's share of Dagster's storage), the run's events by type with their serialized bytes, the
+instance's bytes by table (SQLite: each shard's, from `dbstat`), and the run's seconds; each per site-day.
+`--storage postgres` runs the same on the production instance's storage
 (platform/dagster-production.yaml: PostgreSQL, a local server as tests/services.py starts one) and measures the
 database's size instead of the Dagster home's.
 """
@@ -34,6 +35,30 @@ SITE = "site-a"
 
 def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def tables_sqlite(home: Path) -> collections.Counter:
+    """Bytes on disk by shard and table (its indexes counted with it), from SQLite's `dbstat`, and each shard's
+    free pages: where a SQLite instance's bytes are."""
+    import sqlite3
+
+    out: collections.Counter = collections.Counter()
+    for db in sorted((home / "history").rglob("*.db")):
+        shard = "index" if db.name == "index.db" else "runs" if db.parent.name == "history" else "run"
+        with sqlite3.connect(db) as conn:
+            tables = dict(conn.execute("select name, tbl_name from sqlite_master where type in ('table', 'index')"))
+            for name, size in conn.execute("select name, sum(pgsize) from dbstat group by name"):
+                out[f"{shard}:{tables.get(name, name)}"] += size
+            free, page = (conn.execute(f"pragma {p}").fetchone()[0] for p in ("freelist_count", "page_size"))
+            out[f"{shard}:(free pages)"] += free * page
+    return out
+
+
+def tables_postgres(database) -> collections.Counter:
+    """Bytes by table (its indexes and TOAST counted with it) in the production storage's database."""
+    return collections.Counter({name: int(size) for name, size in database.query(
+        "select relname, pg_total_relation_size(oid) from pg_class where relkind = 'r' and relnamespace = "
+        "'public'::regnamespace")})
 
 
 def events_by_type(home: Path) -> tuple[collections.Counter, collections.Counter, str]:
@@ -93,8 +118,9 @@ def measure(days: int, patients: int, broken: bool, work: Path, database=None) -
         raise SystemExit(f"the run failed; see {root / 'run.log'}")
     after = size()
     count, size, _ = events_by_type(home)
+    tables = tables_sqlite(home) if database is None else tables_postgres(database)
     return {"site_days": days, "files": files, "seconds": seconds, "instance_bytes": after - before,
-            "events": count, "event_bytes": size}
+            "events": count, "event_bytes": size, "tables": tables}
 
 
 def main() -> None:
@@ -123,6 +149,9 @@ def main() -> None:
                   flush=True)
             for kind, bytes_ in r["event_bytes"].most_common():
                 print(f"    {kind:36s} {r['events'][kind] / n:7.2f} a site-day {bytes_ / n / 1e3:8.1f} KB a site-day")
+            print("  on disk, by table (with its indexes), the whole instance:")
+            for table, bytes_ in r["tables"].most_common(8):
+                print(f"    {table:46s} {bytes_ / n / 1e3:8.1f} KB a site-day")
     finally:
         if args.keep:
             print(f"kept: {work}")
