@@ -59,7 +59,7 @@ HISTORY = 500  # evaluations read per check when folding per-partition state (ne
 
 
 def _spec(rule, partitions_def: PartitionsDefinition | None = None) -> AssetCheckSpec:
-    # The rule's severity and threshold are said here, once, not on each site-day's evaluation.
+    # The rule's severity and threshold, on the check's page.
     limit = "" if rule.maximum is None else f" (passes while at most {rule.maximum:g})"
     return AssetCheckSpec(rule.name, asset=rule.asset, blocking=rule.blocking, partitions_def=partitions_def,
                           description=f"[{rule.severity}] {rule.description}{limit}")
@@ -126,15 +126,16 @@ def partition_check_events(context, outcomes: Sequence[CheckOutcome], partitions
             log.warning(outcome.summary_line())
         spec = specs[AssetCheckKey(AssetKey(asset), outcome.check)]
         severity = AssetCheckSeverity.ERROR if outcome.severity == ERROR else AssetCheckSeverity.WARN
+        run_level = {"distribution", *outcome.details}  # the run's figures, the same for every site-day
         for partition in partitions:
             own = outcome.on_partition(partition)
-            # What is the same for every site-day is not repeated on each: the description and threshold (the
-            # spec's), the severity and the partition (the event's own fields); the run's threshold, distribution,
-            # details and the site-days it was measured over are said on its last site-day and on each site-day
-            # it failed on. Each keeps its verdict, the run's figure and the offenders seen there.
-            whole = partition == last or not own.passed
+            # What is the same for every site-day is not repeated on each: the description (the spec's), the
+            # severity and the partition (the event's own fields), the run's distribution and details (said once,
+            # on its last site-day); each keeps its verdict, the run's figure and threshold, the site-days it was
+            # measured over and the offenders seen there. (Trimming these too was measured: on PostgreSQL it
+            # costs more than it saves, benchmarks/RESULTS.md "Issue 48".)
             metadata = {k: v for k, v in own.as_metadata().items()
-                        if k not in _EVENT_FIELDS and (whole or (k not in _RUN_LEVEL and k not in own.details))}
+                        if k not in _EVENT_FIELDS and (k not in run_level or partition == last)}
             # When it was evaluated, shown beside Dagster's own "Timestamp" (when the check's run started).
             metadata["evaluated_at"] = MetadataValue.timestamp(time.time())
             yield AssetCheckEvaluation(asset_key=AssetKey(asset), check_name=own.check, passed=own.passed,
@@ -143,9 +144,7 @@ def partition_check_events(context, outcomes: Sequence[CheckOutcome], partitions
 
 
 # Metadata of a site-day's check evaluation the event already says, or its spec does.
-_EVENT_FIELDS = frozenset({"description", "severity", "partitions", "failed_partitions"})
-# The run's figures, the same on every site-day of the run (`CheckOutcome.on_partition`): said once a run.
-_RUN_LEVEL = frozenset({"threshold", "distribution"})  # and its details, `run_site_days` among them
+_EVENT_FIELDS = frozenset({"description", "severity", "partitions"})
 
 
 def checks_table(outcomes: Sequence[CheckOutcome], partition: str):
@@ -155,8 +154,8 @@ def checks_table(outcomes: Sequence[CheckOutcome], partition: str):
 
     Each check's verdict on this partition (with its severity where it failed); its observed figure and threshold
     only where the figure is this partition's own (a run of one site-day, a cohort). A run over many site-days
-    measures each figure over all of them: that figure is the same on each, and is said once, on the run's last
-    site-day's check evaluations, not repeated in every site-day's table (benchmarks/bookkeeping.py)."""
+    measures each figure over all of them: that figure is the same on each, and is on each site-day's check
+    evaluation, not repeated in every site-day's table too (benchmarks/bookkeeping.py)."""
     from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
     figures = all(len(o.partitions) <= 1 for o in outcomes)

@@ -90,8 +90,7 @@ def test_each_partition_has_its_own_data_version_from_its_own_inputs(warehouse, 
 def test_each_site_day_has_its_own_checks_recorded_after_its_materialization(warehouse, instance, defs):
     """Every per-run check of an image asset is recorded per site-day (Dagster's partitioned checks), pointing
     at that site-day's materialization and never before it; the table-wide checks stay one evaluation each.
-    Each carries its verdict, severity and the run's figure; the run's threshold and the site-days it was
-    measured over are said once a run (and on every site-day it failed on), the threshold also by the spec."""
+    The spec's description names its severity and threshold."""
     from dagster import AssetCheckKey
 
     from assets.checks import RULES, TABLE_WIDE, check_specs
@@ -104,7 +103,6 @@ def test_each_site_day_has_its_own_checks_recorded_after_its_materialization(war
             rule = RULES.rule(asset, spec.name)
             assert spec.description.startswith(f"[{rule.severity}] {rule.description}")
             assert rule.maximum is None or spec.description.endswith(f"at most {rule.maximum:g})")
-            runs = set()  # the runs whose evaluations are the latest of some site-day
             infos = {i.partition_key: i for i in instance.event_log_storage.get_asset_check_partition_info([key])}
             assert set(PARTITIONS) <= set(infos), (asset, spec.name, sorted(infos))
             for p in PARTITIONS:
@@ -116,19 +114,8 @@ def test_each_site_day_has_its_own_checks_recorded_after_its_materialization(war
                 assert evaluation.target_materialization_data.storage_id == materialized.storage_id
                 assert record.event.timestamp >= materialized.timestamp
                 meta = {k: v.value for k, v in evaluation.metadata.items()}
-                assert "observed" in meta and evaluation.severity is not None, meta
+                assert meta["run_site_days"] >= 1  # its partition is the event's own (`evaluation.partition`)
                 assert "partitions" not in meta and "description" not in meta  # the event's own, and the spec's
-                whole = "run_site_days" in meta
-                assert whole or evaluation.passed, meta  # a failed site-day says what its run measured
-                assert not whole or meta["run_site_days"] >= 1, meta
-                assert whole == ("threshold" in meta) or rule.maximum is None, meta
-                runs.add(record.run_id)
-            for run_id in runs:  # each run that evaluated it said its figures on one of its site-days
-                said = [e.dagster_event.event_specific_data.metadata for e in (r.event_log_entry for r in
-                        instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION).records)
-                        if e.dagster_event.event_specific_data.check_name == spec.name
-                        and e.dagster_event.event_specific_data.asset_key == key.asset_key]
-                assert any("run_site_days" in m for m in said), (asset, spec.name, run_id)
 
 
 def test_each_materialization_has_its_quarantine_as_one_table(warehouse, instance):
