@@ -470,8 +470,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     applied = {}
     for cohort in (c for c in load_cohorts() if c.name in wanted):
         applied[cohort.name] = optout = optouts.apply(cohort, rows.where(cohort.sql_predicate()), root)
-        cohort, selected = optout.cohort, optout.kept.persist()
-        images = selected.count()
+        cohort, selected, images = optout.cohort, optout.kept, optout.images
         if images == 0:
             selected.unpersist()
             context.log.info(f"cohort {cohort.name} {cohort.release}: selects no image, nothing to release")
