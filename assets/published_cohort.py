@@ -160,8 +160,7 @@ def stage_data(selected, cohort: CohortDefinition, building: str, work: str, sou
     to_copy = (rows.select(F.col("_output_path").alias("output_path"), "sha256", "patient_pseudonym",
                            "study_instance_uid", "sop_instance_uid", F.expr(plan.values_sql()).alias("released"))
                .withColumn("content_key", F.expr(plan.key_sql()))
-               .join(known_objects(index), "content_key", "left")
-               .join(hashed_sources(index), "sha256", "left"))
+               .join(index, "content_key", "left"))
     job = CopyJob(source_root, building, plan.rules, plan.stamp, plan.code, store)
     # Read twice (the copy's list, the metadata's sha256): kept, so each file is placed once. Writing the list
     # is the copy itself: every image placed.
@@ -311,23 +310,10 @@ def site_days_read(inputs: ReleaseInputs) -> list[SiteDayRead]:
 
 
 def stored_objects(session, warehouse: Warehouse):
-    """The object store's index as read (`known_objects`, `hashed_sources`)."""
-    return warehouse.read(session, RELEASE_INDEX)
-
-
-def known_objects(index):
-    """One row per content key (any cohort's latest kept build): what a build joins its images' content keys to,
-    to share their bytes instead of writing them again."""
-    return index.select("content_key", "object_sha256", "object_identity").dropDuplicates(["content_key"])
-
-
-def hashed_sources(index):
-    """One row per de-identified source a copy has hashed (by its sha256): its identity then. A copy that finds
-    the source with that identity trusts its bytes instead of hashing them again (a full re-stamp reads each
-    source once, for the copy)."""
-    return (index.where(F.col("deidentified_identity").isNotNull())
-            .select(F.col("deidentified_sha256").alias("sha256"), F.col("deidentified_identity").alias("source_identity"))
-            .dropDuplicates(["sha256"]))
+    """The object store's index, one row per content key (any cohort's latest kept build): what a build joins
+    its images' content keys to, to share their bytes instead of writing them again."""
+    return (warehouse.read(session, RELEASE_INDEX).select("content_key", "object_sha256", "object_identity")
+            .dropDuplicates(["content_key"]))
 
 
 def index_rows(cohort: str, copied, action: str, placed: Sharing):
@@ -338,8 +324,7 @@ def index_rows(cohort: str, copied, action: str, placed: Sharing):
     if action in (HOLD, PUBLISH, UNCHANGED) and placed.written_bytes:
         return (copied.where(F.col("object_identity").isNotNull())
                 .select(F.lit(cohort).alias("cohort"), "content_key", F.col("sha256").alias("object_sha256"),
-                        "object_identity", F.col("source_sha256").alias("deidentified_sha256"),
-                        F.col("source_identity").alias("deidentified_identity")).dropDuplicates(["content_key"]))
+                        "object_identity").dropDuplicates(["content_key"]))
     return None
 
 

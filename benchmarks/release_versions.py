@@ -210,13 +210,11 @@ def cp_r(source: Path, scratch: Path) -> Timed:
 def restamp_in_process(root: Path, stamp: list[str], scratch: Path) -> Timed:
     """The executors' per-file work of a full re-stamp, in this one process (no Spark): every de-identified image
     of the warehouse rewritten with `stamp`, as CopyJob writes it (both checksums); wall and CPU seconds. What the
-    copy costs per byte, against cp's, whatever else the machine runs (each source trusted by its identity, as
-    the platform's re-stamp trusts what v1's copy hashed)."""
+    copy costs per byte, against cp's, whatever else the machine runs."""
     import json as js
 
     import pyarrow.dataset as ds
 
-    from imaging.steps.objects import identity
     from imaging.steps.release import CopyJob, HeaderPlan, HeaderRule, ReleaseSource
     from imaging.steps.stamp import StampPlan
 
@@ -229,16 +227,12 @@ def restamp_in_process(root: Path, stamp: list[str], scratch: Path) -> Timed:
     plan = HeaderPlan((HeaderRule("PatientAge", "age_band", True), HeaderRule("PatientSex", "sex", False)),
                       StampPlan.build(COHORT, None, stamp, types), "in-process")
     job = CopyJob(str(warehouse / "deidentified"), str(scratch / "restamp"), plan.rules, plan.stamp, plan.code)
-    # Each source's identity as the store's index holds it after v1 (which hashed every source): trusted, as the
-    # platform's re-stamp trusts it.
-    hashed = {row["output_path"]: identity(str(warehouse / "deidentified" / row["output_path"])) for row in rows}
     cpu, started = time.process_time(), time.monotonic()
     for row in rows:
         values = {c: row.get(c) for c in plan.value_columns}
         values["age_band"] = "60-64"
         job.copy(ReleaseSource(row["output_path"], row["sha256"], row["patient_pseudonym"],
-                               row["study_instance_uid"], row["sop_instance_uid"], js.dumps(values, default=str),
-                               source_identity=hashed[row["output_path"]]))
+                               row["study_instance_uid"], row["sop_instance_uid"], js.dumps(values, default=str)))
     out = Timed(time.monotonic() - started, time.process_time() - cpu)
     shutil.rmtree(scratch / "restamp")
     return out

@@ -273,9 +273,6 @@ COLUMN_DESCRIPTIONS = {
     "object_sha256": "sha256 of the released image's bytes: its name in the release object store",
     "object_identity": "the object's identity when it was last hashed (device, inode, size, modification time; or "
                        "size and generation on an object store)",
-    "deidentified_sha256": "sha256 of the de-identified image the object was written from (the manifest's)",
-    "deidentified_identity": "that image's identity when a release copy last hashed it: a later copy finding the "
-                             "same identity trusts its bytes instead of hashing them again",
 }
 
 

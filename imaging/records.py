@@ -337,8 +337,6 @@ class ReleaseFile:
     written: int = 0  # bytes written for it: 0 when its bytes were shared from the object store
     object_identity: str | None = None  # the stored object's identity once hashed (the store's index keeps it)
     identity: str | None = None  # the release file's identity as placed (what the release's verification trusts)
-    source_sha256: str | None = None  # the de-identified source's sha256 (the manifest's)
-    source_identity: str | None = None  # the source's identity when it was last hashed (a re-stamp trusts it)
 
 
 @dataclass(frozen=True)
@@ -351,8 +349,6 @@ class StoredObject:
     content_key: str
     object_sha256: str
     object_identity: str
-    deidentified_sha256: str | None = None  # the de-identified image the object was written from
-    deidentified_identity: str | None = None  # its identity when a copy last hashed it (None: never recorded)
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ def snapshot(root: Path) -> dict:
         table = pq.read_table(path)
         # The ledger names the run that wrote a row, the release object store's index each object's identity (its
         # inode and time on this disk): not what was written.
-        facts = RUN_FACTS if rel.startswith(LEDGER.path + "/") else ["object_identity", "deidentified_identity"] if \
+        facts = RUN_FACTS if rel.startswith(LEDGER.path + "/") else ["object_identity"] if \
             rel.startswith(RELEASE_INDEX.path + "/") else []
         out[rel] = table.drop_columns(facts).to_pylist()
     return out

@@ -41,7 +41,6 @@ class ReleaseSource:
     content_key: str | None = None  # the key the build computed (Spark SQL): checked against the copy's own
     object_sha256: str | None = None  # the stored object of that key, when the index knows one
     object_identity: str | None = None  # its identity when it was last hashed
-    source_identity: str | None = None  # the source's identity when a copy last hashed it (the store's index keeps it)
 
 
 @dataclass(frozen=True)
@@ -217,12 +216,9 @@ class CopyJob:
         written (0: shared from the store) and the identities the verification of the release trusts.
 
         Streamed (`copy_rewritten`; imaging.deid.part10 for a file not in the plain form): the header parsed
-        and rewritten, the pixel data and what follows copied in chunks, the copy's sha256 computed as it is
-        written, so memory does not grow with the file. The source's sha256 is verified as its bytes are read,
-        unless its identity is the one it had when an earlier copy hashed it (`source.source_identity`, from the
-        store's index): then its bytes are the ones that hashed to the manifest's sha256, and hashing them again
-        would double a re-stamp's cost (a changed source has a new identity and is hashed). A file that cannot be
-        streamed (none the de-identification writes) is read whole."""
+        and rewritten, the pixel data and what follows copied in chunks, the source's sha256 verified as its
+        bytes are read and the copy's computed as it is written, so memory does not grow with the file. A
+        file that cannot be streamed (none the de-identification writes) is read whole."""
         relative = release_path(source)
         url = fsx.under(self.target_root, relative)  # names are manifest values: never outside the release
         plan = self.plan
@@ -235,36 +231,30 @@ class CopyJob:
                 sealed = store.trusted(source.object_sha256, source.object_identity)
                 if sealed is not None:
                     store.place(source.object_sha256, url)
-                    return ReleaseFile(relative, source.object_sha256, key, 0, sealed, identity(url), source.sha256,
-                                       source.source_identity)
-            origin = f"{self.source_root}/{source.output_path}"
-            seen = identity(origin)  # before reading: a change while it is read is a new identity next time
-            verify = source.source_identity is None or seen != source.source_identity
-            written = self._write(source, plan, store.incoming() if store else url, origin, verify)
+                    return ReleaseFile(relative, source.object_sha256, key, 0, sealed, identity(url))
+            written = self._write(source, plan, store.incoming() if store else url)
             if store is None:
-                return ReleaseFile(relative, written.sha256, key, written.size, None, identity(url), source.sha256,
-                                   seen)
+                return ReleaseFile(relative, written.sha256, key, written.size, None, identity(url))
             obj = store.store(written.url, written.sha256)
             store.place(written.sha256, url)
-            return ReleaseFile(relative, written.sha256, key, written.size, identity(obj), identity(url),
-                               source.sha256, seen)
+            return ReleaseFile(relative, written.sha256, key, written.size, identity(obj), identity(url))
         except BaseException:
             fsx.remove(url)
             raise
 
-    def _write(self, source: ReleaseSource, plan: HeaderPlan, url: str, origin: str, verify: bool) -> "_Written":
-        """Write the released file at `url`, hashing what is written, and (`verify`) what is read against the
-        manifest."""
+    def _write(self, source: ReleaseSource, plan: HeaderPlan, url: str) -> "_Written":
+        """Write the released file at `url`, hashing what is read and what is written, and verify the source."""
         released = json.loads(source.released or "{}")
+        origin = f"{self.source_root}/{source.output_path}"
         fs, path = fsx.filesystem(url)
         fs.makedirs(fs._parent(path), exist_ok=True)
         try:
             with _open_write(url) as handle:
-                done = copy_rewritten(origin, plan, released, handle, verify)
+                done = copy_rewritten(origin, plan, released, handle)
             if done is None:  # not the plain form: part10's streamed copy (or a read whole) does it
                 with _open_write(url) as handle:
                     done = self._write_part10(origin, plan, released, handle)
-            if done.source_sha256 is not None and done.source_sha256 != source.sha256:
+            if done.source_sha256 != source.sha256:
                 raise RuntimeError(f"manifest checksum mismatch for {source.output_path}")
         except BaseException:
             fsx.remove(url)
@@ -296,7 +286,7 @@ class _Written:
 
 @dataclass(frozen=True)
 class _Copied:
-    source_sha256: str | None  # every byte read, hashed as read (None: not asked for)
+    source_sha256: str  # every byte read, hashed as read
     sha256: str  # every byte written, hashed as written
     size: int
 
@@ -334,11 +324,10 @@ def _read_into(raw, view: memoryview) -> int:
     return filled
 
 
-def copy_rewritten(origin: str, plan: HeaderPlan, released: Mapping, handle,
-                   verify: bool = True) -> "_Copied | None":
+def copy_rewritten(origin: str, plan: HeaderPlan, released: Mapping, handle) -> "_Copied | None":
     """The release copy at the speed of a copy: the header parsed from the file's first bytes and rewritten
     (`plan`), then every byte from the pixel data element on copied through one reused buffer (no allocation
-    per chunk), the copy's hash computed on the way and the source's too when asked (`verify`). The bytes are `rewrite_header`'s. None, with nothing written,
+    per chunk), both hashes computed on the way. The bytes are `rewrite_header`'s. None, with nothing written,
     when the file is not in the plain form every de-identified file has (its pixel data element within the
     first `HEAD` bytes, after an explicit or implicit little-endian header that is not deflated): the caller
     then takes the general path (imaging.deid.part10)."""
@@ -364,7 +353,7 @@ def copy_rewritten(origin: str, plan: HeaderPlan, released: Mapping, handle,
         if (head[at:at + 4] != _PIXEL_DATA or not little or syntax.is_deflated or not syntax.is_little_endian
                 or (implicit, little) != (syntax.is_implicit_VR, syntax.is_little_endian)):
             return None
-        read, written = hashlib.sha256(head) if verify else None, hashlib.sha256()
+        read, written = hashlib.sha256(head), hashlib.sha256()
         if (plan.rules or plan.stamp) and plan.apply(dataset, released):
             out = io.BytesIO()
             pydicom.dcmwrite(out, dataset, enforce_file_format=False)
@@ -376,20 +365,19 @@ def copy_rewritten(origin: str, plan: HeaderPlan, released: Mapping, handle,
         size = len(first)
         rest = _kernel_copy(raw, handle, len(head), read, written)
         if rest is not None:
-            return _Copied(read and read.hexdigest(), written.hexdigest(), size + rest)
+            return _Copied(read.hexdigest(), written.hexdigest(), size + rest)
         while filled := _read_into(raw, view):
             chunk = view[:filled]
-            if read is not None:
-                read.update(chunk)
+            read.update(chunk)
             _write_all(handle, chunk)
             written.update(chunk)
             size += filled
-    return _Copied(read and read.hexdigest(), written.hexdigest(), size)
+    return _Copied(read.hexdigest(), written.hexdigest(), size)
 
 
 def _kernel_copy(raw, handle, offset: int, read, written) -> int | None:
-    """Between two local files, the rest of the source from `offset`: hashed (`read`, when given, and `written`)
-    where the page cache holds it (a read-only map, no copy into Python) and copied by the kernel (`copy_file_range`), so each byte is copied once,
+    """Between two local files, the rest of the source from `offset`: hashed where the page cache holds it (a
+    read-only map, no copy into Python) and copied by the kernel (`copy_file_range`), so each byte is copied once,
     as `cp` copies it; returns the bytes copied. None (nothing done) where either end is not a local file."""
     import mmap
 
@@ -405,8 +393,7 @@ def _kernel_copy(raw, handle, offset: int, read, written) -> int | None:
         with mmap.mmap(source, length, access=mmap.ACCESS_READ, offset=base) as mapped:
             view = memoryview(mapped)[position - base:]
             try:
-                if read is not None:
-                    read.update(view)
+                read.update(view)
                 written.update(view)
             finally:
                 view.release()
