@@ -107,6 +107,7 @@ class Applied:
     excluded_images: int
     excluded_patients: int
     listed_in_kept: int  # listed patients left in the selection: 0, or the build is wrong (the release's own check)
+    images: int = 0  # images in the selection (`kept`, persisted: the caller unpersists it)
 
 
 class ReleaseOptOuts:
@@ -208,7 +209,8 @@ class ReleaseOptOuts:
                                                for s, v in sorted(self.lists.lists().items())) or "none")
 
     def apply(self, cohort, selected: DataFrame, warehouse_root: str) -> Applied:
-        """The version to build (`version_to_build`) and the selection less every patient on the list now."""
+        """The version to build (`version_to_build`) and the selection less every patient on the list now
+        (persisted), with its size."""
         import dataclasses
 
         published = {r.version: r for r in published_releases(warehouse_root, cohort.name)}
@@ -216,13 +218,16 @@ class ReleaseOptOuts:
                                      lambda ps: self.patients_among(selected, ps))
         cohort = dataclasses.replace(cohort, version=successor.version)
         if not self.now:
-            return Applied(cohort, selected, successor, 0, 0, 0)
+            kept = selected.persist()
+            return Applied(cohort, kept, successor, 0, 0, 0, kept.count())
         listed = self._frame(self.now)
-        kept = selected.join(listed, "patient_pseudonym", "left_anti")
+        kept = selected.join(listed, "patient_pseudonym", "left_anti").persist()
         out = selected.join(listed, "patient_pseudonym", "left_semi").agg(
             F.count("*").alias("images"), F.countDistinct("patient_pseudonym").alias("patients")).first()
-        left = kept.join(listed, "patient_pseudonym", "left_semi").count()
-        return Applied(cohort, kept, successor, out["images"], out["patients"], left)
+        # The selection's size and the listed patients left in it, in one pass (which also fills its cache).
+        tally = kept.join(listed.withColumn(OPTED, F.lit(1)), "patient_pseudonym", "left").agg(
+            F.count("*").alias("images"), F.count(OPTED).alias("left")).first()
+        return Applied(cohort, kept, successor, out["images"], out["patients"], tally["left"], tally["images"])
 
     def section(self, applied: Applied) -> OptOutSection:
         """What the data card says about the lists and what they held back (counts; suppressed by the card)."""

@@ -420,14 +420,14 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     # Across runs: a failed ERROR check on any partition this reads (every manifest partition) holds
     # publication until the partition is fixed and re-materialized. Nothing is staged before this.
     # An unreadable opt-out list refuses too, before a Spark session is started for nothing.
-    refusal = publication_refusal(context.instance) or read_optouts(landing.root).refusal()
+    # The upstream checks' results and the landing versions the data cards list: recorded before this
+    # run built anything (this asset's own evaluations come after), read once for the refusal and every cohort.
+    facts = RecordedFacts(context.instance)
+    refusal = publication_refusal(context.instance, facts=facts) or read_optouts(landing.root).refusal()
     if refusal:
         raise Failure(refusal)
     wanted = set(run_partition_keys(context, COHORTS))
     session = spark.spark_session
-    # The upstream checks' results and the landing versions the data cards list: recorded before this
-    # run built anything (this asset's own evaluations come after), read once for every cohort.
-    facts = RecordedFacts(context.instance)
     # Who may sign and how many must: read once, before anything is built (a broken file stops the run here).
     try:
         approvers = ApprovalPolicy.load()
@@ -455,8 +455,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     applied = {}
     for cohort in (c for c in load_cohorts() if c.name in wanted):
         applied[cohort.name] = optout = optouts.apply(cohort, rows.where(cohort.sql_predicate()), root)
-        cohort, selected = optout.cohort, optout.kept.persist()
-        images = selected.count()
+        cohort, selected, images = optout.cohort, optout.kept, optout.images
         if images == 0:
             selected.unpersist()
             context.log.info(f"cohort {cohort.name} {cohort.release}: selects no image, nothing to release")

@@ -47,8 +47,10 @@ sys.path.insert(0, str(REPO))
 SITES = ("site-a", "site-b")
 START = "2024-03-01"
 COHORT = "bench-all"
-STAMP = ["age_band", "sex", "diagnosis_code", "visual_acuity_logmar"]
-ACUITY = ("visual_acuity_logmar", "va_logmar", "logmar")
+# The eye's acuity (the per-eye linking's column): the patient-level visual_acuity_logmar is empty where the
+# extracts are per eye, and a label change there changed no stamped value.
+STAMP = ["age_band", "sex", "diagnosis_code", "eye_visual_acuity_logmar"]
+ACUITY = ("visual_acuity_logmar", "va_logmar", "logmar")  # and per-eye columns, visual_acuity_logmar_right/_left
 
 
 def environment(root: Path, dates: list[str]) -> None:
@@ -165,12 +167,13 @@ def change_label(landing: Path, patient: str, dry: bool = False) -> list[tuple[s
         with path.open(newline="") as handle:
             reader = csv.DictReader(handle)
             fields, lines = reader.fieldnames, list(reader)
-        column = next((c for c in fields if c.lower() in ACUITY), None)
+        columns = [c for c in fields if c.lower() in ACUITY or c.lower().startswith(f"{ACUITY[0]}_")]
         hit = False
         for line in lines:
-            if line.get("patient_id") == patient and column and line[column]:
-                line[column] = "1.5" if line[column] != "1.5" else "1.4"
-                hit = True
+            for column in columns:
+                if line.get("patient_id") == patient and line[column]:
+                    line[column] = "1.5" if line[column] != "1.5" else "1.4"
+                    hit = True
         if hit and not dry:
             with path.open("w", newline="") as handle:
                 writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
@@ -358,10 +361,10 @@ def main() -> int:
         # held the patient who opted out) right before and after it.
         release = root / "warehouse" / "deidentified" / "cohorts" / COHORT / "v3"
         copies = [cp_r(release, root)]
-        write_cohort(Path(os.environ["IMAGING_PLATFORM_DIR"]), 4, [*STAMP, "iop_mmhg"])
+        write_cohort(Path(os.environ["IMAGING_PLATFORM_DIR"]), 4, [*STAMP, "eye_iop_mmhg"])
         measure("v4 hold (full re-stamp)", defs, instance, root, rows)
         copies.append(cp_r(release, root))
-        local = restamp_in_process(root, [*STAMP, "iop_mmhg"], root)
+        local = restamp_in_process(root, [*STAMP, "eye_iop_mmhg"], root)
         copies.append(cp_r(release, root))
         small = []
         if args.intercept:  # the same two builds on a small hospital, in the same process and session

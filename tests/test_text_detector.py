@@ -242,3 +242,38 @@ def test_text_found_in_a_quarantined_type_is_still_refused(detector):
     assert [t.frame for t in result.text] == [None]  # on what every frame shares
     with pytest.raises(NotDeidentifiable, match=TEXT_FOUND):
         deidentify_image(ds, pseudonymizer=Pseudonymizer(KEY), namespace="NHS", pixel_text=detector)
+
+
+def test_a_label_the_still_pixels_lose_is_found_on_the_mean_of_the_overlay_frames(detector):
+    """A thin label running up the speckled retina (FreeMono Oblique 10 px, anti-aliased: its stroke pixels blend with
+    the speckle under them, so few are still) and a JPEG-compressed one at 47 grey levels (JPEG's error moves its
+    pixels): the still page shows neither whole, the mean of the overlay frames shows both. The detector reading that
+    mean (`detector_mean`) refuses the volume; without that look it would be published."""
+    without = PixelTextDetector(load_pixel_text_settings({**read_yaml("pixel_text.yaml"), "detector_mean": False}))
+    for seed, jpeg in ((500_073, False), (500_005, True)):
+        drawn = volume(seed, True, FREEFONT)
+        assert bool(drawn.jpeg) == jpeg and drawn.background == "retina"
+        ds = _read(drawn.data)
+        assert not without.check(ds, ds.file_meta.TransferSyntaxUID).found
+        before = detector.stats.mean_detector_text
+        result = detector.check(ds, ds.file_meta.TransferSyntaxUID)
+        assert result.found and [(t.reader, t.frame) for t in result.text] == [("detector", None)]
+        assert detector.stats.mean_detector_text == before + 1
+        top, left, height, width = drawn.where  # a region found overlaps the label
+        assert any(b.top < top + height and top < b.top + b.height and b.left < left + width and left < b.left + b.width
+                   for b in result.text[0].boxes)
+
+
+def test_a_candidate_taller_than_a_line_is_left_to_the_whole_frame_looks(detector):
+    """A clean report screen whose panels' edges, fundus and plot the candidates screen joins into one box 177 px
+    tall: read with its margins as a line, the detector found a "line" in it without the whole frame's rule and the
+    screen was refused. Such a box is no small or vertical line (`UPRIGHT_MAX_LINE`); the screen is clean."""
+    from imaging.deid.pixel_text import UPRIGHT_MAX_LINE, screen
+    from synth.burned_text import screen_background
+
+    image, _, _ = screen_background(1_000_213)  # the old set's clean screen 213 (benchmarks/text_screening.py)
+    grey = np.asarray(image.convert("L"))
+    s, kind = detector.settings, detector.settings.for_type("secondary_capture")
+    joined = screen(grey, s.detector_contrast, s.stroke_max, kind.despeckle, s.min_crossings, 1).candidates
+    assert any(c.height > UPRIGHT_MAX_LINE for c in joined)
+    assert detector.detect(None, grey, kind) == []

@@ -182,6 +182,7 @@ class PixelTextSettings:
     detector_contrast: int = 30  # grey levels of the strokes of vertical candidates (the detector reads them)
     detector_turned: bool = True  # "frames": also the frame turned a quarter, whole (lines up or down a margin)
     detector_zoom: float = 2.0  # "frames": also the frame enlarged this many times, whole (small lines; 1: not)
+    detector_mean: bool = True  # "still": also the mean of a volume's overlay frames, read as a frame is
     image_types: tuple[tuple[str, ImageTypeSettings], ...] = ()
 
     @classmethod
@@ -212,7 +213,8 @@ class PixelTextSettings:
                    detector_side=spec.detector_side, detector_threshold=spec.detector_threshold,
                    detector_box_threshold=spec.detector_box_threshold, detector_min_side=spec.detector_min_side,
                    detector_aspect=spec.detector_aspect, detector_contrast=spec.detector_contrast,
-                   detector_turned=spec.detector_turned, detector_zoom=float(spec.detector_zoom), image_types=types)
+                   detector_turned=spec.detector_turned, detector_zoom=float(spec.detector_zoom),
+                   detector_mean=spec.detector_mean, image_types=types)
 
     def validate(self) -> None:
         """Settings made in code (not from the file) meet the file's rules too."""
@@ -345,6 +347,7 @@ class PixelTextFile(StrictModel):
     detector_aspect: float = Field(_PT.detector_aspect, ge=1)
     detector_contrast: int = Field(_PT.detector_contrast, ge=1, le=254)
     detector_turned: bool = _PT.detector_turned
+    detector_mean: bool = _PT.detector_mean
     detector_zoom: float = Field(_PT.detector_zoom, ge=1, le=4)
     image_types: dict[Literal[IMAGE_TYPES], PixelTextTypeFile] = {}  # type: ignore[valid-type]
 
@@ -375,6 +378,8 @@ class PixelTextStats:
     zoomed_text: int = 0  # frames whose text only the look at the frame enlarged found
     still_detector: int = 0  # volumes whose still pixels the detector looked at
     still_detector_text: int = 0  # ... in which it alone found text
+    mean_detector: int = 0  # volumes whose overlay frames' mean the detector read last (`detector_mean`)
+    mean_detector_text: int = 0  # ... in which it found text there
     detector_seconds: float = 0.0
 
 
@@ -875,6 +880,10 @@ def candidate_layout(grey: np.ndarray, candidates: list[Candidate], stroke_max: 
 
 SCREEN = "Burned-in text screen 2"  # the tiers' version: raised when what counts as text changes
 UPRIGHT_HEIGHT = 32  # pixels: vertical candidates are enlarged towards this height for the detector
+# Pixels: a candidate whose line is taller is left to the whole-frame looks (their rule: shaped like a line, sure or
+# confirmed closer). One clean report screen of the old 300 was refused through a 178 x 762 candidate joining three
+# panels; no text image of the tuning half (150 screens, 120 photographs) was found only through such a candidate.
+UPRIGHT_MAX_LINE = 64
 SURE = 0.7  # a whole-frame region at this mean probability is text; a weaker one is looked at closer first
 CLOSER = 48  # pixels: a weak region's line is enlarged towards this height for the closer look
 UPRIGHT_PAGE = 2048  # pixels: the tallest page of upright candidates the detector reads at once
@@ -1087,7 +1096,7 @@ class PixelTextDetector:
                         greys[index] = to_grey8(frame, photometric) if frame.ndim == 2 else None
                 if all(g is not None for g in greys.values()):
                     overlay = tuple(sorted(greys))
-                    reader, boxes = self._overlay_text(list(greys.values()), kind, _lossy(ds, syntax))
+                    reader, boxes = self._overlay_text(list(greys.values()), kind, _lossy(ds, syntax), bool(found))
                     if boxes:
                         found.append(FoundText(None, tuple(boxes), reader))
             self.stats.files_checked += 1
@@ -1228,6 +1237,9 @@ class PixelTextDetector:
                         s.min_crossings, scale).candidates
         candidates = [(c, False) for c in across] + \
             [(Candidate(c.left, c.top, c.width, c.height, c.polarity), True) for c in turned]  # back: rows <-> cols
+        # A box taller than a line (panels' edges and plots joined into one) is not the small or vertical line this
+        # look is for; read with its margins it would be a whole-frame look without the whole frame's rule.
+        candidates = [(c, v) for c, v in candidates if (c.width if v else c.height) <= UPRIGHT_MAX_LINE]
         if not candidates:
             return []
         fy, fx = grey.shape[0] / small.shape[0], grey.shape[1] / small.shape[1]
@@ -1287,7 +1299,7 @@ class PixelTextDetector:
         return []
 
     def _overlay_text(self, greys: list[np.ndarray], kind: TypeSettings,
-                      lossy: bool = False) -> tuple[str, list[Box]]:
+                      lossy: bool = False, found: bool = False) -> tuple[str, list[Box]]:
         """A label a device draws on every frame of a volume, found where each frame alone hides it.
 
         OCT speckle changes from one B-scan to the next; an overlay does not. `greys` are the
@@ -1304,20 +1316,24 @@ class PixelTextDetector:
         overlays only lower) differs from frame to frame. On the 256 x 256 volumes of the pipeline's
         corpus the layers made a candidate in both overlays of every clean volume, two Tesseract reads
         a volume for nothing. Returns the words' boxes in frame coordinates (empty: no text).
+        `found`: the sampled frames already showed text (a redaction collecting every place): the mean's looks, which
+        say only that there is a label and not which frames carry it, are left out.
         """
         kind = replace(kind, despeckle=False)  # the minimum already took the speckle down
         lowest, highest = np.minimum.reduce(greys), np.maximum.reduce(greys)
         total = np.sum(greys, axis=0, dtype=np.uint32)
         average = total / len(greys)  # what the still tests compare each pixel's range with
         still = still_pixels(lowest, highest, average)
+        mean = (total // len(greys)).astype(np.uint8)
         if still.sum() < STILL_PIXELS:
-            # No candidate could hold STILL_PIXELS still pixels: the overlays' screens would find none to
-            # read, and the still page would not be read either (a clean volume, the common case).
+            # No candidate could hold STILL_PIXELS still pixels: the overlays' screens would find none to read, and
+            # the still page would not be read either (a clean volume, the common case); the mean is still looked at.
             self.stats.overlays_without_still += 1
             if lossy and kind.detector == "still":
-                return self._lossy_label(lowest, highest, average, (total // len(greys)).astype(np.uint8))
-            return "tesseract", []
-        mean = (total // len(greys)).astype(np.uint8)
+                labelled = self._lossy_label(lowest, highest, average, mean)
+                if labelled[1]:
+                    return labelled
+            return ("tesseract", []) if found else self._mean_text(mean, kind)
         for projection in (lowest, mean):
             boxes = self.frame_text(projection, kind, still=still)
             if boxes:
@@ -1332,8 +1348,33 @@ class PixelTextDetector:
             if boxes:
                 return "detector", boxes
             if lossy:
-                return self._lossy_label(lowest, highest, average, mean)
-        return "tesseract", []
+                labelled = self._lossy_label(lowest, highest, average, mean)
+                if labelled[1]:
+                    return labelled
+        return ("tesseract", []) if found else self._mean_text(mean, kind)
+
+    def _mean_text(self, mean: np.ndarray, kind: TypeSettings) -> tuple[str, list[Box]]:
+        """The last look at a volume (`detector_mean`): the mean of its overlay frames read by the detector as a
+        frame is, whole, turned a quarter, then both enlarged `detector_zoom` times, regions kept by the frames'
+        rule (shaped like a line, sure or confirmed closer). The mean keeps a label that the still tests lose: a
+        thin anti-aliased stroke (its edge pixels blend with the speckle under them, so few are still) or one a
+        JPEG error moves, dark labels most (their range is a large share of their mean); averaging lowers the
+        speckle around it. No still pixel is asked for, so a clean volume pays these looks too."""
+        s = self.settings
+        if kind.detector != "still" or not s.detector_mean:
+            return "tesseract", []
+        started = time.perf_counter()
+        try:
+            self.stats.mean_detector += 1
+            for zoom in (1.0, s.detector_zoom) if s.detector_zoom > 1 else (1.0,):
+                for turned in (False, True):
+                    boxes = self._whole_look(mean, kind.detector_side, turned, zoom)
+                    if boxes:
+                        self.stats.mean_detector_text += 1
+                        return "detector", boxes
+            return "tesseract", []
+        finally:
+            self.stats.detector_seconds += time.perf_counter() - started
 
     def _lossy_label(self, lowest: np.ndarray, highest: np.ndarray, average: np.ndarray,
                      mean: np.ndarray) -> tuple[str, list[Box]]:
