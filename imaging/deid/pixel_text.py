@@ -878,7 +878,7 @@ def candidate_layout(grey: np.ndarray, candidates: list[Candidate], stroke_max: 
     return page, placements
 
 
-SCREEN = "Burned-in text screen 2"  # the tiers' version: raised when what counts as text changes
+SCREEN = "Burned-in text screen 3"  # the tiers' and looks' version: raised when what counts as text changes (3: the mean look)
 UPRIGHT_HEIGHT = 32  # pixels: vertical candidates are enlarged towards this height for the detector
 # Pixels: a candidate whose line is taller is left to the whole-frame looks (their rule: shaped like a line, sure or
 # confirmed closer). One clean report screen of the old 300 was refused through a 178 x 762 candidate joining three
