@@ -263,17 +263,3 @@ def test_a_label_the_still_pixels_lose_is_found_on_the_mean_of_the_overlay_frame
         assert any(b.top < top + height and top < b.top + b.height and b.left < left + width and left < b.left + b.width
                    for b in result.text[0].boxes)
 
-
-def test_a_candidate_taller_than_a_line_is_left_to_the_whole_frame_looks(detector):
-    """A clean report screen whose panels' edges, fundus and plot the candidates screen joins into one box 177 px
-    tall: read with its margins as a line, the detector found a "line" in it without the whole frame's rule and the
-    screen was refused. Such a box is no small or vertical line (`UPRIGHT_MAX_LINE`); the screen is clean."""
-    from imaging.deid.pixel_text import UPRIGHT_MAX_LINE, screen
-    from synth.burned_text import screen_background
-
-    image, _, _ = screen_background(1_000_213)  # the old set's clean screen 213 (benchmarks/text_screening.py)
-    grey = np.asarray(image.convert("L"))
-    s, kind = detector.settings, detector.settings.for_type("secondary_capture")
-    joined = screen(grey, s.detector_contrast, s.stroke_max, kind.despeckle, s.min_crossings, 1).candidates
-    assert any(c.height > UPRIGHT_MAX_LINE for c in joined)
-    assert detector.detect(None, grey, kind) == []

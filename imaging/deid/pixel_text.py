@@ -878,12 +878,8 @@ def candidate_layout(grey: np.ndarray, candidates: list[Candidate], stroke_max: 
     return page, placements
 
 
-SCREEN = "Burned-in text screen 3"  # the tiers' and looks' version: raised when what counts as text changes (3: the mean look)
+SCREEN = "Burned-in text screen 3"  # the tiers' and looks' version: raised when what counts as text changes (3: the volumes' mean look)
 UPRIGHT_HEIGHT = 32  # pixels: vertical candidates are enlarged towards this height for the detector
-# Pixels: a candidate whose line is taller is left to the whole-frame looks (their rule: shaped like a line, sure or
-# confirmed closer). One clean report screen of the old 300 was refused through a 178 x 762 candidate joining three
-# panels; no text image of the tuning half (150 screens, 120 photographs) was found only through such a candidate.
-UPRIGHT_MAX_LINE = 64
 SURE = 0.7  # a whole-frame region at this mean probability is text; a weaker one is looked at closer first
 CLOSER = 48  # pixels: a weak region's line is enlarged towards this height for the closer look
 UPRIGHT_PAGE = 2048  # pixels: the tallest page of upright candidates the detector reads at once
@@ -1237,9 +1233,6 @@ class PixelTextDetector:
                         s.min_crossings, scale).candidates
         candidates = [(c, False) for c in across] + \
             [(Candidate(c.left, c.top, c.width, c.height, c.polarity), True) for c in turned]  # back: rows <-> cols
-        # A box taller than a line (panels' edges and plots joined into one) is not the small or vertical line this
-        # look is for; read with its margins it would be a whole-frame look without the whole frame's rule.
-        candidates = [(c, v) for c, v in candidates if (c.width if v else c.height) <= UPRIGHT_MAX_LINE]
         if not candidates:
             return []
         fy, fx = grey.shape[0] / small.shape[0], grey.shape[1] / small.shape[1]
