@@ -1322,11 +1322,7 @@ class PixelTextDetector:
             # No candidate could hold STILL_PIXELS still pixels: the overlays' screens would find none to read, and
             # the still page would not be read either (a clean volume, the common case); the mean is still looked at.
             self.stats.overlays_without_still += 1
-            if lossy and kind.detector == "still":
-                labelled = self._lossy_label(lowest, highest, average, mean)
-                if labelled[1]:
-                    return labelled
-            return ("tesseract", []) if found else self._mean_text(mean, kind)
+            return self._last_looks(lowest, highest, average, mean, kind, lossy, found)
         for projection in (lowest, mean):
             boxes = self.frame_text(projection, kind, still=still)
             if boxes:
@@ -1340,10 +1336,16 @@ class PixelTextDetector:
             boxes = self._still_regions(loose_still(lowest, highest, average), still, mean)
             if boxes:
                 return "detector", boxes
-            if lossy:
-                labelled = self._lossy_label(lowest, highest, average, mean)
-                if labelled[1]:
-                    return labelled
+        return self._last_looks(lowest, highest, average, mean, kind, lossy, found)
+
+    def _last_looks(self, lowest: np.ndarray, highest: np.ndarray, average: np.ndarray, mean: np.ndarray,
+                    kind: TypeSettings, lossy: bool, found: bool) -> tuple[str, list[Box]]:
+        """The detector's looks at the overlay frames' mean when the still pixels showed no label: a lossy volume's
+        (`_lossy_label`), then any volume's (`_mean_text`) unless the sampled frames already found text."""
+        if lossy and kind.detector == "still":
+            reader, boxes = self._lossy_label(lowest, highest, average, mean)
+            if boxes:
+                return reader, boxes
         return ("tesseract", []) if found else self._mean_text(mean, kind)
 
     def _mean_text(self, mean: np.ndarray, kind: TypeSettings) -> tuple[str, list[Box]]:
