@@ -10,6 +10,7 @@ of its namespace, and the folding is the same in Spark (`translate`) as in Pytho
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -106,8 +107,8 @@ class Applied:
     successor: Successor
     excluded_images: int
     excluded_patients: int
-    listed_in_kept: int  # listed patients left in the selection: 0, or the build is wrong (the release's own check)
-    images: int = 0  # images in the selection (`kept`, persisted: the caller unpersists it)
+    images: int = 0  # images in the selection (`kept`)
+    cached: DataFrame | None = None  # what `kept` reads from, persisted: the caller unpersists it
 
 
 class ReleaseOptOuts:
@@ -123,7 +124,7 @@ class ReleaseOptOuts:
         self.session, self.lists, self.spaces, self.key, self.listed = session, lists, spaces, key, listed
         self.not_deidentified = not_deidentified
         self.now = self.pseudonyms(lists.keys(spaces))
-        self.withdraw: list[str] = []
+        self._withdraw: Future | None = None
 
     @classmethod
     def gather(cls, context, session, warehouse, landing, deid) -> "ReleaseOptOuts":
@@ -154,23 +155,36 @@ class ReleaseOptOuts:
                                           ["date", "site", "source_path"]), session, spaces)
                         .select("namespace", "person").distinct().count())
         out = cls(session, lists, spaces, deid.key, listed, NotDeidentified(images, patients))
-        out.withdraw = out.to_withdraw(warehouse)
+        out._withdraw = out.to_withdraw(warehouse)
         return out
 
-    def to_withdraw(self, warehouse) -> list[str]:
+    def to_withdraw(self, warehouse) -> Future:
         """The site-days (`date|site`) whose de-identified images include a patient on the list now: materializing
-        anonymized_images for them withdraws those images. One row per such site-day reaches the driver."""
+        anonymized_images for them withdraws those images. One row per such site-day reaches the driver.
+
+        Only the run's materialization says them, so the query runs in a thread of its own while the cohorts are
+        built (its tables read here, before any of them is cached); `withdraw` waits for it."""
         from assets.quality import partition_key
         from imaging.catalogue import LEDGER, manifest
         from imaging.driver.platform_files import load_clinical_policy as load_policy
 
+        done: Future = Future()
         if not self.now:
-            return []
+            done.set_result([])
+            return done
         batches = (warehouse.read(self.session, manifest(load_policy())).select("batch", "patient_pseudonym")
                    .join(self._frame(self.now), "patient_pseudonym", "left_semi").select("batch").distinct())
         keys = (warehouse.read(self.session, LEDGER).join(batches, "batch", "left_semi")
-                .select(partition_key().alias("key")).distinct().collect())
-        return sorted(r["key"] for r in keys)
+                .select(partition_key().alias("key")).distinct())
+        background = ThreadPoolExecutor(max_workers=1)
+        try:
+            return background.submit(lambda: sorted(r["key"] for r in keys.collect()))
+        finally:
+            background.shutdown(wait=False)  # the query runs on; the thread ends with it
+
+    @property
+    def withdraw(self) -> list[str]:
+        return self._withdraw.result() if self._withdraw is not None else []
 
     def pseudonyms(self, keys: Iterable[PersonKey]) -> frozenset[str]:
         return frozenset(p for k in keys for p in self.listed.get(k, ()))
@@ -219,15 +233,23 @@ class ReleaseOptOuts:
         cohort = dataclasses.replace(cohort, version=successor.version)
         if not self.now:
             kept = selected.persist()
-            return Applied(cohort, kept, successor, 0, 0, 0, kept.count())
-        listed = self._frame(self.now)
-        kept = selected.join(listed, "patient_pseudonym", "left_anti").persist()
-        out = selected.join(listed, "patient_pseudonym", "left_semi").agg(
-            F.count("*").alias("images"), F.countDistinct("patient_pseudonym").alias("patients")).first()
-        # The selection's size and the listed patients left in it, in one pass (which also fills its cache).
-        tally = kept.join(listed.withColumn(OPTED, F.lit(1)), "patient_pseudonym", "left").agg(
-            F.count("*").alias("images"), F.count(OPTED).alias("left")).first()
-        return Applied(cohort, kept, successor, out["images"], out["patients"], tally["left"], tally["images"])
+            return Applied(cohort, kept, successor, 0, 0, kept.count(), kept)
+        marked = selected.join(self.listed_frame(), "patient_pseudonym", "left").persist()
+        # What the list holds back and the selection's size, in one pass (which also fills the cache the build
+        # reads). That no listed patient is left is checked on the released rows (`check`).
+        tally = marked.agg(F.count(OPTED).alias("excluded"), F.count("*").alias("rows"),
+                           F.countDistinct(F.when(F.col(OPTED).isNotNull(), F.col("patient_pseudonym")))
+                           .alias("patients")).first()
+        kept = marked.where(F.col(OPTED).isNull()).drop(OPTED)
+        return Applied(cohort, kept, successor, tally["excluded"], tally["patients"], tally["rows"] - tally["excluded"],
+                       marked)
+
+    def listed_frame(self) -> DataFrame | None:
+        """The pseudonyms of the patients on the lists in force now, each with a non-null `OPTED` column (broadcast),
+        or None when the lists name nobody: what a selection or a release is joined to."""
+        if not self.now:
+            return None
+        return F.broadcast(pseudonyms_frame(self.session, self.now).withColumn(OPTED, F.lit(True)))
 
     def section(self, applied: Applied) -> OptOutSection:
         """What the data card says about the lists and what they held back (counts; suppressed by the card)."""
@@ -242,9 +264,11 @@ class ReleaseOptOuts:
             follows=None if follows is None else follows.version, left=applied.successor.left,
             returned=applied.successor.returned)
 
-    def check(self, applied: Applied) -> CheckResult:
-        """The release's own check: no patient on the list in force is in it (it refuses the build otherwise)."""
-        return CheckResult("published_cohort", "no_opted_out_patient", applied.listed_in_kept == 0,
+    @staticmethod
+    def check(left: int) -> CheckResult:
+        """The release's own check: no patient on the list in force is in it (`left`: its rows of listed patients,
+        counted on the released metadata; the build is refused otherwise)."""
+        return CheckResult("published_cohort", "no_opted_out_patient", left == 0,
                            description="no released patient is on the opt-out list in force at the build")
 
     def metadata(self, flagged: list[Flag], applied: Mapping[str, Applied]) -> dict:

@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from dagster import (AllPartitionMapping, AssetCheckSpec, AssetDep, AssetExecutionContext, AssetKey,
@@ -18,7 +19,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from assets import quality as q
 from assets.checks import (RULES, RecordedFacts, check_outputs, check_specs, checks_table, partition_check_events,
                            publication_refusal, quality_context)
-from assets.optouts import ReleaseOptOuts, read_optouts
+from assets.optouts import OPTED, ReleaseOptOuts, read_optouts
 from assets.partitions import COHORTS, PARTITIONS, SETTINGS, SINGLE_RUN, UI, run_partition_keys
 from assets.runner import code_version
 from assets.versions import EVENTS_LOGGED_BY_STEP, OPTOUT, InputVersion, input_version_over
@@ -37,7 +38,7 @@ from imaging.ui import partition_path, review_path, run_path
 from imaging.governance.bundle import ManifestEntry, content_key_of
 from imaging.governance.cohort import CohortDefinition
 from imaging.governance.datacard import (CheckResult, CodeVersion, DataCardInputs, DeidSummary,
-                                         InputPartition, OptOutSection, Selection, counts_sql, release_counts)
+                                         InputPartition, OptOutSection, Selection, counts_sql, release_facts)
 from imaging.governance.disclosure import k_anonymity
 from imaging.governance.lineage import RELEASE, release_columns
 from imaging.governance.code_version import code_version as files_version, module_files
@@ -254,7 +255,7 @@ class CohortBuild:
 def build_release(session, cohort: CohortDefinition, selected, ledger, images: int, building: str, work: str,
                   source_root: str, files_per_task: int, deid: Deidentifier,
                   facts: RecordedFacts | None = None, optout_section: OptOutSection | None = None,
-                  optout_check: CheckResult | None = None, store: str | None = None, index=None
+                  optouts: ReleaseOptOuts | None = None, store: str | None = None, index=None
                   ) -> "CohortBuild":
     """Stage one cohort's release bundle in `building`; returns what `finish_release` made and what it checked.
 
@@ -263,16 +264,24 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     evaluations recorded before this build are read (published_cohort's own checks are the three
     below), so a rebuild of the same inputs after the same runs gives the same bytes. The card states the
     opt-out lists applied and what they held back (`optout_section`), and the release's own checks include that no
-    listed patient is in it (`optout_check`).
+    patient on the lists in force (`optouts`) is in it.
+
+    Its Spark actions: the copy, the metadata's write, one query over the released metadata (counts, breakdowns,
+    k-anonymity's class sizes, rows of listed patients) and, meanwhile in a thread of its own, the input partitions.
     """
-    sizes = [r["size"] for r in session.sql(DISCLOSURE.class_sizes_sql(_view(selected, "cohort_selected"))).collect()]
-    k = k_anonymity(sizes, DISCLOSURE)
-    staged = stage_data(selected, cohort, building, work, source_root, store, index, files_per_task, images)
-    metadata, copied_frame = staged.metadata, staged.copied
-    rows = _view(metadata, "cohort_release")
-    counts = release_counts(session.sql(counts_sql(rows)).collect())
+    with ThreadPoolExecutor(max_workers=1) as background:  # a query's planning and scheduling overlap the copy
+        reading = background.submit(input_partitions, selected, ledger)
+        staged = stage_data(selected, cohort, building, work, source_root, store, index, files_per_task, images)
+        metadata, copied_frame = staged.metadata, staged.copied
+        listed = optouts.listed_frame() if optouts is not None else None
+        # Disclosure control, counts and the opt-out check all on what is released: its metadata rows.
+        rows = _view(metadata if listed is None else metadata.join(listed, "patient_pseudonym", "left"),
+                     "cohort_release")
+        found = release_facts(session.sql(counts_sql(rows, quasi_identifiers=DISCLOSURE.released_columns,
+                                                     listed=None if listed is None else OPTED)).collect())
+        read = reading.result()
+    k, counts = k_anonymity(found.class_sizes, DISCLOSURE), found.counts
     copied = sum(1 for _ in _image_entries(f"{work}/images.list")())
-    read = input_partitions(selected, ledger)
     checks = (
         *(upstream_checks(facts, read) if facts is not None else ()),
         CheckResult("published_cohort", "k_anonymity", k.passed,
@@ -281,7 +290,7 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
                     description="every selected image copied, its manifest checksum verified"),
         CheckResult("published_cohort", "metadata_row_per_image", counts.images == images,
                     description="one metadata row per released image"),
-        *((optout_check,) if optout_check is not None else ()),
+        *((optouts.check(found.listed),) if optouts is not None else ()),
     )
     card = DataCardInputs(
         selection=Selection.from_cohort(cohort),
@@ -457,7 +466,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         applied[cohort.name] = optout = optouts.apply(cohort, rows.where(cohort.sql_predicate()), root)
         cohort, selected, images = optout.cohort, optout.kept, optout.images
         if images == 0:
-            selected.unpersist()
+            optout.cached.unpersist()
             context.log.info(f"cohort {cohort.name} {cohort.release}: selects no image, nothing to release")
             plans[cohort.name] = ReleasePlan(cohort=cohort, decision=Decision(EMPTY, "selects no image", ""),
                                              building="", images=0)
@@ -470,11 +479,11 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         work = warehouse.scratch(commit, cohort.name)
         made = build_release(session, cohort, selected, ledger, images, building, work,
                              warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts,
-                             optout_section=optouts.section(optout), optout_check=optouts.check(optout),
+                             optout_section=optouts.section(optout), optouts=optouts,
                              store=warehouse.url(RELEASE_OBJECTS), index=index)
         release, copied = made.release, made.copied
         read[cohort.name] = site_days_read(made.inputs)
-        selected.unpersist()
+        optout.cached.unpersist()
         sharing[cohort.name] = release.sharing
         built, k = release.built, release.k
         smallest[cohort.name] = k.smallest

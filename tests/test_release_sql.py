@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from imaging.deid import RESEARCH_DEFAULT
 from imaging.driver.config import read_yaml
-from imaging.governance.datacard import BREAKDOWN_COLUMNS, MISSING, counts_sql, release_counts
+from imaging.governance.datacard import BREAKDOWN_COLUMNS, MISSING, counts_sql, release_counts, release_facts
 from imaging.governance.disclosure import DisclosurePolicy, class_sizes
 from imaging.governance.lineage import column_lineage, release_columns, release_row
 from imaging.steps.clinical import ClinicalPolicy
@@ -56,6 +56,25 @@ def test_class_sizes_and_counts_in_sql_match_python(spark, selection):
     assert (counts.images, counts.patients, counts.studies, counts.series) == (14, 11, 5, 14)
     for column in BREAKDOWN_COLUMNS:
         assert counts.breakdowns[column] == dict(Counter(MISSING if r[column] is None else r[column] for r in rows))
+
+
+def test_one_query_over_released_rows_gives_counts_class_sizes_and_listed_rows(spark, selection):
+    """The build's one query over the released metadata: the same counts, the class sizes the manifest's own query
+    gives (the released quasi-identifier columns are its generalisations), and the rows of listed patients."""
+    rows, lineage, disclosure = selection
+    listed = {"P1", "P4"}
+    released = spark.table("release_sql_selection").selectExpr(
+        *[c.sql for c in release_columns(lineage, disclosure)],
+        f"CASE WHEN patient_pseudonym IN ({', '.join(repr(p) for p in listed)}) THEN true END AS listed")
+    released.createOrReplaceTempView("release_sql_released")
+    found = release_facts(spark.sql(counts_sql("release_sql_released", quasi_identifiers=disclosure.released_columns,
+                                               listed="listed")).collect())
+    assert found.class_sizes == tuple(sorted(class_sizes(rows, disclosure)))
+    assert found.counts == release_counts(spark.sql(counts_sql("release_sql_selection")).collect())
+    assert found.listed == sum(r["patient_pseudonym"] in listed for r in rows) > 0
+    # No quasi-identifier declared: every patient in one class, as the manifest's query says.
+    none = release_facts(spark.sql(counts_sql("release_sql_released")).collect())
+    assert (none.class_sizes, none.listed) == ((11,), 0)
 
 
 def test_header_values_and_content_keys_in_sql_match_python(spark, selection):

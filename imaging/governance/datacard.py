@@ -71,31 +71,63 @@ BREAKDOWN_COLUMNS = ("modality", "laterality", "sex")  # released columns with a
 MISSING = "(missing)"
 
 
-def counts_sql(table: str, columns=BREAKDOWN_COLUMNS) -> str:
+def counts_sql(table: str, columns=BREAKDOWN_COLUMNS, quasi_identifiers=(), listed: str | None = None) -> str:
     """Release counts over a selection (a Spark view of release rows), in one pass on the executors: a row of
-    totals (`grouping` 1) and one row per combination of the low-cardinality released columns (`grouping` 0; a
-    handful of rows reach the driver: their values' product). `release_counts` reads them."""
+    totals (`kind` 'total') and one row per combination of the low-cardinality released columns ('breakdown'; a
+    handful of rows reach the driver: their values' product). With `quasi_identifiers` (released columns), also
+    one row per equivalence class ('class': its distinct patients, the k-anonymity class sizes); with `listed` (a
+    column, non-null on rows of a patient on an opt-out list), the totals count those rows (`listed`).
+    `release_facts` (or `release_counts`) reads them."""
     values = ", ".join(f"coalesce(CAST(`{c}` AS STRING), '{MISSING}') AS `{c}`" for c in columns)
     keys = ", ".join(f"`{c}`" for c in columns)
-    return (f"SELECT {keys}, count(*) AS images, count(DISTINCT patient_pseudonym) AS patients, "
-            "count(DISTINCT study_instance_uid) AS studies, count(DISTINCT series_instance_uid) AS series, "
-            f"grouping_id() AS `grouping` FROM (SELECT {values}, patient_pseudonym, study_instance_uid, "
-            f"series_instance_uid FROM {table}) GROUP BY GROUPING SETS ((), ({keys}))")
+    classes = [f"`q{i}`" for i in range(len(quasi_identifiers))]
+    qis = "".join(f", `{c}` AS `q{i}`" for i, c in enumerate(quasi_identifiers))
+    sets = f"(), ({keys})" + (f", ({', '.join(classes)})" if classes else "")
+    every = (1 << (len(columns) + len(classes))) - 1  # grouping_id() of the totals: every column aggregated away
+    return (f"SELECT {keys}{''.join(', ' + c for c in classes)}, count(*) AS images, "
+            "count(DISTINCT patient_pseudonym) AS patients, count(DISTINCT study_instance_uid) AS studies, "
+            "count(DISTINCT series_instance_uid) AS series, "
+            f"{'count(`_listed`)' if listed else '0'} AS listed, "
+            f"CASE WHEN grouping_id() = {every} THEN 'total' WHEN grouping(`{columns[0]}`) = 0 THEN 'breakdown' "
+            f"ELSE 'class' END AS kind FROM (SELECT {values}{qis}, patient_pseudonym, study_instance_uid, "
+            f"series_instance_uid{f', `{listed}` AS `_listed`' if listed else ''} FROM {table}) "
+            f"GROUP BY GROUPING SETS ({sets})")
+
+
+@dataclass(frozen=True)
+class ReleaseFacts:
+    """What `counts_sql` computed in its one pass: the counts, the equivalence classes' sizes (ascending) and the
+    released images of listed patients."""
+
+    counts: ReleaseCounts
+    class_sizes: tuple[int, ...]
+    listed: int
+
+
+def release_facts(rows, columns=BREAKDOWN_COLUMNS, classes: bool = True) -> ReleaseFacts:
+    """`ReleaseFacts` from `counts_sql`'s rows. Without quasi-identifiers (`classes` True: the query was asked
+    for them, and there were none) every patient is in one class, as `DisclosurePolicy.class_sizes_sql` says."""
+    breakdowns: dict[str, dict[str, int]] = {c: {} for c in columns}
+    totals, sizes = None, []
+    for row in rows:
+        if row["kind"] == "total":
+            totals = row
+        elif row["kind"] == "class":
+            sizes.append(row["patients"])
+        else:
+            for column in columns:
+                breakdowns[column][row[column]] = breakdowns[column].get(row[column], 0) + row["images"]
+    if totals is None:  # no row at all: nothing selected
+        return ReleaseFacts(ReleaseCounts(0, 0, 0, 0, breakdowns), (), 0)
+    if classes and not sizes:
+        sizes = [totals["patients"]]
+    return ReleaseFacts(ReleaseCounts(totals["images"], totals["patients"], totals["studies"], totals["series"],
+                                      breakdowns), tuple(sorted(sizes)), totals["listed"])
 
 
 def release_counts(rows, columns=BREAKDOWN_COLUMNS) -> ReleaseCounts:
     """`ReleaseCounts` from `counts_sql`'s rows: the totals, and each column's images per value."""
-    breakdowns: dict[str, dict[str, int]] = {c: {} for c in columns}
-    totals = None
-    for row in rows:
-        if row["grouping"]:
-            totals = row
-            continue
-        for column in columns:
-            breakdowns[column][row[column]] = breakdowns[column].get(row[column], 0) + row["images"]
-    if totals is None:  # no row at all: nothing selected
-        return ReleaseCounts(0, 0, 0, 0, breakdowns)
-    return ReleaseCounts(totals["images"], totals["patients"], totals["studies"], totals["series"], breakdowns)
+    return release_facts(rows, columns, classes=False).counts
 
 
 @dataclass(frozen=True)

@@ -376,9 +376,11 @@ def copy_rewritten(origin: str, plan: HeaderPlan, released: Mapping, handle) -> 
 
 
 def _kernel_copy(raw, handle, offset: int, read, written) -> int | None:
-    """Between two local files, the rest of the source from `offset`: hashed where the page cache holds it (a
-    read-only map, no copy into Python) and copied by the kernel (`copy_file_range`), so each byte is copied once,
-    as `cp` copies it; returns the bytes copied. None (nothing done) where either end is not a local file."""
+    """Between two local files, the rest of the source from `offset`: copied by the kernel (`copy_file_range`) in a
+    thread of its own while this one hashes the same bytes where the page cache holds them (a read-only map, no copy
+    into Python), so each byte is copied once, as `cp` copies it, and the copy's waits on the disk overlap the
+    hashing (both release the GIL); returns the bytes copied. None (nothing done) where either end is not a local
+    file."""
     import mmap
 
     try:
@@ -386,21 +388,36 @@ def _kernel_copy(raw, handle, offset: int, read, written) -> int | None:
     except (AttributeError, OSError, ValueError):
         return None
     size = os.fstat(source).st_size
-    position = offset
-    while position < size:  # mapped a window at a time: a worker's address space and memory stay small
-        base = position - position % mmap.ALLOCATIONGRANULARITY
-        length = min(WINDOW, size - base)
-        with mmap.mmap(source, length, access=mmap.ACCESS_READ, offset=base) as mapped:
-            view = memoryview(mapped)[position - base:]
-            try:
-                read.update(view)
-                written.update(view)
-            finally:
-                view.release()
-        position = base + length
-    if size > offset:
-        _copy_range(source, target, offset, size - offset, handle.tell())
+    copying = _copier().submit(_copy_range, source, target, offset, size - offset, handle.tell()) \
+        if size > offset else None
+    try:
+        position = offset
+        while position < size:  # mapped a window at a time: a worker's address space and memory stay small
+            base = position - position % mmap.ALLOCATIONGRANULARITY
+            length = min(WINDOW, size - base)
+            with mmap.mmap(source, length, access=mmap.ACCESS_READ, offset=base) as mapped:
+                view = memoryview(mapped)[position - base:]
+                try:
+                    read.update(view)
+                    written.update(view)
+                finally:
+                    view.release()
+            position = base + length
+    finally:
+        if copying is not None:
+            copying.result()  # its error, if any, raised here; never left running on a closed file
     return max(0, size - offset)
+
+
+_COPIER: list = []  # the process's copying thread, made on first use (one per Python worker)
+
+
+def _copier():
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not _COPIER:
+        _COPIER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="release-copy"))
+    return _COPIER[0]
 
 
 def _copy_range(source: int, target: int, offset: int, count: int, start: int) -> None:
