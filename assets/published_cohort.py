@@ -63,18 +63,6 @@ REWRITE_VERSION = files_version(module_files("imaging.steps.release", "imaging.s
                                 policy={"pydicom": __import__("pydicom").__version__})
 
 
-def _single_file(spark_dir: str, target: str, suffix: str) -> None:
-    """Spark writes a folder of parts; a release wants one named file."""
-    fs, path = fsx.filesystem(spark_dir)
-    parts = sorted(p for p in fs.ls(path, detail=False) if p.rsplit("/", 1)[-1].startswith("part-")
-                   and p.endswith(suffix))
-    if len(parts) != 1:
-        raise RuntimeError(f"expected one {suffix} part in {spark_dir}, found {len(parts)}")
-    (part,) = parts
-    fsx.move(fsx.qualify(fs, part), target)
-    fsx.remove(spark_dir)
-
-
 @dataclass(frozen=True)
 class Placed:
     """One line of the copy's list (`images.list`, sorted by path): what the copy did with one image."""
@@ -122,7 +110,7 @@ class Staged:
     """What staging a release's data made: its metadata rows, the copy's outcome (persisted: one row per image,
     `ReleaseFile`) and the header plan its images were written under."""
 
-    metadata: object  # DataFrame of the release's metadata rows
+    metadata: object  # DataFrame of the release's metadata rows (over the persisted copy: not copied again)
     copied: object  # DataFrame of ReleaseFile rows
     plan: HeaderPlan
     seconds: float  # the copy step's
@@ -148,10 +136,11 @@ def stage_data(selected, cohort: CohortDefinition, building: str, work: str, sou
 
     Each image's content key (`HeaderPlan.content_key`, in Spark SQL) is joined to the object store's index
     (`index`): an image whose key is known is placed from its stored object without being read or written
-    again; the others are rewritten into the store, then placed. The copy's (path, sha256) pairs go to one
-    sorted text file in `work` (outside the bundle), and its (identity, path) pairs to another, so the manifest
-    is written from a stream, the release verified without hashing what the copy just hashed, and no list of
-    every image reaches the driver. The metadata's `sha256` is the released file's, joined from the copy.
+    again; the others are rewritten into the store, then placed. The copy's lines (sha256, bytes written, identity,
+    path) go to one sorted text file in `work` (outside the bundle), so the manifest is written from a stream, the
+    release verified without hashing what the copy just hashed, and no list of every image reaches the driver.
+    The metadata's `sha256` is the released file's, joined from the copy; the list and the metadata are written
+    in the copy's own pass.
     """
     tasks = max(1, math.ceil(images / files_per_task))
     columns = release_columns(list(LINEAGE), DISCLOSURE)
@@ -163,24 +152,24 @@ def stage_data(selected, cohort: CohortDefinition, building: str, work: str, sou
                .withColumn("content_key", F.expr(plan.key_sql()))
                .join(index, "content_key", "left"))
     job = CopyJob(source_root, building, plan.rules, plan.stamp, plan.code, store)
-    # Read twice (the copy's list, the metadata's sha256): kept, so each file is placed once. Writing the list
-    # is the copy itself: every image placed.
+    # Kept: read by the one pass below, the metadata's counts and the store's index, and each file placed once.
     copied = map_batches(to_copy.repartition(tasks), job.step()).persist()
-    started = time.monotonic()
     line = F.concat_ws("  ", "sha256", F.col("written").cast("string"), F.coalesce("identity", F.lit("-")), "path")
-    # One sorted file without a range sort's sampling pass (a job of its own): the rows are one per image.
-    copied.select("path", line.alias("line")).repartition(1).sortWithinPartitions("path").select("line") \
-        .write.text(f"{work}/_list")
+    released = copied.select(F.col("path").alias("_file"), F.col("sha256").alias("_sha256"), line.alias("_line"))
+    base = rows.drop("_output_path")
+    # The metadata: each selected row with its released file's sha256 (what the counts read afterwards).
+    metadata = (base.join(released.drop("_line"), F.col("file") == F.col("_file"))
+                .withColumn("sha256", F.col("_sha256")).select(*names))
+    # One pass (one Spark action: the copy itself, every image placed) writes the copy's list, a line for every
+    # image copied, and the metadata (Parquet and CSV), a row for every copied image a selected row names; sorted
+    # on one partition without a range sort's sampling pass (a job of its own): the rows are one per image.
+    both = (released.join(base, F.col("file") == F.col("_file"), "left").withColumn("sha256", F.col("_sha256"))
+            .select(*names, "_file", "_line").repartition(1).sortWithinPartitions("_file"))
+    writer = WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema), f"{building}/metadata.csv",
+                          list_url=f"{work}/images.list")
+    started = time.monotonic()
+    both.mapInArrow(writer, "rows long").collect()  # one row: the metadata rows written
     seconds = time.monotonic() - started
-    _single_file(f"{work}/_list", f"{work}/images.list", ".txt")
-
-    released = copied.select(F.col("path").alias("_file"), F.col("sha256").alias("_sha256"))
-    # Kept: written (Parquet and CSV, one pass), then counted and broken down.
-    metadata = (rows.drop("_output_path").join(released, F.col("file") == F.col("_file"))
-                .withColumn("sha256", F.col("_sha256")).select(*names).repartition(1).sortWithinPartitions("file")
-                ).persist()
-    writer = WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema), f"{building}/metadata.csv")
-    metadata.mapInArrow(writer, "rows long").collect()  # one row: the count written
     return Staged(metadata, copied, plan, seconds)
 
 
@@ -306,7 +295,6 @@ def build_release(session, cohort: CohortDefinition, selected, ledger, images: i
     # k-anonymity decides hold or block; the release's other checks failing means the bundle itself is wrong.
     own = [c for c in checks if c.asset == "published_cohort" and c.name != "k_anonymity"]
     placed = _sharing(f"{work}/images.list", staged.seconds)
-    metadata.unpersist()
     return CohortBuild(CheckedRelease(built=built, k=k, verified=all(c.passed for c in own), sharing=placed),
                        copied_frame, read)
 

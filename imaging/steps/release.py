@@ -502,6 +502,10 @@ class WriteParquet:
     """A `mapInArrow` function that writes every batch it is given to one Parquet file with pyarrow, and to one
     CSV file beside it when asked (`csv_url`: the same rows, one pass).
 
+    With `list_url`, the batches also carry `_line` (a line of the release copy's list, on every row) and rows
+    whose `file` is null (an image copied that no metadata row names): every line goes to that text file, and
+    only the rows with a `file` to the Parquet and CSV files.
+
     Spark's own Parquet writer lists each column's encodings in a JVM hash-set order that changes
     from one process to the next, so the same rows give different bytes; a release is identified
     by its checksums, so its metadata file must not. Run it on one partition (`coalesce(1)`).
@@ -510,11 +514,13 @@ class WriteParquet:
     url: str
     schema: object  # pyarrow.Schema of the rows
     csv_url: str | None = None
+    list_url: str | None = None
 
     def __call__(self, batches):
         import contextlib
 
         import pyarrow as pa
+        import pyarrow.compute as pc
         import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
 
@@ -528,7 +534,12 @@ class WriteParquet:
                 fs, path = fsx.filesystem(url)
                 fs.makedirs(fs._parent(path), exist_ok=True)
                 writers.append(stack.enter_context(make(stack.enter_context(fs.open(path, "wb")))))
+            lines = stack.enter_context(fsx.open_write(self.list_url)) if self.list_url else None
             for batch in batches:
+                if lines is not None:
+                    if batch.num_rows:
+                        lines.write(("\n".join(batch.column("_line").to_pylist()) + "\n").encode())
+                    batch = batch.filter(pc.is_valid(batch.column("file"))).select(self.schema.names)
                 batch = batch.cast(self.schema) if batch.schema != self.schema else batch
                 for writer in writers:
                     writer.write_batch(batch)
