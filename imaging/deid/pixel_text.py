@@ -55,7 +55,7 @@ import os
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from typing import Annotated, Literal
@@ -183,6 +183,11 @@ class PixelTextSettings:
     detector_turned: bool = True  # "frames": also the frame turned a quarter, whole (lines up or down a margin)
     detector_zoom: float = 2.0  # "frames": also the frame enlarged this many times, whole (small lines; 1: not)
     detector_mean: bool = True  # "still": also the mean of a volume's overlay frames, read as a frame is
+    detector_mean_frames: int = 32  # ... the mean of this many frames, evenly spread (all when fewer)
+    detector_mean_zoom: float = 3.0  # ... then enlarged this many times too (1: not)
+    detector_faint: int = 15  # "frames": last, candidates of strokes this faint, stretched and enlarged (0: not)
+    detector_faint_crossings: float = 3.0  # ... with this many strokes a row crosses on average
+    detector_chroma: bool = True  # "frames": last, a colour frame's chroma (grey text on a coloured fundus)
     image_types: tuple[tuple[str, ImageTypeSettings], ...] = ()
 
     @classmethod
@@ -214,7 +219,10 @@ class PixelTextSettings:
                    detector_box_threshold=spec.detector_box_threshold, detector_min_side=spec.detector_min_side,
                    detector_aspect=spec.detector_aspect, detector_contrast=spec.detector_contrast,
                    detector_turned=spec.detector_turned, detector_zoom=float(spec.detector_zoom),
-                   detector_mean=spec.detector_mean, image_types=types)
+                   detector_mean=spec.detector_mean, detector_mean_frames=spec.detector_mean_frames,
+                   detector_mean_zoom=float(spec.detector_mean_zoom), detector_faint=spec.detector_faint,
+                   detector_faint_crossings=float(spec.detector_faint_crossings),
+                   detector_chroma=spec.detector_chroma, image_types=types)
 
     def validate(self) -> None:
         """Settings made in code (not from the file) meet the file's rules too."""
@@ -348,7 +356,12 @@ class PixelTextFile(StrictModel):
     detector_contrast: int = Field(_PT.detector_contrast, ge=1, le=254)
     detector_turned: bool = _PT.detector_turned
     detector_mean: bool = _PT.detector_mean
+    detector_mean_frames: int = Field(_PT.detector_mean_frames, ge=2, le=256)
+    detector_mean_zoom: float = Field(_PT.detector_mean_zoom, ge=1, le=4)
     detector_zoom: float = Field(_PT.detector_zoom, ge=1, le=4)
+    detector_faint: int = Field(_PT.detector_faint, ge=0, le=254)
+    detector_faint_crossings: float = Field(_PT.detector_faint_crossings, ge=0)
+    detector_chroma: bool = _PT.detector_chroma
     image_types: dict[Literal[IMAGE_TYPES], PixelTextTypeFile] = {}  # type: ignore[valid-type]
 
     _passes = field_validator("thresholding", mode="before")(classmethod(lambda cls, value: _one_pass(value)))
@@ -380,6 +393,8 @@ class PixelTextStats:
     still_detector_text: int = 0  # ... in which it alone found text
     mean_detector: int = 0  # volumes whose overlay frames' mean the detector read last (`detector_mean`)
     mean_detector_text: int = 0  # ... in which it found text there
+    faint_text: int = 0  # frames whose text only the look at faint candidates found (`detector_faint`)
+    chroma_text: int = 0  # colour frames whose text only the look at their chroma found (`detector_chroma`)
     detector_seconds: float = 0.0
 
 
@@ -878,11 +893,16 @@ def candidate_layout(grey: np.ndarray, candidates: list[Candidate], stroke_max: 
     return page, placements
 
 
-SCREEN = "Burned-in text screen 3"  # the tiers' and looks' version: raised when what counts as text changes (3: the volumes' mean look)
+SCREEN = "Burned-in text screen 4"  # the tiers' and looks' version: raised when what counts as text changes (3: the volumes' mean look; 4: faint lines, chroma, the mean of more frames)
 UPRIGHT_HEIGHT = 32  # pixels: vertical candidates are enlarged towards this height for the detector
 SURE = 0.7  # a whole-frame region at this mean probability is text; a weaker one is looked at closer first
 CLOSER = 48  # pixels: a weak region's line is enlarged towards this height for the closer look
 UPRIGHT_PAGE = 2048  # pixels: the tallest page of upright candidates the detector reads at once
+# The faint look (`detector_faint`): candidates whose line is at most FAINT_LINE pixels (panels, plots and
+# thumbnails made taller ones on clean report screens, and a stretched panel edge reads as a line), each enlarged at
+# least FAINT_ENLARGE times (the candidate's box is often twice its letters' height: 8 px letters stay 8 px).
+FAINT_LINE = 32
+FAINT_ENLARGE = 2
 
 
 def _detector_name() -> str:
@@ -934,14 +954,16 @@ def _colour(frame: np.ndarray, photometric: str) -> np.ndarray | None:
     return None
 
 
-def upright_layout(small: np.ndarray, candidates: list[tuple[Candidate, bool]]) -> list[tuple[np.ndarray, list[tuple[int, int, Candidate]]]]:
+def upright_layout(small: np.ndarray, candidates: list[tuple[Candidate, bool]], stretch: bool = False,
+                   least: int = 1) -> list[tuple[np.ndarray, list[tuple[int, int, Candidate]]]]:
     """Pages of candidates for the detector, each line running across: each box (in `small`'s pixels; with it,
     whether it runs up or down) with a margin as wide as its line is tall and 16 px at least (the strokes the
     screen joined may be only part of the letters' height: a row of serifs, one side of a thick face), a vertical
     one turned a quarter clockwise (the detector finds a line the right way up or upside down alike, and lines
-    running up a margin poorly), enlarged by a whole factor (at most 3) towards `UPRIGHT_HEIGHT`, padded with its
-    own edge and stacked; a page at most `UPRIGHT_PAGE` tall. Each page with, per box, its rows on the page and
-    the candidate."""
+    running up a margin poorly), enlarged by a whole factor (at least `least`, at most 3) towards
+    `UPRIGHT_HEIGHT`, padded with its own edge and stacked; a page at most `UPRIGHT_PAGE` tall. `stretch`: each
+    crop's grey levels stretched so the box's own (1st to 99th percentile) span the whole range (faint strokes
+    made as dark as the detector was trained on). Each page with, per box, its rows on the page and the candidate."""
     from PIL import Image
 
     crops = []
@@ -950,9 +972,13 @@ def upright_layout(small: np.ndarray, candidates: list[tuple[Candidate, bool]]) 
         margin = max(16, line)
         top, left = max(0, c.top - margin), max(0, c.left - margin)
         crop = small[top:c.top + c.height + margin, left:c.left + c.width + margin]
+        if stretch:
+            low, high = np.percentile(small[c.top:c.top + c.height, c.left:c.left + c.width], (1, 99))
+            if high - low >= 4:
+                crop = np.clip((crop.astype(np.float32) - low) * (255.0 / (high - low)), 0, 255).astype(np.uint8)
         if vertical:
             crop = np.rot90(crop, 3)
-        factor = min(3, _enlargement(line, UPRIGHT_HEIGHT))
+        factor = max(least, min(3, _enlargement(line, UPRIGHT_HEIGHT)))
         image = Image.fromarray(np.ascontiguousarray(crop))
         if factor > 1:
             image = image.resize((image.width * factor, image.height * factor), Image.BILINEAR)
@@ -1092,7 +1118,9 @@ class PixelTextDetector:
                         greys[index] = to_grey8(frame, photometric) if frame.ndim == 2 else None
                 if all(g is not None for g in greys.values()):
                     overlay = tuple(sorted(greys))
-                    reader, boxes = self._overlay_text(list(greys.values()), kind, _lossy(ds, syntax), bool(found))
+                    reader, boxes = self._overlay_text(
+                        list(greys.values()), kind, _lossy(ds, syntax), bool(found),
+                        lambda: self._frames_mean(frames, count, photometric, greys))
                     if boxes:
                         found.append(FoundText(None, tuple(boxes), reader))
             self.stats.files_checked += 1
@@ -1103,6 +1131,22 @@ class PixelTextDetector:
                                    tuple(self.method(kind)))
         finally:
             self.stats.ocr_seconds += time.perf_counter() - started
+
+    def _frames_mean(self, frames: Frames, count: int, photometric: str, greys: dict[int, np.ndarray]) -> np.ndarray | None:
+        """The mean of `detector_mean_frames` frames of a volume evenly spread (every frame when it has fewer), each
+        scaled to 8 bits as the overlay frames are, summed one at a time (one frame and one sum in memory); the ones
+        already decoded (`greys`) taken as they are. None when a frame is blank or not grey (no mean to read)."""
+        total = None
+        indices = sample_frames(count, self.settings.detector_mean_frames)
+        for index in indices:
+            grey = greys.get(index)
+            if grey is None:
+                frame = self._decode(frames, index)
+                grey = to_grey8(frame, photometric) if frame.ndim == 2 else None
+            if grey is None or (total is not None and grey.shape != total.shape):
+                return None
+            total = grey.astype(np.uint32) if total is None else np.add(total, grey, out=total)
+        return (total // len(indices)).astype(np.uint8)
 
     def _decode(self, frames: Frames, index: int) -> np.ndarray:
         """Frame `index` decoded; an undecodable image cannot be shown to be clean (NotDeidentifiable)."""
@@ -1146,7 +1190,14 @@ class PixelTextDetector:
            each turned to run across, enlarged towards 32 px tall and stacked on a page the detector reads
            (`upright_layout`): PP-OCRv4 finds lines running up a margin poorly and lines 8-10 px tall at best
            now and then, the same lines upright and enlarged well. A region there is text when it is shaped like
-           a line; the candidate's box is where."""
+           a line; the candidate's box is where.
+        3. (Neither seeing anything, and as `detector_turned`/`detector_zoom` say) the frame turned a quarter, then
+           enlarged (`_whole_look`).
+        4. Faint lines (`detector_faint`): the candidates of strokes only that many grey levels out, at most
+           `FAINT_LINE` tall, each stretched to the whole grey range and enlarged at least twice (8-11 px lines
+           40-70 grey levels from what is under them, which the looks above read as nothing).
+        5. A colour frame's chroma (`detector_chroma`, `_chroma_text`): grey or white text over a coloured fundus
+           can have the luminance of what is under it, and none of its colour."""
         started = time.perf_counter()
         try:
             s = self.settings
@@ -1164,6 +1215,12 @@ class PixelTextDetector:
             if not boxes and s.detector_zoom > 1:
                 boxes = self._whole_look(seen, kind.detector_side, zoom=s.detector_zoom)
                 self.stats.zoomed_text += bool(boxes)
+            if not boxes and s.detector_faint:
+                boxes = self._candidate_text(grey, kind, faint=True)
+                self.stats.faint_text += bool(boxes)
+            if not boxes and s.detector_chroma and image is not None and image.ndim == 3:
+                boxes = self._chroma_text(image, kind)
+                self.stats.chroma_text += bool(boxes)
             self.stats.frames_detector_text += bool(boxes)
             return boxes
         finally:
@@ -1222,22 +1279,29 @@ class PixelTextDetector:
         return any(_text_like(r.height, r.width, s.detector_min_side, s.detector_aspect)
                    for r in self.regions.find(closer, max(closer.shape[:2])))
 
-    def _candidate_text(self, grey: np.ndarray, kind: TypeSettings) -> list[Box]:
+    def _candidate_text(self, grey: np.ndarray, kind: TypeSettings, faint: bool = False) -> list[Box]:
         """Small or vertical text: the candidates screen's boxes at `detector_contrast`, across and (on the frame
-        turned a quarter) up and down, each turned to run across and enlarged for the detector (`detect`, 2.)."""
+        turned a quarter) up and down, each turned to run across and enlarged for the detector (`detect`, 2.).
+        `faint`: the boxes of fainter strokes instead (`detector_faint`, `detector_faint_crossings`), at most
+        `FAINT_LINE` tall, stretched and enlarged at least `FAINT_ENLARGE` times (`detect`, 4.)."""
         s = self.settings
         small = _downscale(grey, kind.detector_side)
         scale = 2 if kind.despeckle else 1  # full size: text 8-10 px tall has strokes a 2 x 2 mean blurs away
-        across = screen(small, s.detector_contrast, s.stroke_max, kind.despeckle, s.min_crossings, scale).candidates
-        turned = screen(np.ascontiguousarray(small.T), s.detector_contrast, s.stroke_max, kind.despeckle,
-                        s.min_crossings, scale).candidates
+        contrast, crossings = (s.detector_faint, s.detector_faint_crossings) if faint else \
+            (s.detector_contrast, s.min_crossings)
+        across = screen(small, contrast, s.stroke_max, kind.despeckle, crossings, scale).candidates
+        turned = screen(np.ascontiguousarray(small.T), contrast, s.stroke_max, kind.despeckle,
+                        crossings, scale).candidates
         candidates = [(c, False) for c in across] + \
             [(Candidate(c.left, c.top, c.width, c.height, c.polarity), True) for c in turned]  # back: rows <-> cols
+        if faint:
+            candidates = [(c, vertical) for c, vertical in candidates
+                          if (c.width if vertical else c.height) <= FAINT_LINE]
         if not candidates:
             return []
         fy, fx = grey.shape[0] / small.shape[0], grey.shape[1] / small.shape[1]
         out = []
-        for page, placed in upright_layout(small, candidates):
+        for page, placed in upright_layout(small, candidates, stretch=faint, least=FAINT_ENLARGE if faint else 1):
             self.stats.candidate_pages += 1
             for r in self.regions.find(page, max(page.shape), pad=0):
                 if not _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect) or r.width < r.height:
@@ -1248,6 +1312,17 @@ class PixelTextDetector:
                         out.append(Box(int(c.top * fy), int(c.left * fx), math.ceil(c.height * fy) + 1,
                                        math.ceil(c.width * fx) + 1))
         return list(dict.fromkeys(out))
+
+    def _chroma_text(self, image: np.ndarray, kind: TypeSettings) -> list[Box]:
+        """A colour frame's chroma (the spread of its red, green and blue: 0 for any grey) read whole, then enlarged
+        `detector_zoom` times: grey, white or tinted text over a fundus, whose luminance may equal the fundus's,
+        stands out there as a grey line on the fundus's colour (a black border is grey too: text on it is found by
+        the luminance looks)."""
+        spread = image.max(axis=2) - image.min(axis=2)  # uint8: max >= min
+        boxes = self._whole_look(spread, kind.detector_side)
+        if not boxes and self.settings.detector_zoom > 1:
+            boxes = self._whole_look(spread, kind.detector_side, zoom=self.settings.detector_zoom)
+        return boxes
 
     def _still_regions(self, still: np.ndarray, exact: np.ndarray, mean: np.ndarray) -> list[Box]:
         """The learned detector on what a volume's overlay frames share: the still pixels black on white
@@ -1291,8 +1366,8 @@ class PixelTextDetector:
                     return out
         return []
 
-    def _overlay_text(self, greys: list[np.ndarray], kind: TypeSettings,
-                      lossy: bool = False, found: bool = False) -> tuple[str, list[Box]]:
+    def _overlay_text(self, greys: list[np.ndarray], kind: TypeSettings, lossy: bool = False, found: bool = False,
+                      wider_mean: Callable[[], np.ndarray | None] | None = None) -> tuple[str, list[Box]]:
         """A label a device draws on every frame of a volume, found where each frame alone hides it.
 
         OCT speckle changes from one B-scan to the next; an overlay does not. `greys` are the
@@ -1311,6 +1386,7 @@ class PixelTextDetector:
         a volume for nothing. Returns the words' boxes in frame coordinates (empty: no text).
         `found`: the sampled frames already showed text (a redaction collecting every place): the mean's looks, which
         say only that there is a label and not which frames carry it, are left out.
+        `wider_mean`: the mean of more frames for the last look (`_mean_text`; `_frames_mean`), made only if read.
         """
         kind = replace(kind, despeckle=False)  # the minimum already took the speckle down
         lowest, highest = np.minimum.reduce(greys), np.maximum.reduce(greys)
@@ -1322,7 +1398,7 @@ class PixelTextDetector:
             # No candidate could hold STILL_PIXELS still pixels: the overlays' screens would find none to read, and
             # the still page would not be read either (a clean volume, the common case); the mean is still looked at.
             self.stats.overlays_without_still += 1
-            return self._last_looks(lowest, highest, average, mean, kind, lossy, found)
+            return self._last_looks(lowest, highest, average, mean, kind, lossy, found, wider_mean)
         for projection in (lowest, mean):
             boxes = self.frame_text(projection, kind, still=still)
             if boxes:
@@ -1336,32 +1412,41 @@ class PixelTextDetector:
             boxes = self._still_regions(loose_still(lowest, highest, average), still, mean)
             if boxes:
                 return "detector", boxes
-        return self._last_looks(lowest, highest, average, mean, kind, lossy, found)
+        return self._last_looks(lowest, highest, average, mean, kind, lossy, found, wider_mean)
 
     def _last_looks(self, lowest: np.ndarray, highest: np.ndarray, average: np.ndarray, mean: np.ndarray,
-                    kind: TypeSettings, lossy: bool, found: bool) -> tuple[str, list[Box]]:
+                    kind: TypeSettings, lossy: bool, found: bool,
+                    wider_mean: Callable[[], np.ndarray | None] | None = None) -> tuple[str, list[Box]]:
         """The detector's looks at the overlay frames' mean when the still pixels showed no label: a lossy volume's
-        (`_lossy_label`), then any volume's (`_mean_text`) unless the sampled frames already found text."""
+        (`_lossy_label`), then any volume's (`_mean_text`, on the mean of `detector_mean_frames` frames when more
+        than the overlay's) unless the sampled frames already found text."""
         if lossy and kind.detector == "still":
             reader, boxes = self._lossy_label(lowest, highest, average, mean)
             if boxes:
                 return reader, boxes
-        return ("tesseract", []) if found else self._mean_text(mean, kind)
+        if found or kind.detector != "still" or not self.settings.detector_mean:
+            return "tesseract", []
+        if wider_mean is not None and self.settings.detector_mean_frames > kind.overlay_frames:
+            wider = wider_mean()
+            mean = mean if wider is None else wider
+        return self._mean_text(mean, kind)
 
     def _mean_text(self, mean: np.ndarray, kind: TypeSettings) -> tuple[str, list[Box]]:
-        """The last look at a volume (`detector_mean`): the mean of its overlay frames read by the detector as a
-        frame is, whole, turned a quarter, then both enlarged `detector_zoom` times, regions kept by the frames'
-        rule (shaped like a line, sure or confirmed closer). The mean keeps a label that the still tests lose: a
-        thin anti-aliased stroke (its edge pixels blend with the speckle under them, so few are still) or one a
-        JPEG error moves, dark labels most (their range is a large share of their mean); averaging lowers the
-        speckle around it. No still pixel is asked for, so a clean volume pays these looks too."""
+        """The last look at a volume (`detector_mean`): the mean of its frames (`detector_mean_frames`) read by the
+        detector as a frame is, whole, turned a quarter, then both enlarged `detector_zoom` times and then
+        `detector_mean_zoom` times, regions kept by the frames' rule (shaped like a line, sure or confirmed closer).
+        The mean keeps a label that the still tests lose: a thin anti-aliased stroke (its edge pixels blend with
+        the speckle under them, so few are still) or one a JPEG error moves, dark labels most (their range is a
+        large share of their mean); averaging lowers the speckle around it by the root of the frames averaged (an
+        8-9 px label on the retina's speckle was lost in the mean of 8 frames and read in the mean of 16, three
+        times its size). No still pixel is asked for, so a clean volume pays these looks too."""
         s = self.settings
         if kind.detector != "still" or not s.detector_mean:
             return "tesseract", []
         started = time.perf_counter()
         try:
             self.stats.mean_detector += 1
-            for zoom in (1.0, s.detector_zoom) if s.detector_zoom > 1 else (1.0,):
+            for zoom in dict.fromkeys((1.0, s.detector_zoom, s.detector_mean_zoom)):
                 for turned in (False, True):
                     boxes = self._whole_look(mean, kind.detector_side, turned, zoom)
                     if boxes:
