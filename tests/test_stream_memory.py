@@ -27,8 +27,8 @@ from imaging.driver.platform_files import load_clinical_policy as load_policy
 from imaging.steps.release import CopyJob, HeaderRule, ReleaseSource
 
 FRAMES, ROWS, COLUMNS = 400, 640, 1024  # 262 MB of 8-bit pixels
-PEAK = 64 << 20  # bytes: a few frames and chunks, whatever the file's size (and the detector's enlarged look at
-# the overlay frames' mean, read in 1024 px tiles)
+PEAK = 96 << 20  # bytes: a few frames and chunks, whatever the file's size (and the detector's look at the frames'
+# mean enlarged three times: a 1920 x 3072 picture, its probability map and regions, the network read in 1024 px tiles)
 
 
 @pytest.fixture(scope="module")
