@@ -100,6 +100,9 @@ class _Clean:
     def read_again(self, grey, volume=False, confirming=False):
         return []
 
+    def read_again_turned(self, grey, volume=False):
+        return []
+
 
 def _redacted_copy(ds):
     """`ds` with a box in the middle of its first frame redacted, written and read back."""

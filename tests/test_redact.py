@@ -287,3 +287,25 @@ def test_a_streamed_redaction_writes_the_bytes_of_one_read_whole(redacting, tmp_
                 result.close()
     assert whole.pixel_text == result.pixel_text == REDACTED
     assert buffer.getvalue() == expected
+
+
+@pytest.mark.parametrize("turn", [1, 3])
+def test_the_second_reading_reads_a_line_running_up_or_down_in_the_frame_s_pixels(redacting, turn):
+    """A redacted frame whose covered text ran up or down is also read turned (`read_again_turned`): a detector region
+    can be only a fragment of such a line (issue 44: 84 px of a 670 px line up a photograph's margin, the rest
+    published with 4 words readable). The words it reads are boxed where they are in the frame, so what the cover
+    took is told from what it left."""
+    from synth.burned_text import font_faces, text_mask
+
+    face = next(f for f in font_faces(("DejaVu Sans",)) if f.style == "bold")
+    mask, _ = text_mask(["HOSPITAL NUMBER 4471"], face, 24, antialias=False)
+    line = np.rot90(mask, turn)  # 1: reads bottom to top, 3: top to bottom
+    frame = np.zeros((400, 300), np.uint8)
+    top, left = 40, 250
+    frame[top:top + line.shape[0], left:left + line.shape[1]] = line
+    assert not redacting.read_again(frame)  # upright, Tesseract reads none of it
+    boxes = redacting.read_again_turned(frame)
+    assert boxes
+    for b in boxes:  # every word where the line is, within a few pixels
+        assert top - 4 <= b.top and b.top + b.height <= top + line.shape[0] + 4, b
+        assert left - 4 <= b.left and b.left + b.width <= left + line.shape[1] + 4, b

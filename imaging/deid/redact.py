@@ -704,6 +704,9 @@ def leftovers(red: Redaction, source: PixelSource, detector: PixelTextDetector, 
             continue
         covered = red.boxes.get(index, ())
         words = tuple(b for b in detector.read_again(grey, volume=red.frames > 1) if not _inside(b, covered))
+        if red.frames == 1 and any(c.height > c.width for c in covered):
+            # Text ran up or down: the rest of a line the cover took part of is read only turned.
+            words += tuple(b for b in detector.read_again_turned(grey) if not _inside(b, covered))
         if looks and red.frames == 1:
             words += tuple(b for b in detector.detect(_colour(np.asarray(frame), photometric), grey, kind)
                            if min(b.height, b.width) <= MAX_WORD_HEIGHT and not _inside(b, covered))
