@@ -1135,9 +1135,12 @@ class PixelTextDetector:
     def _frames_mean(self, frames: Frames, count: int, photometric: str, greys: dict[int, np.ndarray]) -> np.ndarray | None:
         """The mean of `detector_mean_frames` frames of a volume evenly spread (every frame when it has fewer), each
         scaled to 8 bits as the overlay frames are, summed one at a time (one frame and one sum in memory); the ones
-        already decoded (`greys`) taken as they are. None when a frame is blank or not grey (no mean to read)."""
+        already decoded (`greys`) taken as they are. None when a frame is blank or not grey (no mean to read), or
+        when these frames are the overlay's (its mean stands)."""
         total = None
         indices = sample_frames(count, self.settings.detector_mean_frames)
+        if set(indices) <= set(greys):
+            return None  # the overlay frames are all there are: their mean is this one
         for index in indices:
             grey = greys.get(index)
             if grey is None:
@@ -1441,8 +1444,6 @@ class PixelTextDetector:
         8-9 px label on the retina's speckle was lost in the mean of 8 frames and read in the mean of 16, three
         times its size). No still pixel is asked for, so a clean volume pays these looks too."""
         s = self.settings
-        if kind.detector != "still" or not s.detector_mean:
-            return "tesseract", []
         started = time.perf_counter()
         try:
             self.stats.mean_detector += 1
