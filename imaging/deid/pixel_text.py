@@ -395,6 +395,7 @@ class PixelTextStats:
     mean_detector_text: int = 0  # ... in which it found text there
     faint_text: int = 0  # frames whose text only the look at faint candidates found (`detector_faint`)
     chroma_text: int = 0  # colour frames whose text only the look at their chroma found (`detector_chroma`)
+    unstroked_regions: int = 0  # whole-frame regions shaped like a line but crossing no strokes (`_strokes_across`)
     detector_seconds: float = 0.0
 
 
@@ -947,6 +948,38 @@ def _text_like(height: int, width: int, min_side: int, aspect: float) -> bool:
     return short >= min_side and long_ >= aspect * short
 
 
+STROKES_ACROSS = 4  # edges along one row: two strokes; a bar or a filled box crossed whole makes two
+EDGE_SHARE = 4  # an edge is a step of at least a quarter of the region's spread in a channel (5th-95th percentile)
+EDGE_LEAST = 8  # grey levels: and at least this (JPEG's ripples on a flat field are smaller)
+
+
+def _strokes_across(picture: np.ndarray, region) -> int:
+    """The most edges along one row of a region's middle half (along its longer side), in any channel: steps over
+    two pixels of at least a quarter of the channel's spread in the region, a run of steps the same way counted
+    once. A line of two characters or more makes four and more, on a plain field or inside a filled box; a filled
+    bar or box the detector reads as a line (a report screen's solid colour bar: every clean screen the fourth
+    pass redacted) two at most, a flat patch none. Noise only adds edges, so faint text on a textured field keeps
+    its own."""
+    crop = picture[region.top:region.top + region.height, region.left:region.left + region.width]
+    if crop.ndim == 2:
+        crop = crop[..., None]
+    if crop.shape[0] > crop.shape[1]:  # a line up or down: its rows are the crop's columns
+        crop = crop.transpose(1, 0, 2)
+    rows = crop.shape[0]
+    middle = crop[rows // 4: rows - rows // 4] if rows >= 4 else crop
+    if middle.shape[1] < 3:
+        return 0
+    best = 0
+    for channel in range(middle.shape[2]):
+        values = middle[..., channel].astype(np.int16)
+        low, high = np.percentile(values, (5, 95))
+        steps = values[:, 2:] - values[:, :-2]
+        way = np.sign(steps) * (np.abs(steps) >= max(EDGE_LEAST, (high - low) / EDGE_SHARE))
+        edges = (way[:, :1] != 0).sum(axis=1) + ((way[:, 1:] != 0) & (way[:, 1:] != way[:, :-1])).sum(axis=1)
+        best = max(best, int(edges.max(initial=0)))
+    return best
+
+
 def _colour(frame: np.ndarray, photometric: str) -> np.ndarray | None:
     """An 8-bit colour frame as RGB for the detector (None: read its grey)."""
     if frame.ndim == 3 and frame.shape[-1] >= 3 and frame.dtype == np.uint8 and not photometric.startswith("YBR_P"):
@@ -1209,7 +1242,7 @@ class PixelTextDetector:
             regions = self.regions.find(seen, kind.detector_side)
             boxes = [Box(r.top, r.left, r.height, r.width) for r in regions
                      if _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect)
-                     and (r.score >= SURE or self._closer(seen, r))]
+                     and self._stroked(seen, r) and (r.score >= SURE or self._closer(seen, r))]
             if not boxes:
                 boxes = self._candidate_text(grey, kind)
             if not boxes and s.detector_turned:
@@ -1255,12 +1288,21 @@ class PixelTextDetector:
         for r in self.regions.find(picture, max(picture.shape[:2])):
             if not _text_like(r.height, r.width, s.detector_min_side, s.detector_aspect):
                 continue
+            if not self._stroked(picture, r):
+                continue
             if r.score < SURE and not self._closer(picture, r):
                 continue
             top, left, height, width = (r.left, columns - r.top - r.height, r.width, r.height) if turned else \
                 (r.top, r.left, r.height, r.width)
             out.append(Box(int(top * fy), int(left * fx), math.ceil(height * fy) + 1, math.ceil(width * fx) + 1))
         return out
+
+    def _stroked(self, image: np.ndarray, region) -> bool:
+        """Whether a whole-frame region crosses strokes (`_strokes_across`); one that does not is counted."""
+        if _strokes_across(image, region) >= STROKES_ACROSS:
+            return True
+        self.stats.unstroked_regions += 1
+        return False
 
     def _closer(self, image: np.ndarray, region) -> bool:
         """A weak region (mean probability below `SURE`) looked at again, closer: cropped with a margin as wide as
