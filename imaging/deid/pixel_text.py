@@ -894,7 +894,7 @@ def candidate_layout(grey: np.ndarray, candidates: list[Candidate], stroke_max: 
     return page, placements
 
 
-SCREEN = "Burned-in text screen 4"  # the tiers' and looks' version: raised when what counts as text changes (3: the volumes' mean look; 4: faint lines, chroma, the mean of more frames)
+SCREEN = "Burned-in text screen 5"  # the tiers' and looks' version: raised when what counts as text changes (3: the volumes' mean look; 4: faint lines, chroma, the mean of more frames; 5: a whole-frame region crosses strokes)
 UPRIGHT_HEIGHT = 32  # pixels: vertical candidates are enlarged towards this height for the detector
 SURE = 0.7  # a whole-frame region at this mean probability is text; a weaker one is looked at closer first
 CLOSER = 48  # pixels: a weak region's line is enlarged towards this height for the closer look
