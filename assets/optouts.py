@@ -90,12 +90,40 @@ def pseudonyms_frame(session, pseudonyms: Iterable[str]) -> DataFrame:
 
 # --- published_cohort: the lists at build time, and after release -------------------------------------------
 
+def held_images(url: str) -> int:
+    """Images the de-identification held back because their patient opted out: rows of the quarantine table at
+    `url` with that reason, counted by Arrow's scanner over the one column (streamed, nothing kept), not by a
+    Spark job of its own in every release build."""
+    import pyarrow.dataset as ds
+
+    from imaging import fs as fsx
+
+    if not fsx.exists(url):
+        return 0
+    filesystem, path = fsx.filesystem(url)
+    dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
+    if not dataset.files:  # only emptied partition folders (an empty site-day's run): no rows
+        return 0
+    return dataset.count_rows(filter=ds.field("reason") == OPTED_OUT)
+
+
+
 @dataclass(frozen=True)
 class NotDeidentified:
     """Images never de-identified because their patient opted out (every site-day), and their patients."""
 
     images: int = 0
     patients: int = 0
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What the list held back of a cohort's selection, and the selection's size: counted by the caller in the
+    query that reads the marked selection anyway (published_cohort: its input partitions), not in one of its own."""
+
+    excluded_images: int
+    excluded_patients: int
+    images: int  # images in the selection, less those held back
 
 
 @dataclass(frozen=True)
@@ -109,6 +137,38 @@ class Applied:
     excluded_patients: int
     images: int = 0  # images in the selection (`kept`)
     cached: DataFrame | None = None  # what `kept` reads from, persisted: the caller unpersists it
+
+
+@dataclass(frozen=True)
+class Marked:
+    """One cohort's selection marked against the list in force (`ReleaseOptOuts.apply`), not yet counted."""
+
+    cohort: object  # the CohortDefinition at the version to build
+    successor: Successor
+    marked: DataFrame  # the selection, persisted; with a non-null `OPTED` on rows of listed patients when `opted`
+    opted: bool  # whether `marked` has the `OPTED` column (the lists name somebody)
+
+    @property
+    def kept(self) -> DataFrame:
+        return self.marked.where(F.col(OPTED).isNull()).drop(OPTED) if self.opted else self.marked
+
+    def tally_columns(self) -> list:
+        """Aggregates (per group, e.g. per batch) of what `Tally` counts: `_excluded` rows held back, `_rows` in all,
+        `_excluded_patients` (the held-back patients' pseudonyms: bounded by the lists, not by the selection)."""
+        flag = F.col(OPTED) if self.opted else F.lit(None).cast("boolean")
+        return [F.count(flag).alias("_excluded"), F.count(F.lit(1)).alias("_rows"),
+                F.collect_set(F.when(flag.isNotNull(), F.col("patient_pseudonym"))).alias("_excluded_patients")]
+
+    @staticmethod
+    def tally(rows) -> Tally:
+        """`Tally` from the rows of a query grouped by any key with `tally_columns`."""
+        excluded = sum(r["_excluded"] for r in rows)
+        patients = set().union(*(r["_excluded_patients"] for r in rows)) if rows else set()
+        return Tally(excluded, len(patients), sum(r["_rows"] for r in rows) - excluded)
+
+    def counted(self, tally: Tally) -> Applied:
+        return Applied(self.cohort, self.kept, self.successor, tally.excluded_images, tally.excluded_patients,
+                       tally.images, self.marked)
 
 
 class ReleaseOptOuts:
@@ -146,10 +206,10 @@ class ReleaseOptOuts:
         record_site_tokens(warehouse.root, {s: site_token(deid.key, s) for s in lists.sites})
         linked = warehouse.read(session, LINKED)
         listed = listed_pseudonyms(linked, session, lists.ever_listed(spaces), spaces, deid.pseudonymizer())
-        held = warehouse.read(session, ANONYMIZE_QUARANTINE).where(F.col("reason") == OPTED_OUT)
-        images = held.count()
+        images = held_images(warehouse.url(ANONYMIZE_QUARANTINE))
         patients = 0
         if images:  # their patients: the held images' linked rows, as persons (one aggregate)
+            held = warehouse.read(session, ANONYMIZE_QUARANTINE).where(F.col("reason") == OPTED_OUT)
             patients = (with_person(held.select("date", "site", "source_path")
                                     .join(linked.select("date", "site", "source_path", "patient_id"),
                                           ["date", "site", "source_path"]), session, spaces)
@@ -222,9 +282,10 @@ class ReleaseOptOuts:
         return "lists in force: " + (", ".join(f"{site_token(self.key, s)} {v.version(self.key)} received {v.received}"
                                                for s, v in sorted(self.lists.lists().items())) or "none")
 
-    def apply(self, cohort, selected: DataFrame, warehouse_root: str) -> Applied:
-        """The version to build (`version_to_build`) and the selection less every patient on the list now
-        (persisted), with its size."""
+    def apply(self, cohort, selected: DataFrame, warehouse_root: str) -> Marked:
+        """The version to build (`version_to_build`) and the selection marked against the list now (persisted);
+        the caller counts it (`Marked.tally_columns`) in a query of its own over the marked rows, and the build
+        reads `kept`: the selection less every patient on the list now."""
         import dataclasses
 
         published = {r.version: r for r in published_releases(warehouse_root, cohort.name)}
@@ -232,17 +293,10 @@ class ReleaseOptOuts:
                                      lambda ps: self.patients_among(selected, ps))
         cohort = dataclasses.replace(cohort, version=successor.version)
         if not self.now:
-            kept = selected.persist()
-            return Applied(cohort, kept, successor, 0, 0, kept.count(), kept)
-        marked = selected.join(self.listed_frame(), "patient_pseudonym", "left").persist()
-        # What the list holds back and the selection's size, in one pass (which also fills the cache the build
-        # reads). That no listed patient is left is checked on the released rows (`check`).
-        tally = marked.agg(F.count(OPTED).alias("excluded"), F.count("*").alias("rows"),
-                           F.countDistinct(F.when(F.col(OPTED).isNotNull(), F.col("patient_pseudonym")))
-                           .alias("patients")).first()
-        kept = marked.where(F.col(OPTED).isNull()).drop(OPTED)
-        return Applied(cohort, kept, successor, tally["excluded"], tally["patients"], tally["rows"] - tally["excluded"],
-                       marked)
+            return Marked(cohort, successor, selected.persist(), False)
+        # That no listed patient is left is checked on the released rows (`check`).
+        return Marked(cohort, successor, selected.join(self.listed_frame(), "patient_pseudonym", "left").persist(),
+                      True)
 
     def listed_frame(self) -> DataFrame | None:
         """The pseudonyms of the patients on the lists in force now, each with a non-null `OPTED` column (broadcast),

@@ -4,7 +4,6 @@ import dataclasses
 import functools
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from dagster import (AllPartitionMapping, AssetCheckSpec, AssetDep, AssetExecutionContext, AssetKey,
@@ -19,7 +18,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from assets import quality as q
 from assets.checks import (RULES, RecordedFacts, check_outputs, check_specs, checks_table, partition_check_events,
                            publication_refusal, quality_context)
-from assets.optouts import OPTED, ReleaseOptOuts, read_optouts
+from assets.optouts import OPTED, Marked, ReleaseOptOuts, Tally, read_optouts
 from assets.partitions import COHORTS, PARTITIONS, SETTINGS, SINGLE_RUN, UI, run_partition_keys
 from assets.runner import code_version
 from assets.versions import EVENTS_LOGGED_BY_STEP, OPTOUT, InputVersion, input_version_over
@@ -186,21 +185,27 @@ class ReleaseInputs:
     images: dict[str, int]  # batch token -> images the release took from it
 
 
-def input_partitions(selected, ledger) -> ReleaseInputs:
-    """The manifest partitions a release read: batch token, a content hash of its rows, the run that wrote it.
+def input_partitions(selection: Marked, ledger) -> tuple[ReleaseInputs, Tally]:
+    """The manifest partitions a release reads: batch token, a content hash of its rows, the run that wrote it; and
+    what the opt-out lists held back of the selection (`Tally`), counted in the same query (one pass over the
+    marked selection, which also fills its cache for the copy).
 
-    One row per batch reaches the driver (bounded by the number of site-days, not of images).
+    One row per batch reaches the driver (bounded by the number of site-days, not of images), with the pseudonyms
+    of its patients the lists held back (bounded by the lists).
     """
-    versions = selected.groupBy("batch").agg(
-        F.substring(F.sha2(F.concat_ws(",", F.array_sort(F.collect_list("sha256"))), 256), 1, 16)
-        .alias("data_version"), F.count("*").alias("images"))
+    kept = F.col(OPTED).isNull() if selection.opted else F.lit(True)
+    versions = selection.marked.groupBy("batch").agg(
+        F.substring(F.sha2(F.concat_ws(",", F.array_sort(F.collect_list(F.when(kept, F.col("sha256"))))), 256), 1, 16)
+        .alias("data_version"), F.count(F.when(kept, F.lit(1))).alias("images"), *selection.tally_columns())
     runs = ledger.groupBy("batch").agg(F.max("run_id").alias("run_id"), F.max("run_started_at").alias("started"),
                                        F.max(q.partition_key()).alias("site_day"))
-    rows = versions.join(runs, "batch", "left").orderBy("batch").collect()
+    every = versions.join(runs, "batch", "left").orderBy("batch").collect()
+    rows = [r for r in every if r["images"]]  # a batch whose every selected image was held back is not read
     return ReleaseInputs(
         tuple(InputPartition("anonymized_images", r["batch"], r["data_version"], r["run_id"] or "unknown",
                              r["started"] or "unknown") for r in rows),
-        {r["batch"]: r["site_day"] for r in rows if r["site_day"]}, {r["batch"]: r["images"] for r in rows})
+        {r["batch"]: r["site_day"] for r in rows if r["site_day"]},
+        {r["batch"]: r["images"] for r in rows}), Marked.tally(every)
 
 
 def upstream_checks(facts: RecordedFacts, inputs: ReleaseInputs) -> tuple[CheckResult, ...]:
@@ -241,34 +246,31 @@ class CohortBuild:
     inputs: ReleaseInputs
 
 
-def build_release(session, cohort: CohortDefinition, selected, ledger, images: int, building: str, work: str,
-                  source_root: str, files_per_task: int, deid: Deidentifier,
+def build_release(session, cohort: CohortDefinition, selected, read: ReleaseInputs, images: int, building: str,
+                  work: str, source_root: str, files_per_task: int, deid: Deidentifier,
                   facts: RecordedFacts | None = None, optout_section: OptOutSection | None = None,
                   optouts: ReleaseOptOuts | None = None, store: str | None = None, index=None
                   ) -> "CohortBuild":
     """Stage one cohort's release bundle in `building`; returns what `finish_release` made and what it checked.
 
     With what the Dagster instance recorded (`facts`), the data card lists the latest result of every
-    upstream check on the partitions the release read and each input's landing data version. Only
-    evaluations recorded before this build are read (published_cohort's own checks are the three
+    upstream check on the partitions the release read (`read`: `input_partitions`) and each input's landing data
+    version. Only evaluations recorded before this build are read (published_cohort's own checks are the three
     below), so a rebuild of the same inputs after the same runs gives the same bytes. The card states the
     opt-out lists applied and what they held back (`optout_section`), and the release's own checks include that no
     patient on the lists in force (`optouts`) is in it.
 
-    Its Spark actions: the copy, the metadata's write, one query over the released metadata (counts, breakdowns,
-    k-anonymity's class sizes, rows of listed patients) and, meanwhile in a thread of its own, the input partitions.
+    Its Spark actions: the copy, which writes the metadata in its own pass, and one query over the released
+    metadata (counts, breakdowns, k-anonymity's class sizes, rows of listed patients).
     """
-    with ThreadPoolExecutor(max_workers=1) as background:  # a query's planning and scheduling overlap the copy
-        reading = background.submit(input_partitions, selected, ledger)
-        staged = stage_data(selected, cohort, building, work, source_root, store, index, files_per_task, images)
-        metadata, copied_frame = staged.metadata, staged.copied
-        listed = optouts.listed_frame() if optouts is not None else None
-        # Disclosure control, counts and the opt-out check all on what is released: its metadata rows.
-        rows = _view(metadata if listed is None else metadata.join(listed, "patient_pseudonym", "left"),
-                     "cohort_release")
-        found = release_facts(session.sql(counts_sql(rows, quasi_identifiers=DISCLOSURE.released_columns,
-                                                     listed=None if listed is None else OPTED)).collect())
-        read = reading.result()
+    staged = stage_data(selected, cohort, building, work, source_root, store, index, files_per_task, images)
+    metadata, copied_frame = staged.metadata, staged.copied
+    listed = optouts.listed_frame() if optouts is not None else None
+    # Disclosure control, counts and the opt-out check all on what is released: its metadata rows.
+    rows = _view(metadata if listed is None else metadata.join(listed, "patient_pseudonym", "left"),
+                 "cohort_release")
+    found = release_facts(session.sql(counts_sql(rows, quasi_identifiers=DISCLOSURE.released_columns,
+                                                 listed=None if listed is None else OPTED)).collect())
     k, counts = k_anonymity(found.class_sizes, DISCLOSURE), found.counts
     copied = sum(1 for _ in _image_entries(f"{work}/images.list")())
     checks = (
@@ -451,7 +453,9 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     own: list[CheckOutcome] = []
     applied = {}
     for cohort in (c for c in load_cohorts() if c.name in wanted):
-        applied[cohort.name] = optout = optouts.apply(cohort, rows.where(cohort.sql_predicate()), root)
+        marked = optouts.apply(cohort, rows.where(cohort.sql_predicate()), root)
+        inputs, tally = input_partitions(marked, ledger)  # one pass: the card's inputs and what the lists held back
+        applied[cohort.name] = optout = marked.counted(tally)
         cohort, selected, images = optout.cohort, optout.kept, optout.images
         if images == 0:
             optout.cached.unpersist()
@@ -465,7 +469,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         building = building_url(commit, root, cohort.name)
         # Spark writes the checksum list and the CSV: on a tables root it can write (not gs:// files).
         work = warehouse.scratch(commit, cohort.name)
-        made = build_release(session, cohort, selected, ledger, images, building, work,
+        made = build_release(session, cohort, selected, inputs, images, building, work,
                              warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts,
                              optout_section=optouts.section(optout), optouts=optouts,
                              store=warehouse.url(RELEASE_OBJECTS), index=index)
