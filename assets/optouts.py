@@ -98,14 +98,8 @@ def held_images(url: str) -> int:
 
     from imaging import fs as fsx
 
-    if not fsx.exists(url):
-        return 0
-    filesystem, path = fsx.filesystem(url)
-    dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
-    if not dataset.files:  # only emptied partition folders (an empty site-day's run): no rows
-        return 0
-    return dataset.count_rows(filter=ds.field("reason") == OPTED_OUT)
-
+    dataset = fsx.parquet_table(url)
+    return 0 if dataset is None else dataset.count_rows(filter=ds.field("reason") == OPTED_OUT)
 
 
 @dataclass(frozen=True)

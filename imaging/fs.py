@@ -55,6 +55,19 @@ def list_files(url: str) -> list[tuple[str, int]]:
     return sorted((qualify(fs, p), int(info.get("size") or 0)) for p, info in found.items() if info.get("type") == "file")
 
 
+def parquet_table(url: str):
+    """The hive-partitioned Parquet table at `url` as a pyarrow dataset (read by streaming scans); None when it has
+    no row to read: the folder missing, or only partition folders an empty site-day's run emptied (no file, and so
+    no schema)."""
+    import pyarrow.dataset as ds
+
+    fs, path = filesystem(url)
+    if not fs.exists(path):
+        return None
+    dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=fs)
+    return dataset if dataset.files else None
+
+
 def exists(url: str) -> bool:
     fs, path = filesystem(url)
     return fs.exists(path)

@@ -71,16 +71,12 @@ def lookup(root: str, output_sha256s: Iterable[str]) -> dict[str, list[Provenanc
     Reads only the columns it needs to filter, then the matching rows (pyarrow dataset filter).
     """
     import pyarrow.compute as pc
-    import pyarrow.dataset as ds
 
     from imaging import fs as fsx
 
     wanted = sorted(set(output_sha256s))
-    if not wanted or not fsx.exists(root):
-        return {}
-    filesystem, path = fsx.filesystem(root)
-    dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
-    if not dataset.files:  # a ledger folder without a file has no row to find
+    dataset = fsx.parquet_table(root) if wanted else None
+    if dataset is None:  # no ledger, or a ledger folder without a file: no row to find
         return {}
     table = dataset.to_table(filter=pc.field("output_sha256").isin(wanted))
     found: dict[str, list[ProvenanceRecord]] = {}

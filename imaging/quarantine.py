@@ -142,14 +142,9 @@ def parse_selection(text: str) -> Selection:
 
 def _rows(tables_root: str, table: Table, selection: Selection) -> list[dict]:
     import pyarrow.compute as pc
-    import pyarrow.dataset as ds
 
-    root = f"{tables_root}/{table.path}"
-    if not fsx.exists(root):
-        return []
-    filesystem, path = fsx.filesystem(root)
-    dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
-    if not dataset.files:
+    dataset = fsx.parquet_table(f"{tables_root}/{table.path}")
+    if dataset is None:
         return []
     wanted = None
     for column, value in (("date", selection.date), ("site", selection.site)):

@@ -178,17 +178,13 @@ def text_evidence(root: str, table, seed: str) -> TextEvidence:
 
 def pixel_quarantine_sources(tables: str, site_days) -> list[str]:
     """Landing paths of the images of these (date, site) partitions quarantined for their pixels (identifiable)."""
-    import pyarrow.dataset as ds
 
     from imaging.catalogue import ANONYMIZE_QUARANTINE
 
     wanted = set(site_days)
     url = f"{tables}/{ANONYMIZE_QUARANTINE.path}"
-    if not wanted or not fsx.exists(url):
-        return []
-    filesystem, path = fsx.filesystem(url)
-    dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
-    if not dataset.files:  # only emptied partition folders (an empty site-day's run): no rows, and no schema
+    dataset = fsx.parquet_table(url) if wanted else None
+    if dataset is None:  # no folder, or only partition folders an empty site-day's run emptied: no rows
         return []
     rows = dataset.to_table(columns=["date", "site", "reason", "source_path"]).to_pylist()
     return sorted(r["source_path"] for r in rows

@@ -352,7 +352,6 @@ class EvidenceCache:
 
 def quarantine_summary(warehouse: str, site_days: Iterable[tuple[str, str]]) -> list[QuarantineCount]:
     """Quarantined files by table and reason in the given (date, site) partitions (counts only)."""
-    import pyarrow.dataset as ds
 
     from imaging.catalogue import ANONYMIZE_QUARANTINE, CLINICAL_QUARANTINE, INDEX_QUARANTINE, LINK_QUARANTINE
 
@@ -361,12 +360,8 @@ def quarantine_summary(warehouse: str, site_days: Iterable[tuple[str, str]]) -> 
     if not wanted:
         return out
     for table in (INDEX_QUARANTINE, CLINICAL_QUARANTINE, LINK_QUARANTINE, ANONYMIZE_QUARANTINE):
-        url = f"{warehouse}/{table.path}"
-        if not fsx.exists(url):
-            continue
-        filesystem, path = fsx.filesystem(url)
-        dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
-        if not dataset.files:  # the table's folder without a file (an empty site-day's run emptied it): no rows
+        dataset = fsx.parquet_table(f"{warehouse}/{table.path}")
+        if dataset is None:  # no folder, or one an empty site-day's run emptied: no rows
             continue
         rows = dataset.to_table(columns=["date", "site", "reason"]).to_pylist()
         counts = Counter(r["reason"] for r in rows if (str(r["date"]), str(r["site"])) in set(wanted))
@@ -377,7 +372,6 @@ def quarantine_summary(warehouse: str, site_days: Iterable[tuple[str, str]]) -> 
 def arrived_columns(warehouse: str, site_days: Iterable[tuple[str, str]]) -> set[str] | None:
     """The clinical extract columns that actually arrived in the partitions a release read (names only),
     from linked_patient_metadata's clinical map; None when that table is not there to read."""
-    import pyarrow.dataset as ds
 
     from imaging.catalogue import LINKED
 
@@ -385,10 +379,9 @@ def arrived_columns(warehouse: str, site_days: Iterable[tuple[str, str]]) -> set
     wanted = set(site_days)
     if not fsx.exists(url) or not wanted:
         return None
-    filesystem, path = fsx.filesystem(url)
-    dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
+    dataset = fsx.parquet_table(url)
     names: set[str] = set()
-    if not dataset.files:  # no file, no row: nothing arrived
+    if dataset is None:  # no file, no row: nothing arrived
         return names
     for row in dataset.to_table(columns=["date", "site", "clinical"]).to_pylist():
         if (str(row["date"]), str(row["site"])) in wanted and row["clinical"]:

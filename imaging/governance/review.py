@@ -219,7 +219,6 @@ def _lookup_by_name(warehouse: str, batches: list[str], names: set[str]
     are generalised, so the release finds its ledger rows by the new SOP Instance UID its path ends with.
     """
     import pyarrow.compute as pc
-    import pyarrow.dataset as ds
 
     found: dict[str, list[tuple[ProvenanceRecord, bool]]] = {}
     from dataclasses import fields as record_fields
@@ -230,9 +229,8 @@ def _lookup_by_name(warehouse: str, batches: list[str], names: set[str]
         return {}
     rows = []
     for root in roots:
-        filesystem, path = fsx.filesystem(root)
-        dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=filesystem)
-        if not dataset.files:  # a ledger folder without a file has no row to find
+        dataset = fsx.parquet_table(root)
+        if dataset is None:  # a ledger folder without a file has no row to find
             continue
         table = dataset.to_table(filter=pc.field("batch").isin(batches)) if batches else dataset.to_table()
         rows += [(row, root.endswith(WITHDRAWN.path)) for row in table.to_pylist()]
