@@ -185,6 +185,7 @@ class PixelTextSettings:
     detector_mean: bool = True  # "still": also the mean of a volume's overlay frames, read as a frame is
     detector_mean_frames: int = 32  # ... the mean of this many frames, evenly spread (all when fewer)
     detector_mean_zoom: float = 3.0  # ... then enlarged this many times too (1: not)
+    detector_stillness: bool = True  # "still": last, how much less each pixel varies than the speckle around it
     detector_faint: int = 15  # "frames": last, candidates of strokes this faint, stretched and enlarged (0: not)
     detector_faint_crossings: float = 3.0  # ... with this many strokes a row crosses on average
     detector_chroma: bool = True  # "frames": last, a colour frame's chroma (grey text on a coloured fundus)
@@ -220,7 +221,8 @@ class PixelTextSettings:
                    detector_aspect=spec.detector_aspect, detector_contrast=spec.detector_contrast,
                    detector_turned=spec.detector_turned, detector_zoom=float(spec.detector_zoom),
                    detector_mean=spec.detector_mean, detector_mean_frames=spec.detector_mean_frames,
-                   detector_mean_zoom=float(spec.detector_mean_zoom), detector_faint=spec.detector_faint,
+                   detector_mean_zoom=float(spec.detector_mean_zoom), detector_stillness=spec.detector_stillness,
+                   detector_faint=spec.detector_faint,
                    detector_faint_crossings=float(spec.detector_faint_crossings),
                    detector_chroma=spec.detector_chroma, image_types=types)
 
@@ -358,6 +360,7 @@ class PixelTextFile(StrictModel):
     detector_mean: bool = _PT.detector_mean
     detector_mean_frames: int = Field(_PT.detector_mean_frames, ge=2, le=256)
     detector_mean_zoom: float = Field(_PT.detector_mean_zoom, ge=1, le=4)
+    detector_stillness: bool = _PT.detector_stillness
     detector_zoom: float = Field(_PT.detector_zoom, ge=1, le=4)
     detector_faint: int = Field(_PT.detector_faint, ge=0, le=254)
     detector_faint_crossings: float = Field(_PT.detector_faint_crossings, ge=0)
@@ -393,9 +396,12 @@ class PixelTextStats:
     still_detector_text: int = 0  # ... in which it alone found text
     mean_detector: int = 0  # volumes whose overlay frames' mean the detector read last (`detector_mean`)
     mean_detector_text: int = 0  # ... in which it found text there
+    stillness_detector: int = 0  # volumes whose stillness the detector read last (`detector_stillness`)
+    stillness_detector_text: int = 0  # ... in which it found text there
     faint_text: int = 0  # frames whose text only the look at faint candidates found (`detector_faint`)
     chroma_text: int = 0  # colour frames whose text only the look at their chroma found (`detector_chroma`)
     unstroked_regions: int = 0  # whole-frame regions shaped like a line but crossing no strokes (`_strokes_across`)
+    tall_candidates_refused: int = 0  # weak regions in a candidate taller than CANDIDATE_LINE no closer look confirmed
     detector_seconds: float = 0.0
 
 
@@ -741,6 +747,42 @@ def loose_still(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray) -> np
     return _still(lowest, highest, mean, STILL_PAGE_SHARE)
 
 
+# The stillness look (`stillness`): a pixel darker than STILLNESS_FLOOR on average has too little speckle left after
+# rounding to 8 bits to measure; each pixel is compared with the speckle of its STILLNESS_WINDOW neighbourhood, wide
+# enough that a line of labels is a small share of it.
+STILLNESS_FLOOR = 6
+STILLNESS_WINDOW = 31
+
+
+@dataclass(frozen=True)
+class FrameMoments:
+    """What a volume's frames show together: their `mean` and their `stillness` (both 8-bit, frame-shaped)."""
+    mean: np.ndarray
+    still: np.ndarray
+
+
+def stillness(total: np.ndarray, squares: np.ndarray, count: int) -> np.ndarray:
+    """How much less each pixel varies over `count` frames (`total`, `squares`: the sums of their 8-bit values and
+    of their squares) than the pixels around it, as a picture: 0 (black) where a pixel is the same on every frame
+    while its neighbourhood's speckle varies, 255 where it varies as they do. A device's label drawn with opacity a
+    over the speckle varies (1 - a) times as much as the speckle there, whatever its grey level; the speckle is
+    measured as each pixel's coefficient of variation (its spread over its mean: a multiplicative speckle's is the
+    same on a bright band and a dark one) against its neighbourhood's mean (`STILLNESS_WINDOW`). Pixels darker than
+    `STILLNESS_FLOOR`, and every pixel of fewer than 4 frames, are white: nothing to measure."""
+    from scipy import ndimage
+
+    if count < 4:
+        return np.full(total.shape, 255, dtype=np.uint8)
+    mean = total / count
+    spread = np.sqrt(np.maximum(squares / count - mean * mean, 0.0) * (count / (count - 1)))
+    measured = mean >= STILLNESS_FLOOR
+    variation = np.where(measured, spread / np.maximum(mean, 1.0), 0.0)
+    around = ndimage.uniform_filter(variation, STILLNESS_WINDOW) / np.maximum(
+        ndimage.uniform_filter(measured.astype(np.float64), STILLNESS_WINDOW), 1e-6)
+    still = np.where(measured & (around > 0), np.clip(1.0 - variation / np.maximum(around, 1e-6), 0.0, 1.0), 0.0)
+    return (255.0 - 255.0 * still).astype(np.uint8)
+
+
 def still_pixels(lowest: np.ndarray, highest: np.ndarray, mean: np.ndarray) -> np.ndarray:
     """Pixels the same on every overlay frame (`STILL_SHARE`), kept where a neighbour across or down is too."""
     still = _still(lowest, highest, mean, STILL_SHARE)
@@ -894,7 +936,7 @@ def candidate_layout(grey: np.ndarray, candidates: list[Candidate], stroke_max: 
     return page, placements
 
 
-SCREEN = "Burned-in text screen 5"  # the tiers' and looks' version: raised when what counts as text changes (3: the volumes' mean look; 4: faint lines, chroma, the mean of more frames; 5: a whole-frame region crosses strokes)
+SCREEN = "Burned-in text screen 6"  # the tiers' and looks' version: raised when what counts as text changes (3: the volumes' mean look; 4: faint lines, chroma, the mean of more frames; 5: a whole-frame region crosses strokes; 6: a volume's stillness, tall candidates confirmed)
 UPRIGHT_HEIGHT = 32  # pixels: vertical candidates are enlarged towards this height for the detector
 SURE = 0.7  # a whole-frame region at this mean probability is text; a weaker one is looked at closer first
 CLOSER = 48  # pixels: a weak region's line is enlarged towards this height for the closer look
@@ -904,6 +946,11 @@ UPRIGHT_PAGE = 2048  # pixels: the tallest page of upright candidates the detect
 # least FAINT_ENLARGE times (the candidate's box is often twice its letters' height: 8 px letters stay 8 px).
 FAINT_LINE = 32
 FAINT_ENLARGE = 2
+# A candidate whose line is taller than CANDIDATE_LINE pixels (of the detector's picture) is as often a row of
+# thumbnails or panels the screen joined as text (old clean report screen 213: 177 x 761, where a 13 x 38 px patch of
+# B-scan speckle read as a line at 0.51): a region in it counts as a whole-frame region does, sure or confirmed by a
+# closer look. Twice the tallest text the corpora draw (48 px) with a box about twice its letters' height, and more.
+CANDIDATE_LINE = 128
 
 
 def _detector_name() -> str:
@@ -1153,7 +1200,7 @@ class PixelTextDetector:
                     overlay = tuple(sorted(greys))
                     reader, boxes = self._overlay_text(
                         list(greys.values()), kind, _lossy(ds, syntax), bool(found),
-                        lambda: self._frames_mean(frames, count, photometric, greys))
+                        lambda: self._frames_moments(frames, count, photometric, greys))
                     if boxes:
                         found.append(FoundText(None, tuple(boxes), reader))
             self.stats.files_checked += 1
@@ -1165,15 +1212,14 @@ class PixelTextDetector:
         finally:
             self.stats.ocr_seconds += time.perf_counter() - started
 
-    def _frames_mean(self, frames: Frames, count: int, photometric: str, greys: dict[int, np.ndarray]) -> np.ndarray | None:
-        """The mean of `detector_mean_frames` frames of a volume evenly spread (every frame when it has fewer), each
-        scaled to 8 bits as the overlay frames are, summed one at a time (one frame and one sum in memory); the ones
-        already decoded (`greys`) taken as they are. None when a frame is blank or not grey (no mean to read), or
-        when these frames are the overlay's (its mean stands)."""
-        total = None
+    def _frames_moments(self, frames: Frames, count: int, photometric: str,
+                        greys: dict[int, np.ndarray]) -> "FrameMoments | None":
+        """The mean and stillness (`stillness`) of `detector_mean_frames` frames of a volume evenly spread (every frame
+        when it has fewer), each scaled to 8 bits as the overlay frames are, summed one at a time (one frame and two
+        sums in memory); the ones already decoded (`greys`) taken as they are. None when a frame is blank or not grey
+        (nothing to read)."""
+        total = squares = None
         indices = sample_frames(count, self.settings.detector_mean_frames)
-        if set(indices) <= set(greys):
-            return None  # the overlay frames are all there are: their mean is this one
         for index in indices:
             grey = greys.get(index)
             if grey is None:
@@ -1181,8 +1227,13 @@ class PixelTextDetector:
                 grey = to_grey8(frame, photometric) if frame.ndim == 2 else None
             if grey is None or (total is not None and grey.shape != total.shape):
                 return None
-            total = grey.astype(np.uint32) if total is None else np.add(total, grey, out=total)
-        return (total // len(indices)).astype(np.uint8)
+            wide = grey.astype(np.uint32)
+            if total is None:
+                total, squares = wide, wide * wide
+            else:
+                np.add(total, wide, out=total)
+                np.add(squares, wide * wide, out=squares)
+        return FrameMoments((total // len(indices)).astype(np.uint8), stillness(total, squares, len(indices)))
 
     def _decode(self, frames: Frames, index: int) -> np.ndarray:
         """Frame `index` decoded; an undecodable image cannot be shown to be clean (NotDeidentifiable)."""
@@ -1344,6 +1395,7 @@ class PixelTextDetector:
                           if (c.width if vertical else c.height) <= FAINT_LINE]
         if not candidates:
             return []
+        tall = {c for c, vertical in candidates if (c.width if vertical else c.height) > CANDIDATE_LINE}
         fy, fx = grey.shape[0] / small.shape[0], grey.shape[1] / small.shape[1]
         out = []
         for page, placed in upright_layout(small, candidates, stretch=faint, least=FAINT_ENLARGE if faint else 1):
@@ -1354,6 +1406,9 @@ class PixelTextDetector:
                 middle = r.top + r.height / 2
                 for start, stop, c in placed:
                     if start <= middle < stop:
+                        if c in tall and r.score < SURE and not self._closer(page, r):
+                            self.stats.tall_candidates_refused += 1
+                            continue
                         out.append(Box(int(c.top * fy), int(c.left * fx), math.ceil(c.height * fy) + 1,
                                        math.ceil(c.width * fx) + 1))
         return list(dict.fromkeys(out))
@@ -1412,7 +1467,7 @@ class PixelTextDetector:
         return []
 
     def _overlay_text(self, greys: list[np.ndarray], kind: TypeSettings, lossy: bool = False, found: bool = False,
-                      wider_mean: Callable[[], np.ndarray | None] | None = None) -> tuple[str, list[Box]]:
+                      moments: Callable[[], "FrameMoments | None"] | None = None) -> tuple[str, list[Box]]:
         """A label a device draws on every frame of a volume, found where each frame alone hides it.
 
         OCT speckle changes from one B-scan to the next; an overlay does not. `greys` are the
@@ -1431,7 +1486,8 @@ class PixelTextDetector:
         a volume for nothing. Returns the words' boxes in frame coordinates (empty: no text).
         `found`: the sampled frames already showed text (a redaction collecting every place): the mean's looks, which
         say only that there is a label and not which frames carry it, are left out.
-        `wider_mean`: the mean of more frames for the last look (`_mean_text`; `_frames_mean`), made only if read.
+        `moments`: the mean and stillness of more frames for the last looks (`_mean_text`, `_stillness_text`;
+        `_frames_moments`), made only if read.
         """
         kind = replace(kind, despeckle=False)  # the minimum already took the speckle down
         lowest, highest = np.minimum.reduce(greys), np.maximum.reduce(greys)
@@ -1443,7 +1499,7 @@ class PixelTextDetector:
             # No candidate could hold STILL_PIXELS still pixels: the overlays' screens would find none to read, and
             # the still page would not be read either (a clean volume, the common case); the mean is still looked at.
             self.stats.overlays_without_still += 1
-            return self._last_looks(lowest, highest, average, mean, kind, lossy, found, wider_mean)
+            return self._last_looks(lowest, highest, average, mean, kind, lossy, found, moments)
         for projection in (lowest, mean):
             boxes = self.frame_text(projection, kind, still=still)
             if boxes:
@@ -1457,24 +1513,29 @@ class PixelTextDetector:
             boxes = self._still_regions(loose_still(lowest, highest, average), still, mean)
             if boxes:
                 return "detector", boxes
-        return self._last_looks(lowest, highest, average, mean, kind, lossy, found, wider_mean)
+        return self._last_looks(lowest, highest, average, mean, kind, lossy, found, moments)
 
     def _last_looks(self, lowest: np.ndarray, highest: np.ndarray, average: np.ndarray, mean: np.ndarray,
                     kind: TypeSettings, lossy: bool, found: bool,
-                    wider_mean: Callable[[], np.ndarray | None] | None = None) -> tuple[str, list[Box]]:
-        """The detector's looks at the overlay frames' mean when the still pixels showed no label: a lossy volume's
-        (`_lossy_label`), then any volume's (`_mean_text`, on the mean of `detector_mean_frames` frames when more
-        than the overlay's) unless the sampled frames already found text."""
+                    moments: Callable[[], "FrameMoments | None"] | None = None) -> tuple[str, list[Box]]:
+        """The detector's looks when the still pixels showed no label: a lossy volume's (`_lossy_label`), then any
+        volume's, unless the sampled frames already found text: the mean of `detector_mean_frames` frames
+        (`_mean_text`; the overlay frames' when theirs cannot be made), then their stillness (`_stillness_text`)."""
+        s = self.settings
         if lossy and kind.detector == "still":
             reader, boxes = self._lossy_label(lowest, highest, average, mean)
             if boxes:
                 return reader, boxes
-        if found or kind.detector != "still" or not self.settings.detector_mean:
+        if found or kind.detector != "still" or not (s.detector_mean or s.detector_stillness):
             return "tesseract", []
-        if wider_mean is not None and self.settings.detector_mean_frames > kind.overlay_frames:
-            wider = wider_mean()
-            mean = mean if wider is None else wider
-        return self._mean_text(mean, kind)
+        wider = moments() if moments is not None else None
+        if s.detector_mean:
+            reader, boxes = self._mean_text(mean if wider is None else wider.mean, kind)
+            if boxes:
+                return reader, boxes
+        if s.detector_stillness and wider is not None:
+            return self._stillness_text(wider.still, kind)
+        return "tesseract", []
 
     def _mean_text(self, mean: np.ndarray, kind: TypeSettings) -> tuple[str, list[Box]]:
         """The last look at a volume (`detector_mean`): the mean of its frames (`detector_mean_frames`) read by the
@@ -1494,6 +1555,27 @@ class PixelTextDetector:
                     boxes = self._whole_look(mean, kind.detector_side, turned, zoom)
                     if boxes:
                         self.stats.mean_detector_text += 1
+                        return "detector", boxes
+            return "tesseract", []
+        finally:
+            self.stats.detector_seconds += time.perf_counter() - started
+
+    def _stillness_text(self, still: np.ndarray, kind: TypeSettings) -> tuple[str, list[Box]]:
+        """The last look at a volume (`detector_stillness`): its stillness (`stillness`: a device's label dark, the
+        speckle light) read by the detector as the mean is (`_mean_text`). A label drawn alike on every frame varies
+        less than the speckle under it by its own opacity, whatever its grey level: thin anti-aliased strokes 8-9 px
+        tall, 40-50 grey levels from the retina under them, that the mean of 16 frames shows as faintly as the
+        speckle left in it, stand out here (on tuning-half volumes drawn that way: 8 of the 9 the looks before
+        missed; none of 60 clean ones changed)."""
+        s = self.settings
+        started = time.perf_counter()
+        try:
+            self.stats.stillness_detector += 1
+            for zoom in dict.fromkeys((1.0, s.detector_zoom, s.detector_mean_zoom)):
+                for turned in (False, True):
+                    boxes = self._whole_look(still, kind.detector_side, turned, zoom)
+                    if boxes:
+                        self.stats.stillness_detector_text += 1
                         return "detector", boxes
             return "tesseract", []
         finally:
