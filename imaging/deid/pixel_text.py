@@ -1520,7 +1520,8 @@ class PixelTextDetector:
                     moments: Callable[[], "FrameMoments | None"] | None = None) -> tuple[str, list[Box]]:
         """The detector's looks when the still pixels showed no label: a lossy volume's (`_lossy_label`), then any
         volume's, unless the sampled frames already found text: the mean of `detector_mean_frames` frames
-        (`_mean_text`; the overlay frames' when theirs cannot be made), then their stillness (`_stillness_text`)."""
+        (`_mean_text`; the overlay frames' when theirs cannot be made), then, on a volume stored without loss, their
+        stillness (`_stillness_text`)."""
         s = self.settings
         if lossy and kind.detector == "still":
             reader, boxes = self._lossy_label(lowest, highest, average, mean)
@@ -1533,7 +1534,10 @@ class PixelTextDetector:
             reader, boxes = self._mean_text(mean if wider is None else wider.mean, kind)
             if boxes:
                 return reader, boxes
-        if s.detector_stillness and wider is not None:
+        if s.detector_stillness and wider is not None and not lossy:
+            # A lossy volume's stillness is JPEG's: its 8 x 8 blocks smooth the speckle unevenly, and the dark
+            # vitreous's blocks read as lines (a clean tuning-half volume at quality 77); its label is the lossy
+            # look's and the mean's.
             return self._stillness_text(wider.still, kind)
         return "tesseract", []
 
