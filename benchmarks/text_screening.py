@@ -562,7 +562,9 @@ def tier_lines(stats) -> str:
             f"(text in {stats.frames_detector_text}; {stats.candidate_pages} pages of candidates; found only turned "
             f"{stats.turned_text}, only enlarged {stats.zoomed_text}) and "
             f"{stats.still_detector} volumes' still pixels (text in {stats.still_detector_text}), "
-            f"{stats.mean_detector} volumes' means (text in {stats.mean_detector_text}): "
+            f"{stats.mean_detector} volumes' means (text in {stats.mean_detector_text}), "
+            f"{stats.stillness_detector} volumes' stillness (text in {stats.stillness_detector_text}); faint "
+            f"{stats.faint_text}, chroma {stats.chroma_text}, tall candidates refused {stats.tall_candidates_refused}: "
             f"{stats.detector_seconds:.1f} s; the whole check {stats.ocr_seconds:.1f} s; second readings "
             f"{stats.frames_verified}")
 
