@@ -378,8 +378,25 @@ class RecordedFacts:
         self._landing: dict[str, str | None] = {}
         self._sources: dict = {}  # site-day -> its latest link's clinical source read (or None)
         self._runs: dict = {}  # run id -> when its per-partition check evaluations were recorded
+        self._pending = None  # a Future of `prefetch`'s histories
+
+    def prefetch(self, rules: Iterable[CheckRule]) -> None:
+        """Read the histories of `rules` not read yet in a thread of its own, while the caller goes on (a release
+        build waits on Spark meanwhile); the next `history` waits for them. The same reads, earlier."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        wanted = [r for r in rules if (r.asset, r.name) not in self._histories]
+        background = ThreadPoolExecutor(max_workers=1)
+        try:
+            self._pending = background.submit(
+                lambda: {(r.asset, r.name): check_history(self.instance, r, self._runs) for r in wanted})
+        finally:
+            background.shutdown(wait=False)
 
     def history(self, rule: CheckRule) -> list[CheckEvaluation]:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self._histories.update(pending.result())
         key = (rule.asset, rule.name)
         if key not in self._histories:
             self._histories[key] = check_history(self.instance, rule, self._runs)

@@ -179,6 +179,7 @@ class ReleaseOptOuts:
         self.not_deidentified = not_deidentified
         self.now = self.pseudonyms(lists.keys(spaces))
         self._withdraw: Future | None = None
+        self._listed: DataFrame | None = None  # `listed_frame`, made once: each frame sent costs ~40 calls to the JVM
 
     @classmethod
     def gather(cls, context, session, warehouse, landing, deid) -> "ReleaseOptOuts":
@@ -227,7 +228,7 @@ class ReleaseOptOuts:
             done.set_result([])
             return done
         batches = (warehouse.read(self.session, manifest(load_policy())).select("batch", "patient_pseudonym")
-                   .join(self._frame(self.now), "patient_pseudonym", "left_semi").select("batch").distinct())
+                   .join(self.listed_frame(), "patient_pseudonym", "left_semi").select("batch").distinct())
         keys = (warehouse.read(self.session, LEDGER).join(batches, "batch", "left_semi")
                 .select(partition_key().alias("key")).distinct())
         background = ThreadPoolExecutor(max_workers=1)
@@ -297,7 +298,9 @@ class ReleaseOptOuts:
         or None when the lists name nobody: what a selection or a release is joined to."""
         if not self.now:
             return None
-        return F.broadcast(pseudonyms_frame(self.session, self.now).withColumn(OPTED, F.lit(True)))
+        if self._listed is None:
+            self._listed = F.broadcast(pseudonyms_frame(self.session, self.now).withColumn(OPTED, F.lit(True)))
+        return self._listed
 
     def section(self, applied: Applied) -> OptOutSection:
         """What the data card says about the lists and what they held back (counts; suppressed by the card)."""

@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from assets import quality as q
 from assets.checks import (RULES, RecordedFacts, check_outputs, check_specs, checks_table, partition_check_events,
-                           publication_refusal, quality_context)
+                           publication_refusal, quality_context, upstream_rules)
 from assets.optouts import OPTED, Marked, ReleaseOptOuts, Tally, read_optouts
 from assets.partitions import COHORTS, PARTITIONS, SETTINGS, SINGLE_RUN, UI, run_partition_keys
 from assets.runner import code_version
@@ -37,7 +38,8 @@ from imaging.ui import partition_path, review_path, run_path
 from imaging.governance.bundle import ManifestEntry, content_key_of
 from imaging.governance.cohort import CohortDefinition
 from imaging.governance.datacard import (CheckResult, CodeVersion, DataCardInputs, DeidSummary,
-                                         InputPartition, OptOutSection, Selection, counts_sql, release_facts)
+                                         CountedWrite, FactsCount, InputPartition, OptOutSection, ReleaseFacts,
+                                         Selection, release_facts)
 from imaging.governance.disclosure import k_anonymity
 from imaging.governance.lineage import RELEASE, release_columns
 from imaging.governance.code_version import code_version as files_version, module_files
@@ -52,7 +54,7 @@ from imaging.steps.release import CopyJob, HeaderPlan, WriteParquet
 from imaging.steps.stamp import StampError, StampPlan
 from resources.deid import Deidentifier
 from resources.landing import LandingZone
-from resources.spark import SparkResource, map_batches
+from resources.spark import SparkResource, map_batches, project
 from resources.warehouse import WAREHOUSE_POOL, Warehouse
 
 
@@ -99,28 +101,23 @@ def _sharing(url: str, seconds: float) -> Sharing:
     return Sharing(shared, written, identities, round(seconds, 3))
 
 
-def _view(frame, name: str) -> str:
-    frame.createOrReplaceTempView(name)
-    return name
-
-
 @dataclass(frozen=True)
 class Staged:
-    """What staging a release's data made: its metadata rows, the copy's outcome (persisted: one row per image,
-    `ReleaseFile`) and the header plan its images were written under."""
+    """What staging a release's data made: the copy's outcome (persisted: one row per image, `ReleaseFile`), the
+    header plan its images were written under and what its metadata rows count (`ReleaseFacts`)."""
 
-    metadata: object  # DataFrame of the release's metadata rows (over the persisted copy: not copied again)
     copied: object  # DataFrame of ReleaseFile rows
     plan: HeaderPlan
     seconds: float  # the copy step's
+    facts: ReleaseFacts
 
 
-def header_plan(cohort: CohortDefinition, rows) -> HeaderPlan:
+def header_plan(cohort: CohortDefinition, rows, names) -> HeaderPlan:
     """The cohort's header plan: the quasi-identifier rules, its stamp (columns typed from the release rows'
-    schema) and the rewrite's code version."""
+    schema, of its columns `names`) and the rewrite's code version."""
     stamp = None
     if cohort.stamp:
-        types = {f.name: str(f.type) for f in to_arrow_schema(rows.schema)}
+        types = {f.name: str(f.type) for f in to_arrow_schema(rows.schema) if f.name in names}
         try:
             stamp = StampPlan.build(cohort.name, cohort.sponsor, cohort.stamp, types)
         except StampError as error:
@@ -129,7 +126,7 @@ def header_plan(cohort: CohortDefinition, rows) -> HeaderPlan:
 
 
 def stage_data(selected, cohort: CohortDefinition, building: str, work: str, source_root: str, store: str, index,
-               files_per_task: int, images: int) -> Staged:
+               files_per_task: int, images: int, listed=None) -> Staged:
     """Place the images (each checksum verified, quasi-identifier attributes generalised as the metadata is,
     labels stamped where the cohort asks) and write the metadata.
 
@@ -139,13 +136,15 @@ def stage_data(selected, cohort: CohortDefinition, building: str, work: str, sou
     path) go to one sorted text file in `work` (outside the bundle), so the manifest is written from a stream, the
     release verified without hashing what the copy just hashed, and no list of every image reaches the driver.
     The metadata's `sha256` is the released file's, joined from the copy; the list and the metadata are written
-    in the copy's own pass.
+    in the copy's own pass, which also counts the metadata rows it writes (`FactsCount`: the data card's counts
+    and breakdowns, k-anonymity's class sizes over the released quasi-identifiers, and the rows of patients on the
+    lists in force, `listed`: what the release's checks hold to).
     """
     tasks = max(1, math.ceil(images / files_per_task))
     columns = release_columns(list(LINEAGE), DISCLOSURE)
     names = [c.name for c in columns]
     rows = selected.selectExpr(*[c.sql for c in columns], "output_path AS _output_path")
-    plan = header_plan(cohort, rows.select(*names))
+    plan = header_plan(cohort, rows, set(names))
     to_copy = (rows.select(F.col("_output_path").alias("output_path"), "sha256", "patient_pseudonym",
                            "study_instance_uid", "sop_instance_uid", F.expr(plan.values_sql()).alias("released"))
                .withColumn("content_key", F.expr(plan.key_sql()))
@@ -156,20 +155,26 @@ def stage_data(selected, cohort: CohortDefinition, building: str, work: str, sou
     line = F.concat_ws("  ", "sha256", F.col("written").cast("string"), F.coalesce("identity", F.lit("-")), "path")
     released = copied.select(F.col("path").alias("_file"), F.col("sha256").alias("_sha256"), line.alias("_line"))
     base = rows.drop("_output_path")
-    # The metadata: each selected row with its released file's sha256 (what the counts read afterwards).
-    metadata = (base.join(released.drop("_line"), F.col("file") == F.col("_file"))
-                .withColumn("sha256", F.col("_sha256")).select(*names))
     # One pass (one Spark action: the copy itself, every image placed) writes the copy's list, a line for every
-    # image copied, and the metadata (Parquet and CSV), a row for every copied image a selected row names; sorted
-    # on one partition without a range sort's sampling pass (a job of its own): the rows are one per image.
-    both = (released.join(base, F.col("file") == F.col("_file"), "left").withColumn("sha256", F.col("_sha256"))
-            .select(*names, "_file", "_line").repartition(1).sortWithinPartitions("_file"))
-    writer = WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema), f"{building}/metadata.csv",
-                          list_url=f"{work}/images.list")
+    # image copied, and the metadata (Parquet and CSV), a row for every copied image a selected row names (with
+    # its released file's sha256), and counts those rows; sorted on one partition without a range sort's sampling
+    # pass (a job of its own): the rows are one per image.
+    both = project(released.join(base, F.col("file") == F.col("_file"), "left").withColumn("sha256", F.col("_sha256")),
+                   [*names, "_file", "_line"])
+    if listed is not None:  # rows of patients on the lists in force: counted, never written
+        both = both.join(listed, "patient_pseudonym", "left")
+    both = both.repartition(1).sortWithinPartitions("_file")
+    # The metadata's schema: each selected row with its released file's sha256 (an inner join: the left join
+    # above makes every column nullable).
+    metadata = project(base.join(released.drop("_line"), F.col("file") == F.col("_file"))
+                       .withColumn("sha256", F.col("_sha256")), names)
+    count = FactsCount(quasi_identifiers=DISCLOSURE.released_columns, listed=None if listed is None else OPTED)
+    writer = CountedWrite(WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema),
+                                       f"{building}/metadata.csv", list_url=f"{work}/images.list"), count)
     started = time.monotonic()
-    both.mapInArrow(writer, "rows long").collect()  # one row: the metadata rows written
+    done = both.mapInArrow(writer, CountedWrite.OUTPUT).collect()  # one row: the rows written, their counts
     seconds = time.monotonic() - started
-    return Staged(metadata, copied, plan, seconds)
+    return Staged(copied, plan, seconds, release_facts(json.loads(done[0]["facts"])))
 
 
 @dataclass(frozen=True)
@@ -246,7 +251,7 @@ class CohortBuild:
     inputs: ReleaseInputs
 
 
-def build_release(session, cohort: CohortDefinition, selected, read: ReleaseInputs, images: int, building: str,
+def build_release(cohort: CohortDefinition, selected, read: ReleaseInputs, images: int, building: str,
                   work: str, source_root: str, files_per_task: int, deid: Deidentifier,
                   facts: RecordedFacts | None = None, optout_section: OptOutSection | None = None,
                   optouts: ReleaseOptOuts | None = None, store: str | None = None, index=None
@@ -260,17 +265,14 @@ def build_release(session, cohort: CohortDefinition, selected, read: ReleaseInpu
     opt-out lists applied and what they held back (`optout_section`), and the release's own checks include that no
     patient on the lists in force (`optouts`) is in it.
 
-    Its Spark actions: the copy, which writes the metadata in its own pass, and one query over the released
-    metadata (counts, breakdowns, k-anonymity's class sizes, rows of listed patients).
+    Its Spark action: the copy, whose own pass writes the metadata and counts it (counts, breakdowns,
+    k-anonymity's class sizes, rows of listed patients).
     """
-    staged = stage_data(selected, cohort, building, work, source_root, store, index, files_per_task, images)
-    metadata, copied_frame = staged.metadata, staged.copied
-    listed = optouts.listed_frame() if optouts is not None else None
-    # Disclosure control, counts and the opt-out check all on what is released: its metadata rows.
-    rows = _view(metadata if listed is None else metadata.join(listed, "patient_pseudonym", "left"),
-                 "cohort_release")
-    found = release_facts(session.sql(counts_sql(rows, quasi_identifiers=DISCLOSURE.released_columns,
-                                                 listed=None if listed is None else OPTED)).collect())
+    # Disclosure control, counts and the opt-out check all on what is released: its metadata rows, counted as
+    # the copy's pass writes them.
+    staged = stage_data(selected, cohort, building, work, source_root, store, index, files_per_task, images,
+                        listed=optouts.listed_frame() if optouts is not None else None)
+    copied_frame, found = staged.copied, staged.facts
     k, counts = k_anonymity(found.class_sizes, DISCLOSURE), found.counts
     copied = sum(1 for _ in _image_entries(f"{work}/images.list")())
     checks = (
@@ -425,6 +427,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
     refusal = publication_refusal(context.instance, facts=facts) or read_optouts(landing.root).refusal()
     if refusal:
         raise Failure(refusal)
+    facts.prefetch(upstream_rules())  # the data cards' other checks (WARN), read while Spark works
     wanted = set(run_partition_keys(context, COHORTS))
     session = spark.spark_session
     # Who may sign and how many must: read once, before anything is built (a broken file stops the run here).
@@ -469,7 +472,7 @@ def published_cohort(context: AssetExecutionContext, spark: SparkResource, landi
         building = building_url(commit, root, cohort.name)
         # Spark writes the checksum list and the CSV: on a tables root it can write (not gs:// files).
         work = warehouse.scratch(commit, cohort.name)
-        made = build_release(session, cohort, selected, inputs, images, building, work,
+        made = build_release(cohort, selected, inputs, images, building, work,
                              warehouse.zone(DEIDENTIFIED), landing.files_per_task, deid, facts,
                              optout_section=optouts.section(optout), optouts=optouts,
                              store=warehouse.url(RELEASE_OBJECTS), index=index)

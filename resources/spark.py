@@ -236,6 +236,16 @@ def frame_of(session, records, schema: pa.Schema):
     return session.createDataFrame(table, schema=spark_schema(schema))
 
 
+def project(frame, names):
+    """`frame`'s columns `names`, in that order: `frame.select(*names)` at a quarter of its calls to the JVM.
+
+    A classic session's `select` makes each name a column object through py4j (three round trips a name, each a
+    Java object for py4j to collect again) before sending the list; `selectExpr` sends the names as strings. At
+    30-40 columns a projection was ~130 round trips, ~0.1 s on a loaded driver (benchmarks/RESULTS.md, "Issue 46,
+    fifth pass"). Names are quoted, so any column name is taken as itself."""
+    return frame.selectExpr(*("`" + name.replace("`", "``") + "`" for name in names))
+
+
 def map_batches(df, step: BatchStep):
     """Run a per-partition step on the executors over Arrow batches (no RDD, no row pickling)."""
     return df.mapInArrow(step, spark_schema(step.output))

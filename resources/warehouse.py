@@ -18,7 +18,7 @@ from imaging.catalogue import DEIDENTIFIED, IDENTIFIABLE, ZONES, Folder, Table, 
 from imaging.driver.commit import CommitBuilder, Recovery, recover
 from imaging.driver.run_summary import Footprint
 from resources.gcs import check_buckets
-from resources.spark import spark_schema
+from resources.spark import project, spark_schema
 
 # The concurrency pool of every asset that writes the warehouse: one writer at a time, which the
 # commit recovery relies on (anything staged at start belongs to a dead run). See platform/dagster.yaml.
@@ -184,7 +184,10 @@ class Warehouse(ConfigurableResource):
         # A DataFrame cached over this table (by anyone) would answer for these paths with rows from
         # before the latest commit: refresh, so reads always see what is committed now.
         session.catalog.refreshByPath(base)
-        return session.read.schema(schema).option("basePath", base).parquet(*paths).select(*schema.fieldNames())
+        frame = session.read.schema(schema).option("basePath", base).parquet(*paths)
+        # Spark puts partition columns last, as the catalogue's schemas do: a projection only when they differ.
+        names = schema.fieldNames()
+        return frame if frame.columns == names else project(frame, names)
 
 
 def _record_schema(table: Table):

@@ -1,13 +1,16 @@
 """The release's Spark SQL (columns, counts, k-anonymity class sizes) agrees with the Python rules."""
 
+import json
 from collections import Counter
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
 from imaging.deid import RESEARCH_DEFAULT
 from imaging.driver.config import read_yaml
-from imaging.governance.datacard import BREAKDOWN_COLUMNS, MISSING, counts_sql, release_counts, release_facts
+from imaging.governance.datacard import (BREAKDOWN_COLUMNS, MISSING, CountedWrite, FactsCount, counts_sql, release_counts,
+                                        release_facts)
 from imaging.governance.disclosure import DisclosurePolicy, class_sizes
 from imaging.governance.lineage import column_lineage, release_columns, release_row
 from imaging.steps.clinical import ClinicalPolicy
@@ -75,6 +78,24 @@ def test_one_query_over_released_rows_gives_counts_class_sizes_and_listed_rows(s
     # No quasi-identifier declared: every patient in one class, as the manifest's query says.
     none = release_facts(spark.sql(counts_sql("release_sql_released")).collect())
     assert (none.class_sizes, none.listed) == ((11,), 0)
+    # The build counts them in the copy's metadata pass (`CountedWrite`), in batches as they stream past, rows of
+    # images no metadata row names (`file` null) passed to the writer and not counted: the same facts.
+    written = []
+
+    def write(batches):  # stands for WriteParquet: takes every batch, then says how many rows
+        written.extend(batches)
+        yield pa.record_batch({"rows": [sum(b.num_rows for b in written)]})
+
+    def facts(count: FactsCount, batches):
+        return release_facts(json.loads(next(CountedWrite(write, count)(iter(batches))).column("facts")[0].as_py()))
+
+    table = released.withColumn("file", F.lit("images/x.dcm")).unionByName(
+        released.withColumn("file", F.lit(None).cast("string"))).toArrow()
+    assert facts(FactsCount(quasi_identifiers=disclosure.released_columns, listed="listed"),
+                 table.to_batches(max_chunksize=5)) == found
+    assert sum(b.num_rows for b in written) == 2 * len(rows)
+    assert facts(FactsCount(), table.to_batches()) == none
+    assert facts(FactsCount(), []) == release_facts([])
 
 
 def test_header_values_and_content_keys_in_sql_match_python(spark, selection):
