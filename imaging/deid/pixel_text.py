@@ -1550,19 +1550,10 @@ class PixelTextDetector:
         large share of their mean); averaging lowers the speckle around it by the root of the frames averaged (an
         8-9 px label on the retina's speckle was lost in the mean of 8 frames and read in the mean of 16, three
         times its size). No still pixel is asked for, so a clean volume pays these looks too."""
-        s = self.settings
-        started = time.perf_counter()
-        try:
-            self.stats.mean_detector += 1
-            for zoom in dict.fromkeys((1.0, s.detector_zoom, s.detector_mean_zoom)):
-                for turned in (False, True):
-                    boxes = self._whole_look(mean, kind.detector_side, turned, zoom)
-                    if boxes:
-                        self.stats.mean_detector_text += 1
-                        return "detector", boxes
-            return "tesseract", []
-        finally:
-            self.stats.detector_seconds += time.perf_counter() - started
+        self.stats.mean_detector += 1
+        boxes = self._volume_looks(mean, kind)
+        self.stats.mean_detector_text += bool(boxes)
+        return ("detector", boxes) if boxes else ("tesseract", [])
 
     def _stillness_text(self, still: np.ndarray, kind: TypeSettings) -> tuple[str, list[Box]]:
         """The last look at a volume (`detector_stillness`): its stillness (`stillness`: a device's label dark, the
@@ -1571,17 +1562,23 @@ class PixelTextDetector:
         tall, 40-50 grey levels from the retina under them, that the mean of 16 frames shows as faintly as the
         speckle left in it, stand out here (on tuning-half volumes drawn that way: 8 of the 9 the looks before
         missed; none of 60 clean ones changed)."""
+        self.stats.stillness_detector += 1
+        boxes = self._volume_looks(still, kind)
+        self.stats.stillness_detector_text += bool(boxes)
+        return ("detector", boxes) if boxes else ("tesseract", [])
+
+    def _volume_looks(self, image: np.ndarray, kind: TypeSettings) -> list[Box]:
+        """A picture made of a volume's frames (their mean, their stillness) read as a frame is: whole, turned a
+        quarter, then both enlarged `detector_zoom` and `detector_mean_zoom` times, until a look finds a line."""
         s = self.settings
         started = time.perf_counter()
         try:
-            self.stats.stillness_detector += 1
             for zoom in dict.fromkeys((1.0, s.detector_zoom, s.detector_mean_zoom)):
                 for turned in (False, True):
-                    boxes = self._whole_look(still, kind.detector_side, turned, zoom)
+                    boxes = self._whole_look(image, kind.detector_side, turned, zoom)
                     if boxes:
-                        self.stats.stillness_detector_text += 1
-                        return "detector", boxes
-            return "tesseract", []
+                        return boxes
+            return []
         finally:
             self.stats.detector_seconds += time.perf_counter() - started
 
