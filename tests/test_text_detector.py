@@ -36,6 +36,13 @@ def detector():
         yield made
 
 
+def _over(boxes, where: tuple[int, int, int, int]) -> bool:
+    """Whether any of `boxes` overlaps the drawn text's box (top, left, height, width)."""
+    top, left, height, width = where
+    return any(b.top < top + height and top < b.top + b.height and b.left < left + width and left < b.left + b.width
+               for b in boxes)
+
+
 def _read(data: bytes) -> pydicom.Dataset:
     with quiet():
         return pydicom.dcmread(io.BytesIO(data))
@@ -262,9 +269,7 @@ def test_a_label_the_still_pixels_lose_is_found_on_the_mean_of_the_overlay_frame
         result = detector.check(ds, ds.file_meta.TransferSyntaxUID)
         assert result.found and [(t.reader, t.frame) for t in result.text] == [("detector", None)]
         assert detector.stats.mean_detector_text == before + 1
-        top, left, height, width = drawn.where  # a region found overlaps the label
-        assert any(b.top < top + height and top < b.top + b.height and b.left < left + width and left < b.left + b.width
-                   for b in result.text[0].boxes)
+        assert _over(result.text[0].boxes, drawn.where)  # a region found overlaps the label
 
 
 
@@ -289,9 +294,7 @@ def test_a_line_every_other_look_passes_over_is_found_by_its_own_look(detector, 
     result = detector.check(ds, ds.file_meta.TransferSyntaxUID)
     assert result.found and [t.reader for t in result.text] == ["detector"]
     assert getattr(detector.stats, counted) == before + 1
-    top, left, height, width = drawn.where
-    assert any(b.top < top + height and top < b.top + b.height and b.left < left + width and left < b.left + b.width
-               for b in result.text[0].boxes)
+    assert _over(result.text[0].boxes, drawn.where)  # a region found overlaps the label
 
 
 def test_a_filled_bar_the_detector_reads_as_a_line_is_not_text(detector, monkeypatch):
@@ -340,9 +343,7 @@ def test_a_label_fainter_than_the_speckle_is_found_by_how_little_it_varies(detec
         result = detector.check(ds, ds.file_meta.TransferSyntaxUID)
         assert result.found and [(t.reader, t.frame) for t in result.text] == [("detector", None)]
         assert detector.stats.stillness_detector_text == before + 1
-        top, left, height, width = drawn.where
-        assert any(b.top < top + height and top < b.top + b.height and b.left < left + width and left < b.left + b.width
-                   for b in result.text[0].boxes)
+        assert _over(result.text[0].boxes, drawn.where)  # a region found overlaps the label
 
 
 def test_stillness_is_dark_where_a_pixel_varies_less_than_the_speckle_around_it():
