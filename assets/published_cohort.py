@@ -172,9 +172,9 @@ def stage_data(selected, cohort: CohortDefinition, building: str, work: str, sou
     writer = CountedWrite(WriteParquet(f"{building}/metadata.parquet", to_arrow_schema(metadata.schema),
                                        f"{building}/metadata.csv", list_url=f"{work}/images.list"), count)
     started = time.monotonic()
-    done = both.mapInArrow(writer, CountedWrite.OUTPUT).collect()  # one row: the rows written, their counts
+    (done,) = both.mapInArrow(writer, CountedWrite.OUTPUT).collect()  # one row: the rows written, their counts
     seconds = time.monotonic() - started
-    return Staged(copied, plan, seconds, release_facts(json.loads(done[0]["facts"])))
+    return Staged(copied, plan, seconds, release_facts(json.loads(done["facts"])))
 
 
 @dataclass(frozen=True)
