@@ -85,11 +85,39 @@ def input_version(instance, asset: str, partition: str, *, observed: bool) -> In
     return InputVersion(asset, version.value, record.storage_id)
 
 
+BATCH = 500  # partitions read in one query by `input_versions`
+
+
+def input_versions(instance, asset: str, partitions: Sequence[str | None], *, observed: bool
+                   ) -> dict[str | None, InputVersion]:
+    """`input_version` of each of `partitions`, the same records read in two queries a `BATCH` of partitions (each
+    one's latest event id, then those events), not one a partition: a run over a year of site-days reads a version
+    of each of its inputs per site-day, and each query is a connection (Dagster's storages open one per query)."""
+    from dagster import DagsterEventType, EventRecordsFilter
+
+    kind = DagsterEventType.ASSET_OBSERVATION if observed else DagsterEventType.ASSET_MATERIALIZATION
+    key, storage = AssetKey(asset), instance.event_log_storage
+    found = {p: input_version(instance, asset, p, observed=observed) for p in partitions if p is None}
+    named = sorted({p for p in partitions if p is not None})
+    for start in range(0, len(named), BATCH):
+        chunk = named[start:start + BATCH]
+        latest = storage.get_latest_storage_id_by_partition(key, kind, set(chunk))
+        records = {r.storage_id: r for r in storage.get_event_records(
+            EventRecordsFilter(kind, asset_key=key, storage_ids=sorted(latest.values())), limit=len(latest))} \
+            if latest else {}
+        for partition in chunk:
+            record = records.get(latest.get(partition))
+            version = (extract_data_version_from_entry(record.event_log_entry) if record else None) \
+                or DEFAULT_DATA_VERSION
+            found[partition] = InputVersion(asset, version.value, record.storage_id if record else None)
+    return found
+
+
 def input_version_over(instance, asset: str, partitions: Sequence[str], *, observed: bool) -> InputVersion:
     """One input that is every partition of `asset` (every site's opt-out list applies to every site-day): a hash
     of each partition's latest version, pointing at the newest of their events. Dagster's staleness then looks for
     a later event of any of those partitions with another version, which is exactly a list that changed."""
-    found = {p: input_version(instance, asset, p, observed=observed) for p in sorted(partitions)}
+    found = dict(sorted(input_versions(instance, asset, partitions, observed=observed).items()))
     pointers = [v.pointer for v in found.values() if v.pointer]
     if not pointers:
         return InputVersion(asset, DEFAULT_DATA_VERSION.value, None)
@@ -104,9 +132,8 @@ def partition_versions(instance, partitions: Sequence[str], code_version: str, d
     deps read whole, with their partitions)."""
     whole = whole or {}
     shared = {d: input_version_over(instance, d, whole[d], observed=d in observed) for d in deps if d in whole}
-    return {p: PartitionVersion(p, code_version, tuple(shared[d] if d in whole else
-                                                       input_version(instance, d, p, observed=d in observed)
-                                                       for d in deps))
+    own = {d: input_versions(instance, d, partitions, observed=d in observed) for d in deps if d not in whole}
+    return {p: PartitionVersion(p, code_version, tuple(shared[d] if d in whole else own[d][p] for d in deps))
             for p in partitions}
 
 
@@ -134,8 +161,8 @@ def landing_read(instance, current: dict[str, SiteDayLanding]) -> list[AssetObse
     """Observations of the run's landed site-days (`landing_scan`) whose listing is not the one last recorded
     (or none is): a run records the landing it reads, so its partitions' lineage names it even when nobody
     observed the landing zone before (a run from the UI or the CLI, without the sensor)."""
-    return [observation(day) for key, day in current.items()
-            if input_version(instance, LANDING, key, observed=True).version != day.version]
+    recorded = input_versions(instance, LANDING, list(current), observed=True)
+    return [observation(day) for key, day in current.items() if recorded[key].version != day.version]
 
 
 def optout_observations(lists: OptOutLists, key: str) -> list[AssetObservation]:
@@ -157,5 +184,6 @@ def optout_observations(lists: OptOutLists, key: str) -> list[AssetObservation]:
 
 def optout_read(instance, lists: OptOutLists, key: str) -> list[AssetObservation]:
     """Observations of the sites whose list is not the one last recorded: a run records the lists it applies."""
-    return [o for o in optout_observations(lists, key)
-            if input_version(instance, OPTOUT, o.partition, observed=True).version != o.tags[DATA_VERSION_TAG]]
+    observations = optout_observations(lists, key)
+    recorded = input_versions(instance, OPTOUT, [o.partition for o in observations], observed=True)
+    return [o for o in observations if recorded[o.partition].version != o.tags[DATA_VERSION_TAG]]

@@ -434,6 +434,7 @@ class Outcome:
     size: int  # bytes of the file
     words_left: int = 0  # planted words the independent reader reads in the published pixels
     words_before: int = 0  # ... and in the file before (the reader reads them)
+    seed: int = 0  # the file's seed (`MAKERS_44[kind](seed, ...)` draws it again)
 
     @property
     def caught(self) -> bool:
@@ -476,7 +477,8 @@ def run_half(kind: str, half: str, per_type: int, detector: PixelTextDetector, r
     try:
         for text in (True, False):
             for i in range(per_type):
-                drawn = MAKERS_44[kind]((FIRST_SEED[half] if seed_base is None else seed_base) + i, text, HALVES[half])
+                seed = (FIRST_SEED[half] if seed_base is None else seed_base) + i
+                drawn = MAKERS_44[kind](seed, text, HALVES[half])
                 seen.clear()
                 started = time.process_time()
                 with quiet():
@@ -491,7 +493,7 @@ def run_half(kind: str, half: str, per_type: int, detector: PixelTextDetector, r
                 found = seen.get("result")
                 readers = {t.reader for t in found.text} if found is not None and found.found else set()
                 record = Outcome(drawn, outcome, "tesseract" if "tesseract" in readers else "detector" if readers else "",
-                                 seen.get("cpu", 0.0), total, len(drawn.data))
+                                 seen.get("cpu", 0.0), total, len(drawn.data), seed=seed)
                 if text and published is not None:
                     words = _words(list(drawn.lines))
                     after, before = _frames_of(published), _frames_of(ds)
@@ -503,6 +505,13 @@ def run_half(kind: str, half: str, per_type: int, detector: PixelTextDetector, r
     finally:
         del detector.check
     return out
+
+
+def _described(d: Drawn) -> str:
+    return (f"{d.family} {d.style} {d.face} {d.size} px, {d.background}/{d.placement}{', cut ' + d.cut if d.cut else ''}"
+            f"{', %d deg' % d.angle if d.angle else ''}, contrast {d.contrast}, "
+            f"{'anti-aliased' if d.antialias else 'aliased'}{', JPEG q%d' % d.jpeg if d.jpeg else ''}, "
+            f"{d.where[2]}x{d.where[3]} at ({d.where[0]}, {d.where[1]})")
 
 
 def _bucket(size: int) -> str:
@@ -549,11 +558,12 @@ def report_half(kind: str, half: str, outcomes: list[Outcome]) -> None:
             for d in missed:
                 counts[key(d)] = counts.get(key(d), 0) + 1
             print(f"  {'':8s} {'':18s} missed by {label}: {dict(sorted(counts.items(), key=lambda kv: -kv[1]))}")
-        for d in missed:
-            print(f"  {'':8s} {'':18s}   missed: {d.family} {d.style} {d.face} {d.size} px, {d.background}/{d.placement}"
-                  f"{', cut ' + d.cut if d.cut else ''}{', %d deg' % d.angle if d.angle else ''}, contrast {d.contrast}, "
-                  f"{'anti-aliased' if d.antialias else 'aliased'}{', JPEG q%d' % d.jpeg if d.jpeg else ''}, "
-                  f"{d.where[2]}x{d.where[3]} at ({d.where[0]}, {d.where[1]})")
+        for o in texts:
+            if not o.caught:
+                print(f"  {'':8s} {'':18s}   missed: seed {o.seed}, {_described(o.drawn)}")
+    for o in texts:  # a word still legible after redaction is a leak: named so it can be drawn again and traced
+        if o.outcome == "redacted" and o.words_left:
+            print(f"  {'':8s} {'':18s}   {o.words_left} word(s) read after redaction: seed {o.seed}, {_described(o.drawn)}")
 
 
 def tier_lines(stats) -> str:

@@ -662,20 +662,23 @@ def volume(seed: int, text: bool, families: tuple[str, ...] | None = None) -> Dr
 
 def labelled_volume(seed: int, face: Face, size: int, contrast: int, at: tuple[float, float] = (0.45, 0.5),
                     lines: tuple[str, ...] = ("DOE^JANE  DOB 1954-05-14", "MRN H100004  OD"),
-                    shape: tuple[int, int] = (256, 256)) -> Drawn:
-    """An OCT volume (16 speckled B-scans) with one anti-aliased label drawn as asked, for a test that needs one
-    hard case rather than the corpus's mix: `face` at `size` px, `contrast` grey levels lighter than the median under
-    it, its centre at `at` (fractions of the rows and columns: the default is on the retina)."""
+                    shape: tuple[int, int] = (256, 256), count: int = VOLUME_FRAMES) -> Drawn:
+    """An OCT volume (`count` speckled B-scans, 16 by default) with one anti-aliased label drawn as asked, for a test
+    that needs one hard case rather than the corpus's mix: `face` at `size` px, `contrast` grey levels lighter than
+    the median under it, its centre at `at` (fractions of the rows and columns: the default is on the retina); no
+    `lines`: the same volume clean."""
     from synth.pixels import oct_volume
 
-    frames = oct_volume((VOLUME_FRAMES, *shape), seed + 7_000_000)
+    frames = oct_volume((count, *shape), seed + 7_000_000)
+    ds = _header(seed, OPT_SOP_CLASS, "OPT", shape, count)
+    if not lines:  # the same volume clean
+        return Drawn("oct", False, _encode(ds, list(frames), 0))
     mask, drawn = text_mask(list(lines), face, size, True)
     top, left = int(shape[0] * at[0]) - mask.shape[0] // 2, int(shape[1] * at[1]) - mask.shape[1] // 2
     under = _under(frames.mean(axis=0), mask, top, left)
     level = min(255, int(np.median(under)) + contrast)
     for frame in frames:
         _stamp(frame, mask, top, left, level)
-    ds = _header(seed, OPT_SOP_CLASS, "OPT", shape, VOLUME_FRAMES)
     return Drawn("oct", True, _encode(ds, list(frames), 0), lines=tuple(lines), family=face.family, style=face.style,
                  face=Path(face.path).name, size=drawn, background="retina", placement="middle", contrast=contrast,
                  where=_where(shape, mask, top, left))

@@ -346,6 +346,20 @@ def test_a_label_fainter_than_the_speckle_is_found_by_how_little_it_varies(detec
         assert _over(result.text[0].boxes, drawn.where)  # a region found overlaps the label
 
 
+def test_a_volume_of_too_few_frames_to_measure_pays_no_stillness_look(detector):
+    """Three B-scans are too few to measure a pixel's spread: their stillness is a blank page, not read (six looks
+    at it cost a 2-frame 600 x 800 fuzzed file 9 s); the mean is still read. Sixteen are measured."""
+    from synth.burned_text import labelled_volume
+
+    face = next(f for f in font_faces(("DejaVu Sans",)) if f.path.endswith("ExtraLight.ttf"))
+    for count, looked in ((3, 0), (16, 1)):
+        ds = _read(labelled_volume(6, face, 8, 25, lines=(), count=count).data)
+        looks, means = detector.stats.stillness_detector, detector.stats.mean_detector
+        assert not detector.check(ds, ds.file_meta.TransferSyntaxUID).found
+        assert detector.stats.mean_detector == means + 1
+        assert detector.stats.stillness_detector == looks + looked
+
+
 def test_stillness_is_dark_where_a_pixel_varies_less_than_the_speckle_around_it():
     """`stillness` on 16 frames of multiplicative speckle over two bands of different brightness, with a patch the
     same on every frame: the patch is black, the speckle light on both bands (its spread is measured against its

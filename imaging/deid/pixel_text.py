@@ -1534,8 +1534,9 @@ class PixelTextDetector:
             reader, boxes = self._mean_text(mean if wider is None else wider.mean, kind)
             if boxes:
                 return reader, boxes
-        if s.detector_stillness and wider is not None and not lossy:
-            # A lossy volume's stillness is JPEG's: its 8 x 8 blocks smooth the speckle unevenly, and the dark
+        if s.detector_stillness and wider is not None and not lossy and (wider.still < 255).any():
+            # A stillness all white (fewer than 4 frames, nothing bright enough to measure) is not read: six looks
+            # at a blank page cost a 2-frame 600 x 800 file 9 s. A lossy volume's stillness is JPEG's: its 8 x 8 blocks smooth the speckle unevenly, and the dark
             # vitreous's blocks read as lines (a clean tuning-half volume at quality 77); its label is the lossy
             # look's and the mean's.
             return self._stillness_text(wider.still, kind)
