@@ -936,7 +936,7 @@ def candidate_layout(grey: np.ndarray, candidates: list[Candidate], stroke_max: 
     return page, placements
 
 
-SCREEN = "Burned-in text screen 6"  # the tiers' and looks' version: raised when what counts as text changes (3: the volumes' mean look; 4: faint lines, chroma, the mean of more frames; 5: a whole-frame region crosses strokes; 6: a volume's stillness, tall candidates confirmed)
+SCREEN = "Burned-in text screen 7"  # the tiers' and looks' version: raised when what counts as text changes (3: the volumes' mean look; 4: faint lines, chroma, the mean of more frames; 5: a whole-frame region crosses strokes; 6: a volume's stillness, tall candidates confirmed; 7: candidates padded with their background)
 UPRIGHT_HEIGHT = 32  # pixels: vertical candidates are enlarged towards this height for the detector
 SURE = 0.7  # a whole-frame region at this mean probability is text; a weaker one is looked at closer first
 CLOSER = 48  # pixels: a weak region's line is enlarged towards this height for the closer look
@@ -1041,7 +1041,7 @@ def upright_layout(small: np.ndarray, candidates: list[tuple[Candidate, bool]], 
     screen joined may be only part of the letters' height: a row of serifs, one side of a thick face), a vertical
     one turned a quarter clockwise (the detector finds a line the right way up or upside down alike, and lines
     running up a margin poorly), enlarged by a whole factor (at least `least`, at most 3) towards
-    `UPRIGHT_HEIGHT`, padded with its own edge and stacked; a page at most `UPRIGHT_PAGE` tall. `stretch`: each
+    `UPRIGHT_HEIGHT`, padded with its background and stacked; a page at most `UPRIGHT_PAGE` tall. `stretch`: each
     crop's grey levels stretched so the box's own (1st to 99th percentile) span the whole range (faint strokes
     made as dark as the detector was trained on). Each page with, per box, its rows on the page and the candidate."""
     from PIL import Image
@@ -1062,7 +1062,10 @@ def upright_layout(small: np.ndarray, candidates: list[tuple[Candidate, bool]], 
         image = Image.fromarray(np.ascontiguousarray(crop))
         if factor > 1:
             image = image.resize((image.width * factor, image.height * factor), Image.BILINEAR)
-        crops.append((np.pad(np.asarray(image), 16, mode="symmetric"), c))
+        picture = np.asarray(image)
+        # Padded with its background (the crop's median), not mirrored: a line cut by the frame's edge mirrored
+        # back into the pad reads as two half-lines, which PP-OCRv4 passed over (a 42 px line up a light margin).
+        crops.append((np.pad(picture, 16, mode="constant", constant_values=int(np.median(picture))), c))
     pages, current = [], []
     for crop, c in crops:
         if current and sum(x.shape[0] for x, _ in current) + crop.shape[0] > UPRIGHT_PAGE:
