@@ -241,6 +241,20 @@ def test_the_fill_is_black_in_every_encoding():
     assert fill_value("YBR_FULL", 3, 8, False) == (0, 128, 128)
 
 
+def test_a_gap_between_covered_words_of_one_line_is_covered_too():
+    """`_bridges`: a word neither reader boxed between two covered words of one line ("MRN" on a held-out report
+    screen) goes with them; words of other lines, and words farther apart than `BRIDGE` line heights, do not."""
+    from imaging.deid.pixel_text import Box
+    from imaging.deid.redact import BRIDGE, _bridges
+
+    date, number = Box(135, 229, 16, 29), Box(135, 284, 16, 24)  # "1996" and "678", "MRN" between them
+    below = Box(160, 262, 16, 40)  # the next line: overlaps neither's rows by half
+    far = Box(135, 308 + BRIDGE * 16 + 1, 16, 30)
+    assert _bridges([number, below, date, far]) == [Box(135, 258, 16, 26)]
+    up = Box(100, 600, 200, 20)  # a line running up a margin (the detector's) is not bridged across
+    assert _bridges([up, Box(150, 640, 16, 40)]) == []
+
+
 def test_text_left_after_redaction_is_quarantined(redacting, monkeypatch):
     from imaging.deid import redact
     from imaging.deid.pixel_text import Box, FoundText

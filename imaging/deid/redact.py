@@ -487,6 +487,8 @@ def _redact(ds, source: PixelSource, found, detector, photometric, encode_option
     # overlays whose label cannot be told (no still pixels in it) is covered on every frame; one read on a
     # frame whose strokes cannot be told, on that frame only.
     labels: list[_Label | None] = []
+    if count == 1:
+        placed += [(0, box) for box in _bridges([box for _, box in placed])]
     if count > 1:
         still, reference = _volume_reference(source, detector, photometric, count)
         if still is not None:
@@ -552,6 +554,29 @@ def _whole_line(box: Box, still: np.ndarray) -> Box:
             continue
         left, right = min(left, found[1].start), max(right, found[1].stop)
     return Box(box.top, left, box.height, right - left)
+
+
+BRIDGE = 8  # line heights: a gap this wide at most between two covered boxes of one line is covered too
+
+
+def _bridges(boxes: list[Box]) -> list[Box]:
+    """The gaps between covered boxes of one line (each overlapping the other's rows by half the smaller's height,
+    at most `BRIDGE` times that height apart), as boxes to cover: a word neither reader boxed between two they did
+    ("MRN" between a birth date and a number, on a held-out report screen whose cover left it legible) goes with
+    its line. A single frame's analogue of a volume's `_whole_line`, which grows along still pixels; a frame's own
+    ink runs on into a fundus or a panel's edge, so only what lies between covered words is taken."""
+    out = []
+    across = sorted((b for b in boxes if b.height <= 2 * b.width), key=lambda b: b.left)
+    for i, a in enumerate(across):
+        for b in across[i + 1:]:
+            line = min(a.height, b.height)
+            gap = b.left - (a.left + a.width)
+            if gap > BRIDGE * line:
+                break  # sorted by left: every later box starts farther off
+            top, bottom = max(a.top, b.top), min(a.top + a.height, b.top + b.height)
+            if gap > 0 and 2 * (bottom - top) >= line:
+                out.append(Box(top, a.left + a.width, bottom - top, gap))
+    return out
 
 
 def _grey(frame: np.ndarray, photometric: str) -> np.ndarray | None:
