@@ -19,6 +19,7 @@ The UI then marks exactly the partitions whose inputs moved as unsynced (tests/t
 from __future__ import annotations
 
 import hashlib
+from itertools import islice
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -98,9 +99,8 @@ def input_versions(instance, asset: str, partitions: Sequence[str | None], *, ob
     kind = DagsterEventType.ASSET_OBSERVATION if observed else DagsterEventType.ASSET_MATERIALIZATION
     key, storage = AssetKey(asset), instance.event_log_storage
     found = {p: input_version(instance, asset, p, observed=observed) for p in partitions if p is None}
-    named = sorted({p for p in partitions if p is not None})
-    for start in range(0, len(named), BATCH):
-        chunk = named[start:start + BATCH]
+    named = iter(sorted({p for p in partitions if p is not None}))
+    while chunk := list(islice(named, BATCH)):
         latest = storage.get_latest_storage_id_by_partition(key, kind, set(chunk))
         records = {r.storage_id: r for r in storage.get_event_records(
             EventRecordsFilter(kind, asset_key=key, storage_ids=sorted(latest.values())), limit=len(latest))} \
