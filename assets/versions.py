@@ -19,8 +19,8 @@ The UI then marks exactly the partitions whose inputs moved as unsynced (tests/t
 from __future__ import annotations
 
 import hashlib
-from itertools import islice
 from dataclasses import dataclass
+from itertools import islice
 from typing import Mapping, Sequence
 
 from dagster import AssetKey, AssetMaterialization, AssetObservation, DataVersion, MetadataValue, MultiPartitionKey
