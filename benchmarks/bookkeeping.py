@@ -11,8 +11,9 @@ three image assets over all `N` site-days in one run, launched as an operator do
 before it (the run's share of Dagster's storage), the run's events by type with their serialized bytes, the
 instance's bytes by table (SQLite: each shard's, from `dbstat`), and the run's seconds; each per site-day.
 `--storage postgres` runs the same on the production instance's storage
-(platform/dagster-production.yaml: PostgreSQL, a local server as tests/services.py starts one) and measures the
-database's size instead of the Dagster home's.
+(platform/dagster-production.yaml's storage section: PostgreSQL with pooled connections, a local server as
+tests/services.py starts one) and measures the database's size instead of the Dagster home's, and the sessions the
+run opened on it; `postgres-plain` on dagster-postgres's own storage (a new connection for each write), to compare.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = "raw_image_index,linked_patient_metadata,anonymized_images"
@@ -61,9 +64,9 @@ def tables_postgres(database) -> collections.Counter:
         "'public'::regnamespace")})
 
 
-def events_by_type(home: Path) -> tuple[collections.Counter, collections.Counter, str]:
-    """(events by type, serialized bytes by type, run id) of the instance's one run."""
-    os.environ["DAGSTER_HOME"] = str(home)
+def events_by_type(home: Path, env: dict[str, str]) -> tuple[collections.Counter, collections.Counter, str]:
+    """(events by type, serialized bytes by type, run id) of the instance's one run; `env`: the run's."""
+    os.environ.update({k: v for k, v in env.items() if k.startswith("DAGSTER_")})
     from dagster import DagsterInstance
     from dagster_shared.serdes import serialize_value
 
@@ -77,18 +80,23 @@ def events_by_type(home: Path) -> tuple[collections.Counter, collections.Counter
     return count, size, run.run_id
 
 
-def measure(days: int, patients: int, broken: bool, work: Path, database=None) -> dict:
-    """One run over `days` site-days; `database` (a tests/services.py PostgresServer) for the production storage."""
-    root = work / f"days-{days}-{'postgres' if database else 'sqlite'}"
+def measure(days: int, patients: int, broken: bool, work: Path, storage: str = "sqlite", database=None) -> dict:
+    """One run over `days` site-days on `storage`: `sqlite` (the demo instance's), `postgres` (the production
+    instance's, pooled) or `postgres-plain` (dagster-postgres's own) on `database` (a tests/services.py server)."""
+    root = work / f"days-{days}-{storage}"
     home, landing, warehouse = root / "dagster_home", root / "landing", root / "warehouse"
     home.mkdir(parents=True)
-    shutil.copy(REPO / "platform" / "dagster.yaml", home / "dagster.yaml")
-    if database is not None:  # the production storage section, with this server's address
-        with open(home / "dagster.yaml", "a") as config:
-            url = database.url().replace("postgresql://", "postgresql+psycopg2://", 1)  # as the production file says
-            config.write(f"storage:\n  postgres:\n    postgres_url: {url}\n")
+    instance = yaml.safe_load((REPO / "platform" / "dagster.yaml").read_text())
+    if storage == "postgres":  # the production file's storage section (pooled), read from DAGSTER_PG_*
+        instance["storage"] = yaml.safe_load((REPO / "platform" / "dagster-production.yaml").read_text())["storage"]
+    elif storage == "postgres-plain":  # dagster-postgres's own storage: a new connection for each write
+        instance["storage"] = {"postgres": {"postgres_url": database.url().replace(
+            "postgresql://", "postgresql+psycopg2://", 1)}}
+    (home / "dagster.yaml").write_text(yaml.safe_dump(instance))
     size = (lambda: folder_bytes(home)) if database is None else \
         (lambda: database.query("select pg_database_size(current_database())")[0][0])
+    sessions = (lambda: 0) if database is None else \
+        (lambda: database.query("select sessions from pg_stat_database where datname = current_database()")[0][0])
     start_day = dt.date(2024, 1, 1)
     dates = [str(start_day + dt.timedelta(days=i)) for i in range(days)]
     sys.path.insert(0, str(REPO))
@@ -101,13 +109,14 @@ def measure(days: int, patients: int, broken: bool, work: Path, database=None) -
     env.update(IMAGING_LANDING=str(landing), IMAGING_WAREHOUSE=str(warehouse), IMAGING_SITES=SITE,
                IMAGING_START_DATE=dates[0], IMAGING_END_DATE=dates[-1],
                IMAGING_PSEUDONYM_KEY="benchmark-key-not-secret-" + "b" * 10, IMAGING_SPARK_MASTER="local[2]",
-               SPARK_LOCAL_IP="127.0.0.1", DAGSTER_HOME=str(home), IMAGING_MIN_K="1")
+               SPARK_LOCAL_IP="127.0.0.1", DAGSTER_HOME=str(home), IMAGING_MIN_K="1",
+               **(database.environment() if database is not None else {}))
     # The instance made before the run (its empty storage is not the run's).
     made = subprocess.run([str(Path(sys.executable).with_name("dagster")), "instance", "migrate"], cwd=REPO, env=env,
                           capture_output=True, text=True)
     if made.returncode:
         raise SystemExit(f"the instance could not be made: {made.stdout[-2000:]}{made.stderr[-2000:]}")
-    before = size()
+    before, opened = size(), sessions()
     command = [str(Path(sys.executable).with_name("dagster")), "asset", "materialize", "-m", "definitions",
                "--select", ASSETS, "--partition-range", f"{dates[0]}|{SITE}...{dates[-1]}|{SITE}"]
     started = time.perf_counter()
@@ -116,11 +125,11 @@ def measure(days: int, patients: int, broken: bool, work: Path, database=None) -
     seconds = time.perf_counter() - started
     if code:
         raise SystemExit(f"the run failed; see {root / 'run.log'}")
-    after = size()
-    count, size, _ = events_by_type(home)
+    after, opened = size(), sessions() - opened - 2  # less the two counts' own sessions
+    count, size, _ = events_by_type(home, env)
     tables = tables_sqlite(home) if database is None else tables_postgres(database)
     return {"site_days": days, "files": files, "seconds": seconds, "instance_bytes": after - before,
-            "events": count, "event_bytes": size, "tables": tables}
+            "events": count, "event_bytes": size, "tables": tables, "sessions": opened}
 
 
 def main() -> None:
@@ -128,18 +137,20 @@ def main() -> None:
     parser.add_argument("--site-days", default="60,365")
     parser.add_argument("--patients", type=int, default=40)
     parser.add_argument("--broken", action="store_true")
-    parser.add_argument("--storage", default="sqlite", help="sqlite (platform/dagster.yaml), postgres, or both")
+    parser.add_argument("--storage", default="sqlite",
+                        help="comma-separated: sqlite (platform/dagster.yaml), postgres (the production file's pooled "
+                             "storage), postgres-plain (dagster-postgres's own, a connection per write)")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bookkeeping-"))
     try:
         for storage, days in ((s, int(d)) for s in args.storage.split(",") for d in args.site_days.split(",")):
-            if storage == "postgres":
+            if storage.startswith("postgres"):
                 sys.path.insert(0, str(REPO / "tests"))
                 from services import postgres_server
 
                 with postgres_server() as server:
-                    r = measure(days, args.patients, args.broken, work, server)
+                    r = measure(days, args.patients, args.broken, work, storage, server)
             else:
                 r = measure(days, args.patients, args.broken, work)
             n = r["site_days"]
@@ -147,6 +158,8 @@ def main() -> None:
                   f"site-day; instance {r['instance_bytes'] / 1e6:.1f} MB = {r['instance_bytes'] / n / 1e3:.0f} KB a "
                   f"site-day; {sum(r['events'].values())} events = {sum(r['events'].values()) / n:.1f} a site-day",
                   flush=True)
+            if r["sessions"]:
+                print(f"    PostgreSQL sessions opened: {r['sessions']} = {r['sessions'] / n:.1f} a site-day")
             for kind, bytes_ in r["event_bytes"].most_common():
                 print(f"    {kind:36s} {r['events'][kind] / n:7.2f} a site-day {bytes_ / n / 1e3:8.1f} KB a site-day")
             print("  on disk, by table (with its indexes), the whole instance:")
