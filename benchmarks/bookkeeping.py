@@ -10,10 +10,11 @@ three image assets over all `N` site-days in one run, launched as an operator do
 (`dagster asset materialize --partition-range`). Measured: the instance's bytes on disk after the run less
 before it (the run's share of Dagster's storage), the run's events by type with their serialized bytes, the
 instance's bytes by table (SQLite: each shard's, from `dbstat`), and the run's seconds; each per site-day.
-`--storage postgres` runs the same on the production instance's storage
-(platform/dagster-production.yaml's storage section: PostgreSQL with pooled connections, a local server as
-tests/services.py starts one) and measures the database's size instead of the Dagster home's, and the sessions the
-run opened on it; `postgres-plain` on dagster-postgres's own storage (a new connection for each write), to compare.
+`--storage postgres` runs the same on the production instance's storage (platform/dagster-production.yaml's
+storage section: PostgreSQL with pooled connections, a local server as tests/services.py starts one) and measures
+the database's size instead of the Dagster home's (right after the run, and after `VACUUM FULL`: its live rows),
+and the sessions the run opened on it; `postgres-plain` on dagster-postgres's own storage (a new connection for
+each write), to compare.
 """
 
 from __future__ import annotations
@@ -128,8 +129,27 @@ def measure(days: int, patients: int, broken: bool, work: Path, storage: str = "
     after, opened = size(), sessions() - opened - 2  # less the two counts' own sessions
     count, size, _ = events_by_type(home, env)
     tables = tables_sqlite(home) if database is None else tables_postgres(database)
+    live = None if database is None else vacuumed_bytes(database) - before
     return {"site_days": days, "files": files, "seconds": seconds, "instance_bytes": after - before,
-            "events": count, "event_bytes": size, "tables": tables, "sessions": opened}
+            "events": count, "event_bytes": size, "tables": tables, "sessions": opened, "live_bytes": live}
+
+
+def vacuumed_bytes(database) -> int:
+    """The database's size after `VACUUM FULL`: its live rows only. Right after a run PostgreSQL also holds the
+    row versions the run replaced (each check's planned row, then its evaluation), until autovacuum makes their
+    space reusable; how many are left when the run ends depends on how fast it ran."""
+    import psycopg2
+
+    conn = psycopg2.connect(host=database.host, port=database.port, user=database.user, password=database.password,
+                            dbname=database.database)
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cursor:
+            cursor.execute("VACUUM FULL")
+            cursor.execute("select pg_database_size(current_database())")
+            return cursor.fetchone()[0]
+    finally:
+        conn.close()
 
 
 def main() -> None:
@@ -158,8 +178,10 @@ def main() -> None:
                   f"site-day; instance {r['instance_bytes'] / 1e6:.1f} MB = {r['instance_bytes'] / n / 1e3:.0f} KB a "
                   f"site-day; {sum(r['events'].values())} events = {sum(r['events'].values()) / n:.1f} a site-day",
                   flush=True)
-            if r["sessions"]:
-                print(f"    PostgreSQL sessions opened: {r['sessions']} = {r['sessions'] / n:.1f} a site-day")
+            if r["live_bytes"] is not None:
+                print(f"    PostgreSQL sessions opened: {r['sessions']} = {r['sessions'] / n:.1f} a site-day; after "
+                      f"VACUUM FULL (live rows only) {r['live_bytes'] / 1e6:.1f} MB = {r['live_bytes'] / n / 1e3:.0f} KB "
+                      f"a site-day")
             for kind, bytes_ in r["event_bytes"].most_common():
                 print(f"    {kind:36s} {r['events'][kind] / n:7.2f} a site-day {bytes_ / n / 1e3:8.1f} KB a site-day")
             print("  on disk, by table (with its indexes), the whole instance:")
