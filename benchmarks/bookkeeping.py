@@ -126,7 +126,7 @@ def measure(days: int, patients: int, broken: bool, work: Path, storage: str = "
     seconds = time.perf_counter() - started
     if code:
         raise SystemExit(f"the run failed; see {root / 'run.log'}")
-    after, opened = size(), sessions() - opened - 2  # less the two counts' own sessions
+    after, opened = size(), sessions() - opened - 2  # less the first count's and the size query's sessions
     count, size, _ = events_by_type(home, env)
     tables = tables_sqlite(home) if database is None else tables_postgres(database)
     live = None if database is None else vacuumed_bytes(database) - before
