@@ -188,6 +188,7 @@ class PixelTextSettings:
     detector_stillness: bool = True  # "still": last, how much less each pixel varies than the speckle around it
     detector_faint: int = 15  # "frames": last, candidates of strokes this faint, stretched and enlarged (0: not)
     detector_faint_crossings: float = 3.0  # ... with this many strokes a row crosses on average
+    detector_faint_stroke_max: int = 6  # ... of strokes at most this wide (small lines' strokes are thin)
     detector_chroma: bool = True  # "frames": last, a colour frame's chroma (grey text on a coloured fundus)
     image_types: tuple[tuple[str, ImageTypeSettings], ...] = ()
 
@@ -224,6 +225,7 @@ class PixelTextSettings:
                    detector_mean_zoom=float(spec.detector_mean_zoom), detector_stillness=spec.detector_stillness,
                    detector_faint=spec.detector_faint,
                    detector_faint_crossings=float(spec.detector_faint_crossings),
+                   detector_faint_stroke_max=spec.detector_faint_stroke_max,
                    detector_chroma=spec.detector_chroma, image_types=types)
 
     def validate(self) -> None:
@@ -364,6 +366,7 @@ class PixelTextFile(StrictModel):
     detector_zoom: float = Field(_PT.detector_zoom, ge=1, le=4)
     detector_faint: int = Field(_PT.detector_faint, ge=0, le=254)
     detector_faint_crossings: float = Field(_PT.detector_faint_crossings, ge=0)
+    detector_faint_stroke_max: int = Field(_PT.detector_faint_stroke_max, ge=2, le=64)
     detector_chroma: bool = _PT.detector_chroma
     image_types: dict[Literal[IMAGE_TYPES], PixelTextTypeFile] = {}  # type: ignore[valid-type]
 
@@ -936,16 +939,17 @@ def candidate_layout(grey: np.ndarray, candidates: list[Candidate], stroke_max: 
     return page, placements
 
 
-SCREEN = "Burned-in text screen 7"  # the tiers' and looks' version: raised when what counts as text changes (3: the volumes' mean look; 4: faint lines, chroma, the mean of more frames; 5: a whole-frame region crosses strokes; 6: a volume's stillness, tall candidates confirmed; 7: candidates padded with their background)
+SCREEN = "Burned-in text screen 8"  # the tiers' and looks' version: raised when what counts as text changes (3: the volumes' mean look; 4: faint lines, chroma, the mean of more frames; 5: a whole-frame region crosses strokes; 6: a volume's stillness, tall candidates confirmed; 7: candidates padded with their background; 8: faint lines' strokes at most 6 px, read three times enlarged)
 UPRIGHT_HEIGHT = 32  # pixels: vertical candidates are enlarged towards this height for the detector
 SURE = 0.7  # a whole-frame region at this mean probability is text; a weaker one is looked at closer first
 CLOSER = 48  # pixels: a weak region's line is enlarged towards this height for the closer look
 UPRIGHT_PAGE = 2048  # pixels: the tallest page of upright candidates the detector reads at once
 # The faint look (`detector_faint`): candidates whose line is at most FAINT_LINE pixels (panels, plots and
-# thumbnails made taller ones on clean report screens, and a stretched panel edge reads as a line), each enlarged at
-# least FAINT_ENLARGE times (the candidate's box is often twice its letters' height: 8 px letters stay 8 px).
+# thumbnails made taller ones on clean report screens, and a stretched panel edge reads as a line), each enlarged
+# FAINT_ENLARGE times (the candidate's box is often twice its letters' height: 8-10 px letters are read at 24-30 px,
+# where twice left a 10 px script line across the optic disc unread; tuning half, stop 57).
 FAINT_LINE = 32
-FAINT_ENLARGE = 2
+FAINT_ENLARGE = 3
 # A candidate whose line is taller than CANDIDATE_LINE pixels (of the detector's picture) is as often a row of
 # thumbnails or panels the screen joined as text (old clean report screen 213: 177 x 761, where a 13 x 38 px patch of
 # B-scan speckle read as a line at 0.51): a region in it counts as a whole-frame region does, sure or confirmed by a
@@ -1386,10 +1390,10 @@ class PixelTextDetector:
         s = self.settings
         small = _downscale(grey, kind.detector_side)
         scale = 2 if kind.despeckle else 1  # full size: text 8-10 px tall has strokes a 2 x 2 mean blurs away
-        contrast, crossings = (s.detector_faint, s.detector_faint_crossings) if faint else \
-            (s.detector_contrast, s.min_crossings)
-        across = screen(small, contrast, s.stroke_max, kind.despeckle, crossings, scale).candidates
-        turned = screen(np.ascontiguousarray(small.T), contrast, s.stroke_max, kind.despeckle,
+        contrast, crossings, stroke_max = (s.detector_faint, s.detector_faint_crossings, s.detector_faint_stroke_max) \
+            if faint else (s.detector_contrast, s.min_crossings, s.stroke_max)
+        across = screen(small, contrast, stroke_max, kind.despeckle, crossings, scale).candidates
+        turned = screen(np.ascontiguousarray(small.T), contrast, stroke_max, kind.despeckle,
                         crossings, scale).candidates
         candidates = [(c, False) for c in across] + \
             [(Candidate(c.left, c.top, c.width, c.height, c.polarity), True) for c in turned]  # back: rows <-> cols
