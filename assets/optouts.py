@@ -20,7 +20,7 @@ from assets.partitions import SETTINGS
 from imaging.governance.datacard import CheckResult, OptOutList, OptOutSection
 from imaging.governance.optout import (Flag, PublishedRelease, Successor, flags, log_flags, published_releases,
                                        record_site_tokens, version_to_build)
-from imaging.optout import OPTED_OUT, SPARK_FOLD, OptOutLists, PersonKey, SiteNamespace, read_lists, site_token
+from imaging.optout import OPTED_OUT, SPARK_FOLD, OptOutLists, PersonKey, read_lists, site_token
 from imaging.records import schema_of
 from imaging.driver.platform_files import load_quality_rules
 from resources.spark import frame_of
@@ -40,9 +40,12 @@ def namespaces(issuers) -> dict[str, str]:
 
 
 def with_person(frame: DataFrame, session, spaces: Mapping[str, str]) -> DataFrame:
-    """`frame` (with `site` and `patient_id`) with the person columns the list is matched on."""
-    sites = frame_of(session, [SiteNamespace(s, n) for s, n in sorted(spaces.items())], schema_of(SiteNamespace))
-    return (frame.join(F.broadcast(sites), "site", "left")
+    """`frame` (with `site` and `patient_id`) with the person columns the list is matched on: `namespace` (null
+    for a site without one) and `person`. The sites' namespaces are a literal map in the query, not a frame joined:
+    a broadcast of a local frame is a Spark job of its own in every query that reads the lists."""
+    pairs = [F.lit(x) for site, space in sorted(spaces.items()) for x in (site, space)]
+    namespace = F.create_map(*pairs)[F.col("site")] if pairs else F.lit(None).cast("string")  # null: not in it
+    return (frame.withColumn("namespace", namespace)
             .withColumn("person", F.translate(F.coalesce(F.col("patient_id"), F.lit("")), *SPARK_FOLD)))
 
 
@@ -66,8 +69,8 @@ def listed_pseudonyms(linked: DataFrame, session, keys: Iterable[PersonKey], spa
     keys = set(keys)
     if not keys:
         return {}
-    spelled = (with_person(linked.select("site", "patient_id").where("patient_id IS NOT NULL").distinct(), session,
-                           spaces)
+    # Matched first, then made distinct: one shuffle, of the listed persons' rows only.
+    spelled = (with_person(linked.select("site", "patient_id").where("patient_id IS NOT NULL"), session, spaces)
                .join(F.broadcast(keys_frame(session, keys)), ["namespace", "person"])
                .select("namespace", "person", "patient_id").distinct().collect())
     out: dict[PersonKey, set[str]] = {}

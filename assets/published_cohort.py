@@ -204,7 +204,8 @@ def input_partitions(selection: Marked, ledger) -> tuple[ReleaseInputs, Tally]:
         .alias("data_version"), F.count(F.when(kept, F.lit(1))).alias("images"), *selection.tally_columns())
     runs = ledger.groupBy("batch").agg(F.max("run_id").alias("run_id"), F.max("run_started_at").alias("started"),
                                        F.max(q.partition_key()).alias("site_day"))
-    every = versions.join(runs, "batch", "left").orderBy("batch").collect()
+    # Sorted here, not by Spark: a sort is a sampling job of its own, and the rows are one per batch.
+    every = sorted(versions.join(runs, "batch", "left").collect(), key=lambda r: r["batch"])
     rows = [r for r in every if r["images"]]  # a batch whose every selected image was held back is not read
     return ReleaseInputs(
         tuple(InputPartition("anonymized_images", r["batch"], r["data_version"], r["run_id"] or "unknown",

@@ -78,14 +78,6 @@ class PersonKey:
 
 
 @dataclass(frozen=True)
-class SiteNamespace:
-    """The namespace of a site's patient ids (platform/issuers.yaml), as a row Spark joins on."""
-
-    site: str
-    namespace: str
-
-
-@dataclass(frozen=True)
 class Entry:
     """One applied row of a list file: a folded id and what it does."""
 
