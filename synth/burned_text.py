@@ -406,10 +406,14 @@ def _identifiers(rng: random.Random) -> list[str]:
     return parts
 
 
-def _shade(local: float, rng: random.Random) -> tuple[int, int]:
+def _shade(local: float, rng: random.Random, contrasts: tuple[int, int] | None = None) -> tuple[int, int]:
     """A grey level for text on a background of median `local`: 40 grey levels off it at the least (a third of the
-    time 40-70: low contrast), lighter where there is room, else darker. Returns (level, contrast)."""
-    contrast = rng.randint(40, 70) if rng.random() < 0.35 else rng.randint(70, 255)
+    time 40-70: low contrast; `contrasts`: always within that range), lighter where there is room, else darker.
+    Returns (level, contrast)."""
+    if contrasts is not None:
+        contrast = rng.randint(*contrasts)
+    else:
+        contrast = rng.randint(40, 70) if rng.random() < 0.35 else rng.randint(70, 255)
     if local + contrast <= 255 and (local - contrast < 0 or rng.random() < 0.7):
         return int(local + contrast), contrast
     if local - contrast >= 0:
@@ -543,9 +547,12 @@ PHOTOGRAPH_SHAPES = ((512, 512), (768, 1024))
 EDGES = ("left", "right", "top", "bottom")
 
 
-def photograph(seed: int, text: bool, families: tuple[str, ...] | None = None) -> Drawn:
+def photograph(seed: int, text: bool, families: tuple[str, ...] | None = None, sizes: tuple[int, int] = (8, 48),
+               contrasts: tuple[int, int] | None = None) -> Drawn:
     """A fundus photograph (512 x 512 or 768 x 1024, Ophthalmic Photography 8 Bit, flagged NO) with a name, a birth
-    date and a hospital number drawn in one of the faces of `families`, or clean (`text` False)."""
+    date and a hospital number drawn in one of the faces of `families`, or clean (`text` False). `sizes` and
+    `contrasts` narrow the draw to a corner of it (e.g. (8, 11) and (40, 55): the small faint lines a screen
+    misses first)."""
     rng = random.Random(f"photograph-44:{seed}:{text}")
     shape = rng.choice(PHOTOGRAPH_SHAPES)
     pixels = fundus(shape, seed + (3_000_000 if text else 4_000_000))
@@ -553,7 +560,7 @@ def photograph(seed: int, text: bool, families: tuple[str, ...] | None = None) -
     if text:
         rows, cols = shape
         while True:
-            face, lines, size, antialias, angle, mask = _label(rng, font_faces(families), (8, 48))
+            face, lines, size, antialias, angle, mask = _label(rng, font_faces(families), sizes)
             if _fits(mask, shape):
                 break
         background = rng.choice(("black", "fundus", "disc"))
@@ -577,7 +584,7 @@ def photograph(seed: int, text: bool, families: tuple[str, ...] | None = None) -
         cut = rng.choice(EDGES) if rng.random() < 0.2 else ""
         top, left = _place(rng, shape, mask, anchor, cut, bool(angle))
         under = _under(_luminance(pixels), mask, top, left)
-        level, contrast = _shade(float(np.median(under)) if under.size else 0.0, rng)
+        level, contrast = _shade(float(np.median(under)) if under.size else 0.0, rng, contrasts)
         tint = rng.choice(((1.0, 1.0, 1.0), (1.0, 1.0, 0.45), (0.6, 1.0, 0.6), (1.0, 0.9, 0.7)))
         colour = _tinted(level, tint)
         _stamp(pixels, mask, top, left, colour)

@@ -298,6 +298,26 @@ def test_a_line_every_other_look_passes_over_is_found_by_its_own_look(detector, 
     assert _over(result.text[0].boxes, drawn.where)  # a region found overlaps the label
 
 
+def test_a_small_faint_line_over_the_disc_is_found_by_thin_strokes_enlarged_three_times(detector, monkeypatch):
+    """Aileron 9 px over the optic disc, 40 grey levels out, JPEG q87 (a tuning-half draw from the corner screen 7
+    missed most: 8-11 px lines at 40-55 grey levels). The faint look finds it since screen 8 (strokes at most 6 px
+    wide, boxes enlarged three times); with 14 px strokes and twice, as before, the photograph would be published."""
+    from imaging.deid import pixel_text
+
+    drawn = photograph(9000, True, ("Aileron",), sizes=(8, 11), contrasts=(40, 55))
+    assert (drawn.size, drawn.background, drawn.contrast, drawn.jpeg) == (9, "disc", 40, 87)
+    ds = _read(drawn.data)
+    before = detector.stats.faint_text
+    result = detector.check(ds, ds.file_meta.TransferSyntaxUID)
+    assert result.found and [t.reader for t in result.text] == ["detector"]
+    assert detector.stats.faint_text == before + 1
+    assert _over(result.text[0].boxes, drawn.where)
+    monkeypatch.setattr(pixel_text, "FAINT_ENLARGE", 2)
+    settings = {**read_yaml("pixel_text.yaml"), "detector_faint_stroke_max": 14}
+    with PixelTextDetector(load_pixel_text_settings(settings)) as screen_7:
+        assert not screen_7.check(ds, ds.file_meta.TransferSyntaxUID).found
+
+
 def test_a_filled_bar_the_detector_reads_as_a_line_is_not_text(detector, monkeypatch):
     """PP-OCRv4 reads a report screen's solid colour bar (a filled rectangle about 20 x 60-200 px) as a line now and
     then: each clean screen the fourth pass redacted (5 of 300 held-out, seeds 600000+) was that bar. A whole-frame
