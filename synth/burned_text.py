@@ -408,7 +408,7 @@ def _identifiers(rng: random.Random) -> list[str]:
 
 def _shade(local: float, rng: random.Random, contrasts: tuple[int, int] | None = None) -> tuple[int, int]:
     """A grey level for text on a background of median `local`: 40 grey levels off it at the least (a third of the
-    time 40-70: low contrast; `contrasts`: always within that range), lighter where there is room, else darker.
+    time 40-70: low contrast), or always within `contrasts` when given; lighter where there is room, else darker.
     Returns (level, contrast)."""
     if contrasts is not None:
         contrast = rng.randint(*contrasts)
