@@ -134,7 +134,6 @@ def test_outputs_equal_the_local_run(production, warehouse):
     assert any(o.kind == "rows" and o.value for o in outputs.values())
 
 
-
 def test_a_planned_check_row_holds_its_own_partition_not_the_runs(tmp_path, postgres, gcs, monkeypatch):  # noqa: F811
     """Dagster writes a PLANNED row per check and partition when a run starts, then replaces it with the
     evaluation; dagster-postgres's rows each held the run's whole partition subset (8.5 KB at 365 site-days, left on
